@@ -1,0 +1,25 @@
+"""FedProx: Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020.
+
+Algorithm 2: each selected client k approximately minimises
+    h_k(w; w^t) = F_k(w) + mu/2 ||w - w^t||^2
+starting from the global model w^t, then the server averages as FedAvg does.
+Paper symbols -> ``RunConfig`` fields: mu -> ``mu``; the inexact local solver is ``local_steps``
+(or ``local_epochs``) of SGD with ``lr``. With ``mu = 0`` FedProx is FedAvg (tested).
+We keep FedAvg's sample-weighted average; FedProx's paper averages uniformly over devices
+sampled with probability p_k = n_k / n, which has the same expectation.
+"""
+from ..executors import LocalSGD
+from ..stages import Algorithm, UniformSelection, WeightedMean
+
+NAME = "fedprox"
+USES = ("lr", "momentum", "weight_decay", "clients_per_round", "fraction", "mu")
+
+
+def build(cfg) -> Algorithm:
+    return Algorithm(
+        name=NAME,
+        select=UniformSelection(cfg.clients_per_round, cfg.fraction),
+        local=LocalSGD(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, mu=cfg.mu),
+        aggregate=WeightedMean("samples"),
+        anchor="start",  # the proximal centre is w^t, the global model the client received
+    )

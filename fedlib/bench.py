@@ -1,0 +1,100 @@
+"""Benchmark: local-update wall time per round, stacked executor vs per-client loop, side by side.
+
+    python -m fedlib.bench [--repeats 5] [--device cpu|cuda] [--threads N] [--only a,b,c]
+
+Each case trains every client of one round (R local steps on the same ``BatchPlan``) with
+both executors in this one process, alternating them, and prints the median seconds per
+round and their ratio. Cases (issue #2's targets on the 2-core CPU in brackets):
+  (a) Synthetic(0.5, 0.5), N=100, DNN 60-20-10, R=20 steps of batch 20      [ratio >= 30]
+  (b) MNIST-shaped, N=20, DNN 784-100-10, R=20, batch 20 (pFedMe sizes)    [ratio >= 8]
+  (c) N=100, MLP 784-200-200-10, R=20, batch 10 (AdaFL's model, 600 rows) [ratio >= 4]
+The loop executor is the reference the stacked one is tested against (float64, 1e-10).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from .data.federated import FederatedData, sample_steps
+from .data.synthetic import synthetic
+from .executors import LocalSGD, LoopExecutor, StackedExecutor
+from .models import build_model
+
+
+def _case_data(case: str) -> tuple[FederatedData, str, tuple, int]:
+    rng = np.random.default_rng(0)
+    if case == "a":
+        xs, ys = synthetic(0.5, 0.5, 100, seed=0)
+        tr = [np.arange(int(0.75 * len(y))) for y in ys]
+        te = [np.arange(int(0.75 * len(y)), len(y)) for y in ys]
+        return FederatedData.from_clients("synthetic", xs, ys, tr, te, 10), "dnn", (20,), 20
+    n, d, hidden, batch = (20, 784, (100,), 20) if case == "b" else (100, 784, (200, 200), 10)
+    sizes = rng.integers(1165, 3835, n) if case == "b" else np.full(n, 600)
+    xs = [rng.standard_normal((s, d), dtype=np.float32) for s in sizes]
+    ys = [rng.integers(0, 10, s) for s in sizes]
+    tr = [np.arange(int(0.75 * s)) for s in sizes]
+    te = [np.arange(int(0.75 * s), s) for s in sizes]
+    return FederatedData.from_clients(f"{case}-shaped", xs, ys, tr, te, 10), ("dnn" if case == "b" else "mlp"), hidden, batch
+
+
+def bench_case(case: str, repeats: int = 5, device: str = "cpu", steps: int = 20, lr: float = 0.02,
+               momentum: float = 0.0) -> dict:
+    data, model_name, hidden, batch = _case_data(case)
+    data = data.to(device)
+    model = build_model(model_name, data.input_shape, 10, hidden, seed=0).to(device)
+    n = data.n_clients
+    params = {k: v.unsqueeze(0).repeat(n, *([1] * v.dim())) for k, v in model.state_dict().items()}
+    opt = LocalSGD(lr=lr, momentum=momentum)
+    gen = torch.Generator().manual_seed(0)
+    layout = data.train if device == "cpu" else data.to("cpu").train
+    times = {"stacked": [], "loop": []}
+    execs = {"stacked": StackedExecutor(), "loop": LoopExecutor()}
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for r in range(repeats + 1):  # the first repeat warms up and is dropped
+        plan = sample_steps(layout, torch.arange(n), steps, batch, gen)
+        plan.index = plan.index.to(device)
+        for name, ex in execs.items():
+            sync()
+            t0 = time.perf_counter()
+            ex.train(model, params, plan, data.train, opt)
+            sync()
+            if r:
+                times[name].append(time.perf_counter() - t0)
+    s, l = statistics.median(times["stacked"]), statistics.median(times["loop"])
+    return {"case": case, "model": f"{model_name} {data.input_shape[0]}-{'-'.join(map(str, hidden))}-10",
+            "clients": n, "batch": batch, "steps": steps, "loop_s": l, "stacked_s": s, "ratio": l / s}
+
+
+TARGETS = {"a": 30, "b": 8, "c": 4}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    ap.add_argument("--only", default="a,b,c", help="comma-separated cases among a,b,c")
+    ap.add_argument("--momentum", type=float, default=0.0)
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cases = [c.strip() for c in args.only.split(",") if c.strip()]
+    bad = [c for c in cases if c not in TARGETS]
+    if bad:
+        ap.error(f"--only: unknown case(s) {bad}; allowed: a, b, c")
+    print(f"torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}, "
+          f"momentum {args.momentum}, median of {args.repeats} rounds")
+    print(f"{'case':4} {'model':22} {'N':>4} {'B':>3} {'R':>3} {'loop s/round':>13} {'stacked s/round':>16} {'ratio':>7} {'target':>7}")
+    for c in cases:
+        r = bench_case(c, args.repeats, args.device, momentum=args.momentum)
+        ok = "ok" if r["ratio"] >= TARGETS[c] else "MISSED"
+        print(f"({c})  {r['model']:22} {r['clients']:>4} {r['batch']:>3} {r['steps']:>3} {r['loop_s']:>13.4f} "
+              f"{r['stacked_s']:>16.4f} {r['ratio']:>7.1f} {'>=' + str(TARGETS[c]):>5} {ok}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

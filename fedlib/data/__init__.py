@@ -1,0 +1,92 @@
+"""Federated data: generators, readers, partitioners, and ``load_federated`` which builds a run's data from its config.
+
+Recipes (documented here because notebooks print them):
+- Synthetic: ``synthetic(alpha, beta, N, seed)`` clients as generated (pFedMe), each split 75/25.
+- 'labels' (pFedMe/FedMCSA MNIST, FMNIST, CIFAR-10): the train and test sets are pooled
+  (FedMCSA: "the complete dataset ... 70,000 instances"), pixels standardised per pixel
+  over the pool ((x - mean) / (std + 0.001), as pFedMe's script), client u holds labels
+  (u + j) mod 10 for j < k, and each client's samples are split 75/25.
+- 'shards' (McMahan et al.; AdaFL): the 60,000 training images sorted by label, 2 shards of
+  ``shard_size`` per client; the official test set is kept as a global test set.
+- 'iid', 'dirichlet': over the training set, official test set kept as global test set.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from . import partition, readers
+from .federated import BatchPlan, FederatedData, Split, sample_epochs, sample_steps
+from .synthetic import synthetic
+
+__all__ = ["BatchPlan", "FederatedData", "Split", "sample_epochs", "sample_steps", "synthetic",
+           "load_federated", "partition_summary", "partition", "readers"]
+
+_IMAGE_LOADERS = {"mnist": "load_mnist", "fmnist": "load_fashion_mnist", "cifar10": "load_cifar10"}
+
+
+def _as_float(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float32)
+    return x.transpose(0, 3, 1, 2) if x.ndim == 4 else x  # (n, H, W, C) -> (n, C, H, W), torch's layout
+
+
+def _normalise(x: np.ndarray, how: str, ref: np.ndarray | None = None) -> np.ndarray:
+    """x / 255, or per-pixel standardisation with the statistics of ``ref`` (default: x itself)."""
+    x = _as_float(x)
+    if how == "unit":
+        return x / 255.0
+    r = x if ref is None else _as_float(ref)
+    return (x - r.mean(0)) / (r.std(0) + 0.001)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(dataset, partition_name, n_clients, s_alpha, s_beta, k, shard_size, d_alpha, train_frac,
+                 normalize, seed, root) -> tuple[FederatedData, object]:
+    if dataset == "synthetic":
+        xs, ys = synthetic(s_alpha, s_beta, n_clients, seed)
+        local = [np.arange(len(y)) for y in ys]
+        tr, te = partition.split_train_test(local, train_frac, seed)
+        fd = FederatedData.from_clients(f"synthetic({s_alpha},{s_beta})", xs, ys, tr, te, n_classes=10)
+        labels = np.concatenate(ys)
+        base = np.concatenate([[0], np.cumsum([len(y) for y in ys])[:-1]])
+        summ = partition.summary([p + base[i] for i, p in enumerate(tr)], labels, [p + base[i] for i, p in enumerate(te)])
+        return fd, summ
+    load = getattr(readers, _IMAGE_LOADERS[dataset])
+    x_tr, y_tr = load("train", root=root)
+    x_te, y_te = load("test", root=root)
+    global_test = None
+    if partition_name == "labels":
+        x = _normalise(np.concatenate([x_tr, x_te]), normalize)
+        y = np.concatenate([y_tr, y_te])
+        parts = partition.labels_per_client(y, n_clients, k, seed=seed)
+    else:
+        x = _normalise(x_tr, normalize)
+        y = np.asarray(y_tr)
+        global_test = (_normalise(x_te, normalize, ref=x_tr), y_te)  # test standardised with training statistics
+        if partition_name == "shards":
+            parts = partition.shards(y, n_clients, 2, shard_size, seed=seed)
+        elif partition_name == "iid":
+            parts = partition.iid(len(y), n_clients, seed=seed)
+        else:
+            parts = partition.dirichlet(y, n_clients, d_alpha, seed=seed)
+    tr, te = partition.split_train_test(parts, train_frac, seed)
+    fd = FederatedData.from_parts(f"{dataset}/{partition_name}", x, y, tr, te, n_classes=10, global_test=global_test)
+    return fd, partition.summary(tr, y, te)
+
+
+def load_federated(cfg, root=None) -> FederatedData:
+    """The federated data set a ``RunConfig`` names (cached in-process, so a grid loads it once)."""
+    return _load(cfg, root)[0]
+
+
+def partition_summary(cfg, root=None):
+    """Per-client table (sizes, labels) of the data set a ``RunConfig`` names."""
+    return _load(cfg, root)[1]
+
+
+def _load(cfg, root):
+    root = str(readers.data_root(root))
+    return _load_cached(cfg.dataset, cfg.partition, cfg.n_clients, cfg.synthetic_alpha, cfg.synthetic_beta,
+                        cfg.labels_per_client, cfg.shard_size, cfg.dirichlet_alpha, cfg.train_frac,
+                        cfg.normalize, cfg.data_seed, root)

@@ -1,0 +1,159 @@
+"""All clients' data back to back, and mini-batch plans drawn for every client at once.
+
+The stacked executor trains every client of a round as one model with a leading client
+axis, so a local step needs an equal-size mini-batch for every client at the same time.
+``FederatedData`` keeps each split as one tensor with per-client ``offsets``/``sizes``;
+a ``BatchPlan`` holds, for every local step, the row indices (into that tensor) of every
+client's mini-batch. Both executors consume the same plan, which is what makes the
+stacked executor testable against the per-client loop.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Split:
+    """One split (train or test) of all clients: rows of client i are ``x[offsets[i]:offsets[i]+sizes[i]]``."""
+    x: torch.Tensor
+    y: torch.Tensor
+    offsets: torch.Tensor  # (N,) int64
+    sizes: torch.Tensor    # (N,) int64
+
+    def client(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        a, n = int(self.offsets[i]), int(self.sizes[i])
+        return self.x[a:a + n], self.y[a:a + n]
+
+    def to(self, device=None, dtype=None) -> "Split":
+        x = self.x.to(device=device, dtype=dtype if self.x.is_floating_point() else None)
+        return Split(x, self.y.to(device), self.offsets.to(device), self.sizes.to(device))
+
+
+def _stack(x: np.ndarray, y: np.ndarray, parts: list[np.ndarray]) -> Split:
+    sizes = np.array([len(p) for p in parts], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    idx = np.concatenate(parts) if len(parts) else np.zeros(0, dtype=np.int64)
+    return Split(torch.from_numpy(np.ascontiguousarray(x[idx])), torch.from_numpy(np.asarray(y[idx], dtype=np.int64)),
+                 torch.from_numpy(offsets), torch.from_numpy(sizes))
+
+
+@dataclass
+class FederatedData:
+    """A federated data set: ``train`` and ``test`` splits of N clients plus an optional global test set.
+
+    ``name`` says what it is (e.g. "synthetic(0.5,0.5)"); ``n_classes`` and ``input_shape``
+    let the model registry build matching models.
+    """
+    name: str
+    train: Split
+    test: Split
+    n_classes: int
+    input_shape: tuple[int, ...]
+    global_test: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def n_clients(self) -> int:
+        return len(self.train.sizes)
+
+    @classmethod
+    def from_parts(cls, name: str, x: np.ndarray, y: np.ndarray, train_parts: list[np.ndarray],
+                   test_parts: list[np.ndarray], n_classes: int | None = None, global_test=None) -> "FederatedData":
+        """Gather per-client index arrays into one pool ``(x, y)`` into contiguous per-client blocks."""
+        if len(train_parts) != len(test_parts):
+            raise ValueError(f"train_parts has {len(train_parts)} clients but test_parts has {len(test_parts)}")
+        if any(len(p) == 0 for p in train_parts):
+            raise ValueError("every client needs at least one training sample")
+        n_classes = int(n_classes if n_classes is not None else int(np.max(y)) + 1)
+        gt = None
+        if global_test is not None:
+            gt = (torch.from_numpy(np.ascontiguousarray(global_test[0])), torch.from_numpy(np.asarray(global_test[1], dtype=np.int64)))
+        return cls(name, _stack(x, y, train_parts), _stack(x, y, test_parts), n_classes, tuple(x.shape[1:]), gt)
+
+    @classmethod
+    def from_clients(cls, name: str, xs: list[np.ndarray], ys: list[np.ndarray], train_parts, test_parts,
+                     n_classes: int | None = None) -> "FederatedData":
+        """Same as ``from_parts`` for data that comes per client (Synthetic): parts index each client's own arrays."""
+        sizes = np.array([len(v) for v in ys])
+        base = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        shift = lambda parts: [np.asarray(p, dtype=np.int64) + base[i] for i, p in enumerate(parts)]
+        return cls.from_parts(name, np.concatenate(xs), np.concatenate(ys), shift(train_parts), shift(test_parts), n_classes)
+
+    def to(self, device=None, dtype=None) -> "FederatedData":
+        gt = None
+        if self.global_test is not None:
+            gx, gy = self.global_test
+            gt = (gx.to(device=device, dtype=dtype if gx.is_floating_point() else None), gy.to(device))
+        return FederatedData(self.name, self.train.to(device, dtype), self.test.to(device, dtype),
+                             self.n_classes, self.input_shape, gt)
+
+
+@dataclass
+class BatchPlan:
+    """Mini-batch row indices for ``steps`` local steps of ``K`` clients.
+
+    ``index``: (steps, K, B) rows of ``FederatedData.train``. ``weight``: None when every
+    batch is full, else (steps, K, B) 1.0 for a real sample and 0.0 for padding (epoch-based
+    training: the last batch of an epoch is smaller, and small clients finish their epochs
+    before large ones). ``active`` (steps, K) says whether a client takes that step at all;
+    a client with an all-padding batch must not move (no momentum, no weight decay).
+    """
+    index: torch.Tensor
+    weight: torch.Tensor | None = None
+    active: torch.Tensor | None = None
+
+    @property
+    def steps(self) -> int:
+        return self.index.shape[0]
+
+    def clients(self, sel) -> "BatchPlan":
+        """The plan restricted to a subset (slice or index) of its K clients."""
+        pick = lambda t: None if t is None else t[:, sel]
+        return BatchPlan(self.index[:, sel], pick(self.weight), pick(self.active))
+
+
+def sample_steps(split: Split, clients: torch.Tensor, steps: int, batch_size: int,
+                 generator: torch.Generator) -> BatchPlan:
+    """Fixed-step local training: every step draws B rows per client uniformly *with* replacement.
+
+    This is the FedMCSA/pFedMe setting (R local steps of |D| = 20 samples) and keeps every
+    client's batch full, so no masking is needed.
+    """
+    sizes = split.sizes[clients].to(torch.float64)
+    u = torch.rand((steps, len(clients), batch_size), generator=generator, dtype=torch.float64)
+    rows = (u * sizes[None, :, None]).long().clamp_max_((sizes - 1).long()[None, :, None])
+    return BatchPlan(rows + split.offsets[clients][None, :, None])
+
+
+def sample_epochs(split: Split, clients: torch.Tensor, epochs: int, batch_size: int,
+                  generator: torch.Generator) -> BatchPlan:
+    """Epoch-based local training: each epoch visits every row of a client once, in a fresh random order.
+
+    Client i takes ceil(n_i / B) steps per epoch (the last batch holds n_i mod B rows); the
+    plan runs ceil(max n / B) steps per epoch, padding shorter clients with inactive steps, so
+    all clients still step in lock-step. Epochs are concatenated: a client finishes epoch e
+    before it starts e + 1, exactly as a per-client DataLoader with shuffle=True would.
+    """
+    sizes = split.sizes[clients]
+    n_max = int(sizes.max())
+    spe = math.ceil(n_max / batch_size)  # steps per epoch in the plan
+    width = spe * batch_size
+    pos = torch.arange(width)
+    idx, wts, act = [], [], []
+    for _ in range(epochs):
+        keys = torch.rand((len(clients), width), generator=generator, dtype=torch.float64)
+        keys[pos[None, :] >= sizes[:, None]] = 2.0  # padding sorts last; argsort of uniform keys = random permutation
+        perm = torch.argsort(keys, dim=1)
+        # real rows of client i: positions 0..n_i-1, packed so its own steps come first
+        valid = pos[None, :] < sizes[:, None]
+        rows = torch.where(valid, perm, torch.zeros_like(perm)) + split.offsets[clients][:, None]
+        idx.append(rows.view(len(clients), spe, batch_size).transpose(0, 1))
+        w = valid.view(len(clients), spe, batch_size).transpose(0, 1)
+        wts.append(w)
+        act.append(w.any(dim=2))
+    index = torch.cat(idx)
+    weight = torch.cat(wts)
+    return BatchPlan(index, weight.to(torch.float32), torch.cat(act))

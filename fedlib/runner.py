@@ -1,0 +1,114 @@
+"""Run one config, or a grid of them, through the results store.
+
+``run(cfg)`` returns the stored result when there is one, else trains and stores it.
+``run_grid(base, grid)`` expands a dict of lists (or a list of such dicts) into configs,
+validates them all before training any, skips those already stored, and stores each run as
+soon as it finishes: an interrupted grid resumes where it stopped and loses nothing finished.
+"""
+from __future__ import annotations
+
+import itertools
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from .algorithms import build_algorithm
+from .config import RunConfig
+from .data import load_federated
+from .executors import make_executor
+from .models import build_model
+from .simulation import RunResult, simulate
+from .store import Store
+
+
+def _meta(cfg: RunConfig, device: str, seconds: float, executor: str) -> dict:
+    import numpy
+    import fedlib
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+                                capture_output=True, text=True, timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    dev = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine()
+    return {"fedlib": fedlib.__version__, "torch": torch.__version__, "numpy": numpy.__version__,
+            "python": platform.python_version(), "git_commit": commit, "device": device, "device_name": dev,
+            "executor": executor, "threads": torch.get_num_threads(), "wall_seconds": round(seconds, 3),
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def train(cfg: RunConfig, progress: bool = True, data_root=None) -> RunResult:
+    """Train ``cfg`` from scratch (no store): the pure function behind ``run``."""
+    cfg.validate()
+    device = cfg.resolved_device()
+    dtype = getattr(torch, cfg.dtype)
+    data = load_federated(cfg, data_root).to(device, dtype)
+    model = build_model(cfg.model, data.input_shape, data.n_classes, cfg.hidden, seed=cfg.seed, dtype=dtype).to(device)
+    algorithm = build_algorithm(cfg)
+    executor = make_executor(cfg.executor, model)
+    t0 = time.perf_counter()
+    result = simulate(algorithm, data, model, executor, cfg.rounds, local_steps=cfg.local_steps,
+                      local_epochs=cfg.local_epochs, batch_size=cfg.batch_size, seed=cfg.seed,
+                      eval_every=cfg.eval_every, eval_train=cfg.eval_train, progress=progress,
+                      desc=f"{cfg.algorithm} {cfg.dataset}/{cfg.model}")
+    result.meta = _meta(cfg, device, time.perf_counter() - t0, executor.name)
+    result.config = cfg
+    return result
+
+
+def run(cfg: RunConfig, store: Store | None = None, progress: bool = True, force: bool = False,
+        data_root=None) -> RunResult:
+    """The stored result of ``cfg``, training and storing it first if needed (``force`` retrains)."""
+    cfg.validate()
+    store = store or Store()
+    if not force:
+        hit = store.load(cfg)
+        if hit is not None:
+            return hit
+    result = train(cfg, progress, data_root)
+    store.save(cfg, result)
+    return result
+
+
+def expand(base: RunConfig, grid: dict | list[dict]) -> list[RunConfig]:
+    """Configs of the product of a dict of lists (a list of dicts: their union, in order), validated."""
+    grids = [grid] if isinstance(grid, dict) else list(grid)
+    out, seen = [], set()
+    for g in grids:
+        keys = list(g)
+        for values in itertools.product(*(g[k] if isinstance(g[k], (list, tuple)) and k != "hidden" else [g[k]] for k in keys)):
+            cfg = base.replace(**dict(zip(keys, values))).validate()
+            if cfg.key() not in seen:
+                seen.add(cfg.key())
+                out.append(cfg)
+    return out
+
+
+def run_grid(base: RunConfig, grid: dict | list[dict], store: Store | None = None, progress: bool = True,
+             data_root=None) -> pd.DataFrame:
+    """Run every config of the grid (skipping stored ones); one summary row per config."""
+    store = store or Store()
+    cfgs = expand(base, grid)  # validates every config before any training starts
+    todo = [c for c in cfgs if not store.has(c)]
+    bar = tqdm(cfgs, desc=f"grid ({len(todo)} to run, {len(cfgs) - len(todo)} stored)", disable=not progress)
+    rows = []
+    for cfg in bar:
+        res = run(cfg, store, progress=progress, data_root=data_root)
+        rows.append({"key": cfg.key(), **cfg.changed(), **res.summary()})
+    return pd.DataFrame(rows)
+
+
+def results_frame(cfgs: list[RunConfig], store: Store | None = None) -> pd.DataFrame:
+    """Per-round metrics of stored runs in one tidy frame, with the configs' changed fields as columns."""
+    store = store or Store()
+    frames = []
+    for cfg in cfgs:
+        res = store.load(cfg)
+        if res is None:
+            continue
+        frames.append(res.metrics.assign(key=cfg.key(), **{k: str(v) if isinstance(v, tuple) else v for k, v in cfg.to_dict().items()}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

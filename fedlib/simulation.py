@@ -1,0 +1,162 @@
+"""The federated round loop: select -> start models -> local update -> aggregate -> evaluate.
+
+``simulate`` runs T rounds of an ``Algorithm`` (a composition of stages, see ``stages.py``)
+over a ``FederatedData`` with an executor, and returns per-round metrics and per-client
+accuracies. State is explicit: the global model (no client axis) and every client's current
+model (client axis, N rows) -- the latter holds personalised models and parameters that
+never leave the client (FedBN's BN, pFedLA's attention).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from . import metrics as M
+from .data.federated import BatchPlan, FederatedData, Split, sample_epochs, sample_steps
+from .stages import Algorithm, Params, mix
+
+# per-round columns, in order; *_mean are unweighted client means, the rest sample-weighted
+COLUMNS = ("round", "test_acc", "test_acc_mean", "test_loss", "train_acc", "train_loss",
+           "global_test_acc", "selected", "uploads", "seconds")
+
+
+@dataclass
+class State:
+    round: int
+    global_params: Params           # name -> tensor (no client axis)
+    client_params: Params           # name -> (N, ...): each client's current model
+
+
+@dataclass
+class RunResult:
+    """What a run produces: ``metrics`` (one row per evaluated round, ``COLUMNS``), per-client test
+    accuracy ``client_acc`` (rounds evaluated x N), the clients' test sizes, and metadata."""
+    metrics: pd.DataFrame
+    client_acc: np.ndarray
+    client_n: np.ndarray
+    meta: dict = field(default_factory=dict)
+    config: object = None
+
+    def summary(self) -> dict:
+        m = self.metrics
+        return {"best_acc": M.best(m.test_acc), "best_acc_mean": M.best(m.test_acc_mean),
+                "final_acc": float(m.test_acc.iloc[-1]), "last10_acc": M.last_mean(m.test_acc, 10),
+                "uploads": int(m.uploads.iloc[-1]), "seconds": float(m.seconds.iloc[-1])}
+
+
+def init_state(model: nn.Module, n_clients: int) -> State:
+    g = {n: t.detach().clone() for n, t in model.state_dict().items()}
+    c = {n: t.unsqueeze(0).repeat(n_clients, *([1] * t.dim())) for n, t in g.items()}
+    return State(0, g, c)
+
+
+def start_models(alg: Algorithm, state: State, clients: torch.Tensor) -> Params:
+    """Models the clients begin local training from: shared parts from the server (global or personal)."""
+    out = {}
+    for n, t in state.client_params.items():
+        if alg.start == "global" and alg.shared(n):
+            g = state.global_params[n]
+            out[n] = g.unsqueeze(0).expand(len(clients), *g.shape).clone()
+        else:
+            out[n] = t[clients].clone()
+    return out
+
+
+def evaluation_params(alg: Algorithm, state: State) -> tuple[Params, bool]:
+    """(params, per_client) for evaluation: the global model (with each client's local parts) or the personal ones."""
+    if alg.evaluate == "personal":
+        return state.client_params, True
+    if all(alg.shared(n) for n in state.client_params):
+        return state.global_params, False
+    n_clients = next(iter(state.client_params.values())).shape[0]
+    return {n: (state.global_params[n].unsqueeze(0).expand(n_clients, *state.global_params[n].shape)
+                if alg.shared(n) else t) for n, t in state.client_params.items()}, True
+
+
+def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, rounds: int, *,
+             local_steps: int | None = 20, local_epochs: int | None = None, batch_size: int = 20,
+             seed: int = 0, eval_every: int = 1, eval_train: bool = False, progress: bool = True,
+             desc: str | None = None) -> RunResult:
+    """Run ``rounds`` rounds of ``alg``; ``model`` holds the initial weights (on the data's device and dtype)."""
+    n = data.n_clients
+    dev = data.train.x.device
+    state = init_state(model, n)
+    rng = np.random.default_rng(seed)               # client selection
+    gen = torch.Generator().manual_seed(seed + 1)    # mini-batches
+    n_train = data.train.sizes.cpu().to(torch.float64)
+    # plans are drawn on the CPU from sizes/offsets only, so a seed gives the same batches on any device
+    empty = torch.zeros(0)
+    layout = Split(empty, empty.long(), data.train.offsets.cpu(), data.train.sizes.cpu())
+    rows, accs = [], []
+    uploads = 0
+    t0 = time.perf_counter()
+    bar = tqdm(range(1, rounds + 1), desc=desc or alg.name, disable=not progress, leave=False)
+    for t in bar:
+        state.round = t
+        sel = np.asarray(alg.select.select(t, n, rng))
+        trainers = sel if alg.trains == "selected" else np.arange(n)
+        tr = torch.as_tensor(trainers, device=dev)
+        start = start_models(alg, state, tr)
+        if local_epochs is not None:
+            plan = sample_epochs(layout, torch.as_tensor(trainers), local_epochs, batch_size, gen)
+        else:
+            plan = sample_steps(layout, torch.as_tensor(trainers), local_steps, batch_size, gen)
+        plan = _to(plan, dev)
+        anchor = start if alg.local.mu else None
+        trained = executor.train(model, start, plan, data.train, alg.local, anchor=anchor)
+        for name, v in trained.items():
+            state.client_params[name][tr] = v
+        # uploads: the selected clients' shared parameters
+        pos = torch.as_tensor(np.searchsorted(trainers, sel), device=dev)
+        up = {name: v[pos] for name, v in trained.items() if alg.shared(name) and v.is_floating_point()}
+        mixing = alg.aggregate(up, n_train[torch.as_tensor(sel)], sel)
+        if mixing.to_global is not None:
+            new = mix(mixing.to_global.to(dev).unsqueeze(0), up)
+            state.global_params.update({k: v[0] for k, v in new.items()})
+        if mixing.to_personal is not None:
+            sel_t = torch.as_tensor(sel, device=dev)
+            for name, v in mix(_to_dev(mixing.to_personal, dev), up).items():
+                state.client_params[name][sel_t] = v
+        uploads += len(sel)
+        if t % eval_every == 0 or t == rounds:
+            rows.append(_evaluate_round(alg, state, data, model, t, len(sel), uploads, eval_train, t0))
+            accs.append(rows[-1].pop("_client_acc"))
+            bar.set_postfix(acc=f"{rows[-1]['test_acc']:.4f}")
+    bar.close()
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    return RunResult(df, np.array(accs), data.test.sizes.cpu().numpy())
+
+
+def _evaluate_round(alg, state, data, model, t, n_sel, uploads, eval_train, t0) -> dict:
+    params, per_client = evaluation_params(alg, state)
+    correct, loss, cnt = M.evaluate(model, params, data.test, per_client)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = correct / cnt
+    row = {"round": t, "test_acc": M.weighted_mean(acc, cnt), "test_acc_mean": M.unweighted_mean(acc, cnt),
+           "test_loss": float(loss.sum() / max(cnt.sum(), 1)), "train_acc": np.nan, "train_loss": np.nan,
+           "global_test_acc": np.nan, "selected": n_sel, "uploads": uploads, "_client_acc": acc}
+    if eval_train:
+        c, l, k = M.evaluate(model, params, data.train, per_client)
+        row["train_acc"], row["train_loss"] = float(c.sum() / k.sum()), float(l.sum() / k.sum())
+    if data.global_test is not None and alg.evaluate == "global" and not per_client:
+        gx, gy = data.global_test
+        one = Split(gx, gy, torch.zeros(1, dtype=torch.long, device=gx.device), torch.tensor([len(gy)], device=gx.device))
+        c, _, k = M.evaluate(model, params, one, False)
+        row["global_test_acc"] = float(c.sum() / k.sum())
+    row["seconds"] = time.perf_counter() - t0
+    return row
+
+
+def _to(plan: BatchPlan, dev) -> BatchPlan:
+    f = lambda t: None if t is None else t.to(dev)
+    return BatchPlan(f(plan.index), f(plan.weight), f(plan.active))
+
+
+def _to_dev(w, dev):
+    return {k: v.to(dev) for k, v in w.items()} if isinstance(w, dict) else w.to(dev)

@@ -1,0 +1,127 @@
+"""The stages a federated round is composed of (see GUIDE section 1):
+
+    select clients -> start models -> local update -> aggregate on the server -> evaluate
+
+Each paper's method is one stage (AdaFL: selection; FedMCSA: aggregation; pFedLA: which
+parameters are shared), so methods combine by configuration. This module holds the
+server-side maths as plain functions (in the spirit of Flower's ``aggregate.py``) and the
+small stage objects the round loop in ``simulation.py`` calls.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import numpy as np
+import torch
+
+Params = dict[str, torch.Tensor]
+
+
+# -- selection --------------------------------------------------------------------------------
+class Selector(Protocol):
+    def select(self, t: int, n_clients: int, rng: np.random.Generator) -> np.ndarray: ...
+
+
+@dataclass
+class UniformSelection:
+    """S clients drawn uniformly without replacement each round (McMahan et al.; FedMCSA's S).
+
+    Give ``clients_per_round`` (S) or ``fraction`` (C, K = max(1, round(C * N))); both None
+    means full participation.
+    """
+    clients_per_round: int | None = None
+    fraction: float | None = None
+
+    def count(self, n_clients: int) -> int:
+        if self.clients_per_round is not None:
+            return min(n_clients, self.clients_per_round)
+        if self.fraction is not None:
+            return max(1, min(n_clients, int(round(self.fraction * n_clients))))
+        return n_clients
+
+    def select(self, t: int, n_clients: int, rng: np.random.Generator) -> np.ndarray:
+        k = self.count(n_clients)
+        if k == n_clients:
+            return np.arange(n_clients)
+        return np.sort(rng.choice(n_clients, size=k, replace=False))
+
+
+# -- aggregation --------------------------------------------------------------------------------
+@dataclass
+class Mixing:
+    """What the server makes of K uploaded models, as convex weights over the uploads.
+
+    ``to_global``: (K,) weights; the new global model is sum_k w_k P_k.
+    ``to_personal``: (K, K) matrix, or one per parameter name; row i holds the weights of
+    the personalised model sent back to the i-th uploader (attention aggregators).
+    """
+    to_global: torch.Tensor | None = None
+    to_personal: torch.Tensor | dict[str, torch.Tensor] | None = None
+
+
+def mix(weights: torch.Tensor, uploads: Params) -> Params:
+    """Apply a mixing matrix ``weights`` (R, K) (or one per name) to uploads (K, ...): out[n] (R, ...) = W @ P[n]."""
+    out = {}
+    for n, p in uploads.items():
+        w = weights[n] if isinstance(weights, dict) else weights
+        out[n] = (w.to(p.dtype) @ p.reshape(p.shape[0], -1)).reshape(w.shape[0], *p.shape[1:])
+    return out
+
+
+def weighted_mean(uploads: Params, weights: torch.Tensor) -> Params:
+    """sum_k w_k P_k / sum_k w_k per parameter: FedAvg's server update."""
+    w = (weights / weights.sum()).unsqueeze(0)
+    return {n: t[0] for n, t in mix(w, uploads).items()}
+
+
+@dataclass
+class WeightedMean:
+    """FedAvg aggregation: the new global model is the mean of the uploads weighted by n_k (``by='samples'``) or equally."""
+    by: str = "samples"
+
+    def __call__(self, uploads: Params, n_samples: torch.Tensor, clients: np.ndarray) -> Mixing:
+        if self.by not in ("samples", "uniform"):
+            raise ValueError(f"WeightedMean.by={self.by!r} is not one of: samples, uniform")
+        w = n_samples.to(torch.float64) if self.by == "samples" else torch.ones(len(clients), dtype=torch.float64)
+        return Mixing(to_global=w / w.sum())
+
+
+# -- shared vs local parameters ----------------------------------------------------------------------
+def all_shared(name: str) -> bool:
+    return True
+
+
+def shared_except(*markers: str) -> Callable[[str], bool]:
+    """A parameter is kept local when its name contains one of ``markers`` (e.g. FedBN: 'bn', pFedLA: 'attn')."""
+    return lambda name: not any(m in name for m in markers)
+
+
+# -- the composition ------------------------------------------------------------------------------
+@dataclass
+class Algorithm:
+    """One FL method as a composition of stages.
+
+    ``select``: which clients upload this round. ``trains``: 'selected' (FedAvg) or 'all'
+    (pFedMe/FedMCSA train every client and aggregate only the selected). ``start``: clients
+    start from the 'global' model or from their own 'personal' model (the last one the server
+    sent them). ``local``: the client objective/optimiser (``LocalSGD``); ``anchor``: what
+    the proximal term pulls toward ('start': the model the client started the round from).
+    ``aggregate``: uploads -> ``Mixing``. ``shared``: which parameter names travel.
+    ``evaluate``: test the 'global' or the 'personal' models.
+    """
+    name: str
+    select: Selector
+    local: "object"  # executors.LocalSGD
+    aggregate: Callable[[Params, torch.Tensor, np.ndarray], Mixing]
+    trains: str = "selected"
+    start: str = "global"
+    anchor: str = "start"
+    evaluate: str = "global"
+    shared: Callable[[str], bool] = field(default=all_shared)
+
+    def __post_init__(self):
+        for attr, allowed in (("trains", ("selected", "all")), ("start", ("global", "personal")),
+                              ("anchor", ("start",)), ("evaluate", ("global", "personal"))):
+            if getattr(self, attr) not in allowed:
+                raise ValueError(f"Algorithm.{attr}={getattr(self, attr)!r} is not one of: {', '.join(allowed)}")

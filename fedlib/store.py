@@ -1,0 +1,91 @@
+"""Results store: each run's config hashes to a key; its results live, written atomically, under that key.
+
+Layout of ``<root>/<key>/``:
+    config.json   the full RunConfig
+    metrics.csv   one row per evaluated round (``simulation.COLUMNS``), a tidy table
+    clients.npz   per-client test accuracy per evaluated round (float16) and client test sizes
+    meta.json     package versions, git commit, device, wall time, date
+
+A run's folder is written in a temporary sibling and renamed into place, so a reader (or an
+interrupted grid) only ever sees complete results. The root is ``FEDLIB_RESULTS`` or the
+project's ``results/`` folder.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .config import RunConfig, from_dict
+from .simulation import RunResult
+
+
+def default_root() -> Path:
+    env = os.environ.get("FEDLIB_RESULTS")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parents[1]
+    return here / "results" if (here / "pyproject.toml").exists() else Path.cwd() / "results"
+
+
+class Store:
+    def __init__(self, root: str | os.PathLike | None = None):
+        self.root = Path(root) if root is not None else default_root()
+
+    def path(self, cfg: RunConfig) -> Path:
+        return self.root / cfg.key()
+
+    def has(self, cfg: RunConfig) -> bool:
+        return (self.path(cfg) / "metrics.csv").exists()
+
+    def save(self, cfg: RunConfig, result: RunResult) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        final = self.path(cfg)
+        tmp = Path(tempfile.mkdtemp(prefix=f"_tmp-{cfg.key()}-", dir=self.root))
+        try:
+            (tmp / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
+            result.metrics.to_csv(tmp / "metrics.csv", index=False, float_format="%.6g")
+            np.savez_compressed(tmp / "clients.npz", acc=result.client_acc.astype(np.float16), n=result.client_n)
+            (tmp / "meta.json").write_text(json.dumps(result.meta, indent=1, sort_keys=True, default=str))
+            if final.exists():  # a concurrent writer finished first: both hold the same pure result
+                shutil.rmtree(tmp)
+            else:
+                os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return final
+
+    def load(self, cfg: RunConfig) -> RunResult | None:
+        p = self.path(cfg)
+        if not (p / "metrics.csv").exists():
+            return None
+        with np.load(p / "clients.npz") as z:
+            acc, n = z["acc"].astype(np.float64), z["n"]
+        meta = json.loads((p / "meta.json").read_text())
+        return RunResult(pd.read_csv(p / "metrics.csv"), acc, n, meta, cfg)
+
+    def configs(self) -> list[RunConfig]:
+        """Every stored run's config."""
+        if not self.root.exists():
+            return []
+        out = []
+        for d in sorted(self.root.iterdir()):
+            if d.name.startswith("_tmp") or not (d / "metrics.csv").exists():
+                continue
+            out.append(from_dict(json.loads((d / "config.json").read_text())))
+        return out
+
+    def clean_tmp(self) -> int:
+        """Remove leftovers of interrupted writes; returns how many."""
+        gone = 0
+        if self.root.exists():
+            for d in self.root.glob("_tmp-*"):
+                shutil.rmtree(d, ignore_errors=True)
+                gone += 1
+        return gone

@@ -1,0 +1,56 @@
+"""Configs are validated before any training, with errors naming the field and the allowed values."""
+import pytest
+
+from fedlib.config import RunConfig, from_dict, resolve_profile
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(dataset="cifar100"), "RunConfig.dataset='cifar100' is not one of: synthetic, mnist, fmnist, cifar10"),
+    (dict(partition="shards"), "RunConfig.partition='shards' is not one of: natural"),
+    (dict(dataset="mnist", partition="natural"), "RunConfig.partition='natural' is not one of: labels, shards, iid, dirichlet"),
+    (dict(model="cnn"), "RunConfig.model='cnn' is not one of: mlr, dnn, mlp"),
+    (dict(algorithm="fedsgd"), "RunConfig.algorithm='fedsgd' is not one of: fedavg, fedprox"),
+    (dict(executor="gpu"), "RunConfig.executor='gpu' is not one of: auto, stacked, loop"),
+    (dict(dtype="float16"), "RunConfig.dtype='float16' is not one of: float32, float64"),
+    (dict(rounds=0), "RunConfig.rounds=0 must be a number >= 1"),
+    (dict(rounds=2.5), "RunConfig.rounds=2.5 must be an integer"),
+    (dict(lr=0.0), "RunConfig.lr=0.0 must be > 0"),
+    (dict(momentum=1.0), "RunConfig.momentum=1.0 must be in \\[0, 1\\)"),
+    (dict(train_frac=0.0), "RunConfig.train_frac=0.0 must be in \\(0, 1\\]"),
+    (dict(fraction=0.1), "give clients_per_round or fraction, not both"),
+    (dict(local_steps=None), "local_steps or local_epochs must be set"),
+    (dict(mu=0.1), "mu set but algorithm='fedavg' does not use it"),
+    (dict(hidden=[20]), "RunConfig.hidden=\\[20\\] must be None or a tuple of positive ints"),
+    (dict(clients_per_round=0), "RunConfig.clients_per_round=0 must be a number >= 1"),
+])
+def test_validation_messages(change, message):
+    with pytest.raises(ValueError, match=message):
+        RunConfig().replace(**change).validate()
+
+
+def test_defaults_are_valid_and_fedmcsa_like():
+    cfg = RunConfig().validate()
+    assert (cfg.lr, cfg.batch_size, cfg.local_steps, cfg.clients_per_round, cfg.train_frac) == (0.02, 20, 20, 20, 0.75)
+
+
+def test_key_is_stable_and_ignores_defaults():
+    a = RunConfig(rounds=5)
+    assert a.key() == RunConfig(rounds=5, lr=0.02).key()  # spelling out a default does not change the key
+    assert a.key() != RunConfig(rounds=6).key()
+    # golden: stored results are found by key, so a change here orphans every stored run (bump SCHEMA on purpose)
+    assert RunConfig().key() == "7c68ff863f437620"
+    assert from_dict(a.to_dict()) == a
+    assert from_dict(RunConfig(hidden=(20,)).to_dict()).hidden == (20,)
+    with pytest.raises(ValueError, match="unknown RunConfig field\\(s\\): bogus"):
+        from_dict({"bogus": 1})
+
+
+def test_profile_resolution(monkeypatch):
+    monkeypatch.delenv("FEDLIB_PROFILE", raising=False)
+    assert resolve_profile() == "quick"
+    assert resolve_profile("paper") == "paper"
+    monkeypatch.setenv("FEDLIB_PROFILE", "smoke")
+    assert resolve_profile("paper") == "smoke"  # CI forces smoke
+    monkeypatch.setenv("FEDLIB_PROFILE", "huge")
+    with pytest.raises(ValueError, match="profile='huge' is not one of: smoke, quick, paper"):
+        resolve_profile()

@@ -1,0 +1,99 @@
+"""Synthetic generator, federated layout and the mini-batch samplers."""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from fedlib.config import RunConfig
+from fedlib.data import load_federated, partition_summary
+from fedlib.data.federated import FederatedData, Split, sample_epochs, sample_steps
+from fedlib.data.synthetic import synthetic
+
+
+def test_synthetic_reproduces_pfedme_sizes():
+    """seed 0 draws pFedMe's stream: client sizes 250..25810, 205,795 samples (FedMCSA Sec. 5.1)."""
+    rs = np.random.RandomState(0)
+    sizes = (rs.lognormal(4, 2, 100).astype(int) + 50) * 5
+    assert sizes.min() == 250 and sizes.max() == 25810 and sizes.sum() == 205_795
+
+
+def test_synthetic_small_is_deterministic_and_shaped():
+    xs, ys = synthetic(0.5, 0.5, n_clients=3, seed=0)
+    xs2, ys2 = synthetic(0.5, 0.5, n_clients=3, seed=0)
+    assert [len(y) for y in ys] == [len(y) for y in ys2]
+    assert all(np.array_equal(a, b) for a, b in zip(xs, xs2))
+    assert all(x.shape == (len(y), 60) and x.dtype == np.float32 for x, y in zip(xs, ys))
+    assert all(y.min() >= 0 and y.max() <= 9 for y in ys)
+    xs3, _ = synthetic(0.5, 0.5, n_clients=3, seed=1)
+    assert not np.array_equal(xs[0][:5], xs3[0][:5])
+    with pytest.raises(ValueError, match="alpha=-1"):
+        synthetic(-1, 0.5)
+
+
+def test_synthetic_iid_shares_one_model():
+    """Synthetic-IID: every client labels with the same W, b, so pooled data is separable by one MLR."""
+    xs, ys = synthetic(0, 0, n_clients=4, seed=0, iid=True)
+    assert len(set(len(y) for y in ys)) >= 1 and all(len(x) == len(y) for x, y in zip(xs, ys))
+
+
+def _layout(sizes):
+    sizes = torch.tensor(sizes)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)[:-1]])
+    n = int(sizes.sum())
+    return Split(torch.zeros(n, 1), torch.zeros(n, dtype=torch.long), offsets, sizes)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=6), st.integers(1, 9), st.integers(1, 5), st.integers(0, 99))
+def test_sample_steps_rows_stay_in_own_client(sizes, batch, steps, seed):
+    split = _layout(sizes)
+    plan = sample_steps(split, torch.arange(len(sizes)), steps, batch, torch.Generator().manual_seed(seed))
+    assert plan.index.shape == (steps, len(sizes), batch) and plan.weight is None
+    lo = split.offsets[None, :, None]
+    assert ((plan.index >= lo) & (plan.index < lo + split.sizes[None, :, None])).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=6), st.integers(1, 9), st.integers(1, 3), st.integers(0, 99))
+def test_sample_epochs_visits_every_row_once_per_epoch(sizes, batch, epochs, seed):
+    split = _layout(sizes)
+    clients = torch.arange(len(sizes))
+    plan = sample_epochs(split, clients, epochs, batch, torch.Generator().manual_seed(seed))
+    steps_per_epoch = -(-max(sizes) // batch)
+    assert plan.steps == epochs * steps_per_epoch
+    for i, n in enumerate(sizes):
+        for e in range(epochs):
+            blk = slice(e * steps_per_epoch, (e + 1) * steps_per_epoch)
+            w = plan.weight[blk, i] > 0
+            rows = plan.index[blk, i][w]
+            assert sorted(rows.tolist()) == list(range(int(split.offsets[i]), int(split.offsets[i]) + n))
+            # a client's real steps come first, then only inactive padding steps
+            act = plan.active[blk, i]
+            assert act.sum() == -(-n // batch) and act[: -(-n // batch)].all()
+
+
+def test_sample_steps_subset_of_clients():
+    split = _layout([5, 100, 7])
+    plan = sample_steps(split, torch.tensor([2, 0]), 3, 4, torch.Generator().manual_seed(0))
+    assert ((plan.index[:, 0] >= 105) & (plan.index[:, 0] < 112)).all()
+    assert (plan.index[:, 1] < 5).all()
+
+
+def test_from_parts_layout():
+    x = np.arange(10, dtype=np.float32)[:, None]
+    y = np.arange(10) % 3
+    fd = FederatedData.from_parts("t", x, y, [np.array([4, 2]), np.array([9])], [np.array([0]), np.array([5, 6])], 3)
+    assert fd.train.x[:, 0].tolist() == [4, 2, 9] and fd.train.offsets.tolist() == [0, 2]
+    cx, cy = fd.test.client(1)
+    assert cx[:, 0].tolist() == [5, 6] and cy.tolist() == [2, 0]
+    with pytest.raises(ValueError, match="at least one training sample"):
+        FederatedData.from_parts("t", x, y, [np.array([], dtype=int)], [np.array([0])], 3)
+
+
+def test_load_federated_synthetic_split_75_25():
+    cfg = RunConfig(n_clients=5)
+    fd = load_federated(cfg)
+    total = fd.train.sizes + fd.test.sizes
+    assert torch.equal(fd.train.sizes, (total.double() * 0.75).long())
+    summ = partition_summary(cfg)
+    assert list(summ.n_train) == fd.train.sizes.tolist() and list(summ.n_test) == fd.test.sizes.tolist()

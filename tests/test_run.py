@@ -1,0 +1,68 @@
+"""Runs through the store: pure, stored atomically, grids skip stored runs and resume after interruption."""
+import json
+
+import numpy as np
+import pytest
+
+from fedlib import RunConfig, Store, expand, run, run_grid
+import fedlib.runner as run_module
+
+TINY = RunConfig(n_clients=4, clients_per_round=2, rounds=3, local_steps=2, model="mlr")
+
+
+def test_run_is_pure_and_stored(tmp_path):
+    store = Store(tmp_path / "r")
+    a = run(TINY, store, progress=False)
+    assert store.has(TINY)
+    files = sorted(p.name for p in store.path(TINY).iterdir())
+    assert files == ["clients.npz", "config.json", "meta.json", "metrics.csv"]
+    meta = json.loads((store.path(TINY) / "meta.json").read_text())
+    assert {"torch", "git_commit", "device", "wall_seconds", "executor"} <= set(meta)
+    b = run(TINY, Store(tmp_path / "other"), progress=False)  # retrain elsewhere: same numbers
+    assert np.allclose(a.metrics.test_acc, b.metrics.test_acc) and np.allclose(a.metrics.test_loss, b.metrics.test_loss)
+    c = store.load(TINY)
+    assert np.allclose(c.metrics.test_loss, a.metrics.test_loss, rtol=1e-5)
+    assert c.client_acc.shape == (3, 4) and np.allclose(c.client_acc, a.client_acc, atol=1e-3)
+
+
+def test_store_hit_skips_training(tmp_path, monkeypatch):
+    store = Store(tmp_path)
+    run(TINY, store, progress=False)
+    monkeypatch.setattr(run_module, "train", lambda *a, **k: pytest.fail("should have come from the store"))
+    assert run(TINY, store, progress=False).metrics.shape[0] == 3
+
+
+def test_grid_validates_everything_first(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_module, "train", lambda *a, **k: pytest.fail("no training before validation"))
+    with pytest.raises(ValueError, match="RunConfig.lr=-1 must be a number >= 0"):
+        run_grid(TINY, {"lr": [0.1, -1]}, Store(tmp_path), progress=False)
+
+
+def test_expand_product_and_union():
+    cfgs = expand(TINY, {"lr": [0.1, 0.2], "seed": [0, 1, 2]})
+    assert len(cfgs) == 6 and {c.lr for c in cfgs} == {0.1, 0.2}
+    cfgs = expand(TINY, [{"algorithm": "fedavg"}, {"algorithm": "fedprox", "mu": [0.0, 0.1]}, {"algorithm": "fedavg"}])
+    assert [(c.algorithm, c.mu) for c in cfgs] == [("fedavg", 0.0), ("fedprox", 0.0), ("fedprox", 0.1)]
+    assert expand(TINY, {"hidden": (7,), "model": "dnn"})[0].hidden == (7,)
+
+
+def test_grid_resumes_after_interruption(tmp_path, monkeypatch):
+    store = Store(tmp_path)
+    grid = {"seed": [0, 1, 2]}
+    real_train = run_module.train
+    calls = []
+
+    def flaky(cfg, *a, **k):
+        calls.append(cfg.seed)
+        if cfg.seed == 1 and calls.count(1) == 1:
+            raise KeyboardInterrupt  # the user stops the grid during the second run
+        return real_train(cfg, *a, **k)
+
+    monkeypatch.setattr(run_module, "train", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(TINY, grid, store, progress=False)
+    assert [c.seed for c in store.configs()] == [0]          # the finished run is kept
+    assert not list(store.root.glob("_tmp-*"))                # nothing half-written
+    df = run_grid(TINY, grid, store, progress=False)
+    assert calls == [0, 1, 1, 2]                              # seed 0 not retrained
+    assert sorted(df.seed.fillna(0).astype(int)) == [0, 1, 2] and len(store.configs()) == 3
