@@ -95,10 +95,12 @@ def run_grid(base: RunConfig, grid: dict | list[dict], store: Store | None = Non
     cfgs = expand(base, grid)  # validates every config before any training starts
     todo = [c for c in cfgs if not store.has(c)]
     bar = tqdm(cfgs, desc=f"grid ({len(todo)} to run, {len(cfgs) - len(todo)} stored)", disable=not progress)
+    # columns: every field the grid varies (even where a value equals the default), then the summary
+    varied = ["algorithm", "seed"] + [k for g in ([grid] if isinstance(grid, dict) else grid) for k in g]
     rows = []
     for cfg in bar:
         res = run(cfg, store, progress=progress, data_root=data_root)
-        rows.append({"key": cfg.key(), **cfg.changed(), **res.summary()})
+        rows.append({"key": cfg.key(), **cfg.changed(), **{k: getattr(cfg, k) for k in varied}, **res.summary()})
     return pd.DataFrame(rows)
 
 
