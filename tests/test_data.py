@@ -61,6 +61,10 @@ def test_sample_epochs_visits_every_row_once_per_epoch(sizes, batch, epochs, see
     plan = sample_epochs(split, clients, epochs, batch, torch.Generator().manual_seed(seed))
     steps_per_epoch = -(-max(sizes) // batch)
     assert plan.steps == epochs * steps_per_epoch
+    if plan.weight is None:  # only when every batch is full
+        assert all(n == steps_per_epoch * batch for n in sizes)
+        plan.weight = torch.ones(plan.index.shape)
+        plan.active = torch.ones(plan.index.shape[:2], dtype=torch.bool)
     for i, n in enumerate(sizes):
         for e in range(epochs):
             blk = slice(e * steps_per_epoch, (e + 1) * steps_per_epoch)
@@ -97,3 +101,40 @@ def test_load_federated_synthetic_split_75_25():
     assert torch.equal(fd.train.sizes, (total.double() * 0.75).long())
     summ = partition_summary(cfg)
     assert list(summ.n_train) == fd.train.sizes.tolist() and list(summ.n_test) == fd.test.sizes.tolist()
+
+
+requires_mnist = pytest.mark.skipif(
+    __import__("conftest").shared_data_root() is None, reason="MNIST files not found under FEDLIB_DATA or ../shared/data")
+
+
+@requires_mnist
+def test_mnist_labels_partition_pfedme_recipe():
+    """FedMCSA's MNIST: all 70,000 images, N = 20, 2 labels per client, 75/25 per client, standardised pixels."""
+    from conftest import shared_data_root
+    cfg = RunConfig(dataset="mnist", partition="labels", n_clients=20, data_seed=1)
+    fd = load_federated(cfg, root=shared_data_root())
+    summ = partition_summary(cfg, root=shared_data_root())
+    assert int(fd.train.sizes.sum() + fd.test.sizes.sum()) == 70_000
+    assert fd.input_shape == (28, 28) and fd.n_classes == 10 and fd.global_test is None
+    assert (summ.n_labels == 2).all()
+    assert summ.labels.tolist()[:3] == ["0,1", "1,2", "2,3"]  # client u holds (u + j) mod 10
+    assert abs(float(fd.train.x.mean())) < 0.05  # standardised over the pool
+
+
+@requires_mnist
+def test_mnist_shards_partition_mcmahan():
+    """AdaFL's MNIST: 60,000 training images in 200 shards of 300, 2 per client; official test set kept global."""
+    from conftest import shared_data_root
+    cfg = RunConfig(dataset="mnist", partition="shards", n_clients=100, train_frac=1.0, normalize="unit")
+    fd = load_federated(cfg, root=shared_data_root())
+    assert fd.train.sizes.tolist() == [600] * 100 and int(fd.test.sizes.sum()) == 0
+    gx, gy = fd.global_test
+    assert gx.shape == (10_000, 28, 28) and float(gx.max()) == 1.0
+    summ = partition_summary(cfg, root=shared_data_root())
+    assert (summ.n_labels <= 2).mean() > 0.9  # a shard rarely straddles two labels
+
+
+def test_sample_epochs_full_batches_need_no_mask():
+    plan = sample_epochs(_layout([30, 30]), torch.arange(2), 2, 10, torch.Generator().manual_seed(0))
+    assert plan.weight is None and plan.active is None and plan.steps == 6
+    assert sorted(plan.index[:3, 1].flatten().tolist()) == list(range(30, 60))

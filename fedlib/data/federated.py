@@ -70,7 +70,7 @@ class FederatedData:
         n_classes = int(n_classes if n_classes is not None else int(np.max(y)) + 1)
         gt = None
         if global_test is not None:
-            gt = (torch.from_numpy(np.ascontiguousarray(global_test[0])), torch.from_numpy(np.asarray(global_test[1], dtype=np.int64)))
+            gt = (torch.from_numpy(np.array(global_test[0])), torch.from_numpy(np.array(global_test[1], dtype=np.int64)))  # copies: reader arrays are read-only
         return cls(name, _stack(x, y, train_parts), _stack(x, y, test_parts), n_classes, tuple(x.shape[1:]), gt)
 
     @classmethod
@@ -125,7 +125,9 @@ def sample_steps(split: Split, clients: torch.Tensor, steps: int, batch_size: in
     sizes = split.sizes[clients].to(torch.float64)
     u = torch.rand((steps, len(clients), batch_size), generator=generator, dtype=torch.float64)
     rows = (u * sizes[None, :, None]).long().clamp_max_((sizes - 1).long()[None, :, None])
-    return BatchPlan(rows + split.offsets[clients][None, :, None])
+    # A mini-batch is a set: its order does not change the gradient, and ascending rows make the
+    # gather ~3x faster on the CPU (hardware prefetch, fewer TLB misses).
+    return BatchPlan(rows.sort(dim=2).values + split.offsets[clients][None, :, None])
 
 
 def sample_epochs(split: Split, clients: torch.Tensor, epochs: int, batch_size: int,
@@ -149,11 +151,15 @@ def sample_epochs(split: Split, clients: torch.Tensor, epochs: int, batch_size: 
         perm = torch.argsort(keys, dim=1)
         # real rows of client i: positions 0..n_i-1, packed so its own steps come first
         valid = pos[None, :] < sizes[:, None]
-        rows = torch.where(valid, perm, torch.zeros_like(perm)) + split.offsets[clients][:, None]
-        idx.append(rows.view(len(clients), spe, batch_size).transpose(0, 1))
-        w = valid.view(len(clients), spe, batch_size).transpose(0, 1)
-        wts.append(w)
-        act.append(w.any(dim=2))
-    index = torch.cat(idx)
-    weight = torch.cat(wts)
+        rows = torch.where(valid, perm, torch.zeros_like(perm)).view(len(clients), spe, batch_size)
+        w = valid.view(len(clients), spe, batch_size)
+        # ascending rows within a batch (faster gather, see sample_steps); padding keeps the last slots
+        rows = torch.where(w, rows, torch.full_like(rows, width)).sort(dim=2).values
+        rows = torch.where(w, rows, torch.zeros_like(rows)) + split.offsets[clients][:, None, None]
+        idx.append(rows.transpose(0, 1))
+        wts.append(w.transpose(0, 1))
+        act.append(w.any(dim=2).transpose(0, 1))
+    index, weight = torch.cat(idx), torch.cat(wts)
+    if bool(weight.all()):  # equal sizes, multiples of B (e.g. McMahan shards): full batches, no masking needed
+        return BatchPlan(index)
     return BatchPlan(index, weight.to(torch.float32), torch.cat(act))
