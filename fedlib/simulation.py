@@ -36,9 +36,11 @@ class State:
 @dataclass
 class RunResult:
     """What a run produces: ``metrics`` (one row per evaluated round, ``COLUMNS``), per-client test
-    accuracy ``client_acc`` (rounds evaluated x N), the clients' test sizes, and metadata."""
+    accuracy and mean loss ``client_acc``, ``client_loss`` (rounds evaluated x N), the clients'
+    test sizes, and metadata."""
     metrics: pd.DataFrame
     client_acc: np.ndarray
+    client_loss: np.ndarray
     client_n: np.ndarray
     meta: dict = field(default_factory=dict)
     config: object = None
@@ -93,7 +95,7 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
     # plans are drawn on the CPU from sizes/offsets only, so a seed gives the same batches on any device
     empty = torch.zeros(0)
     layout = Split(empty, empty.long(), data.train.offsets.cpu(), data.train.sizes.cpu())
-    rows, accs = [], []
+    rows, accs, losses = [], [], []
     uploads = 0
     t0 = time.perf_counter()
     bar = tqdm(range(1, rounds + 1), desc=desc or alg.name, disable=not progress, leave=False)
@@ -127,20 +129,22 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
         if t % eval_every == 0 or t == rounds:
             rows.append(_evaluate_round(alg, state, data, model, t, len(sel), uploads, eval_train, t0))
             accs.append(rows[-1].pop("_client_acc"))
+            losses.append(rows[-1].pop("_client_loss"))
             bar.set_postfix(acc=f"{rows[-1]['test_acc']:.4f}")
     bar.close()
     df = pd.DataFrame(rows, columns=list(COLUMNS))
-    return RunResult(df, np.array(accs), data.test.sizes.cpu().numpy())
+    return RunResult(df, np.array(accs), np.array(losses), data.test.sizes.cpu().numpy())
 
 
 def _evaluate_round(alg, state, data, model, t, n_sel, uploads, eval_train, t0) -> dict:
     params, per_client = evaluation_params(alg, state)
     correct, loss, cnt = M.evaluate(model, params, data.test, per_client)
     with np.errstate(invalid="ignore", divide="ignore"):
-        acc = correct / cnt
+        acc, client_loss = correct / cnt, loss / cnt
     row = {"round": t, "test_acc": M.weighted_mean(acc, cnt), "test_acc_mean": M.unweighted_mean(acc, cnt),
            "test_loss": float(loss.sum() / max(cnt.sum(), 1)), "train_acc": np.nan, "train_loss": np.nan,
-           "global_test_acc": np.nan, "selected": n_sel, "uploads": uploads, "_client_acc": acc}
+           "global_test_acc": np.nan, "selected": n_sel, "uploads": uploads,
+           "_client_acc": acc, "_client_loss": client_loss}
     if eval_train:
         c, l, k = M.evaluate(model, params, data.train, per_client)
         row["train_acc"], row["train_loss"] = float(c.sum() / k.sum()), float(l.sum() / k.sum())

@@ -3,7 +3,7 @@
 Layout of ``<root>/<key>/``:
     config.json   the full RunConfig
     metrics.csv   one row per evaluated round (``simulation.COLUMNS``), a tidy table
-    clients.npz   per-client test accuracy per evaluated round (float16) and client test sizes
+    clients.npz   per-client test accuracy and loss per evaluated round (float16), client test sizes
     meta.json     package versions, git commit, device, wall time, date
 
 A run's folder is written in a temporary sibling and renamed into place, so a reader (or an
@@ -50,7 +50,8 @@ class Store:
         try:
             (tmp / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
             result.metrics.to_csv(tmp / "metrics.csv", index=False, float_format="%.6g")
-            np.savez_compressed(tmp / "clients.npz", acc=result.client_acc.astype(np.float16), n=result.client_n)
+            np.savez_compressed(tmp / "clients.npz", acc=result.client_acc.astype(np.float16),
+                                loss=result.client_loss.astype(np.float16), n=result.client_n)
             (tmp / "meta.json").write_text(json.dumps(result.meta, indent=1, sort_keys=True, default=str))
             if final.exists():  # a concurrent writer finished first: both hold the same pure result
                 shutil.rmtree(tmp)
@@ -66,9 +67,9 @@ class Store:
         if not (p / "metrics.csv").exists():
             return None
         with np.load(p / "clients.npz") as z:
-            acc, n = z["acc"].astype(np.float64), z["n"]
+            acc, loss, n = z["acc"].astype(np.float64), z["loss"].astype(np.float64), z["n"]
         meta = json.loads((p / "meta.json").read_text())
-        return RunResult(pd.read_csv(p / "metrics.csv"), acc, n, meta, cfg)
+        return RunResult(pd.read_csv(p / "metrics.csv"), acc, loss, n, meta, cfg)
 
     def configs(self) -> list[RunConfig]:
         """Every stored run's config."""

@@ -45,6 +45,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated notebook number prefixes, e.g. 00,03")
     ap.add_argument("-p", "--param", action="append", default=[], help="papermill parameter NAME=VALUE[,VALUE...]")
     ap.add_argument("--out", default=str(ROOT / "build" / "notebooks"))
+    ap.add_argument("--dir", default=str(ROOT / "notebooks"), help="folder of the numbered notebooks")
     args = ap.parse_args(argv)
 
     import papermill as pm
@@ -55,7 +56,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     only = [s for s in args.only.split(",") if s]
-    notebooks = sorted(p for p in (ROOT / "notebooks").glob("[0-9]*.ipynb") if not only or p.name.startswith(tuple(only)))
+    notebooks = sorted(p for p in Path(args.dir).glob("[0-9]*.ipynb") if not only or p.name.startswith(tuple(only)))
     print(f"profile={profile}, data root={readers.data_root()}, {len(notebooks)} notebook(s) -> {out}")
     status = {}
     for nb in notebooks:

@@ -23,6 +23,9 @@ def test_run_is_pure_and_stored(tmp_path):
     c = store.load(TINY)
     assert np.allclose(c.metrics.test_loss, a.metrics.test_loss, rtol=1e-5)
     assert c.client_acc.shape == (3, 4) and np.allclose(c.client_acc, a.client_acc, atol=1e-3)
+    assert np.allclose(c.client_loss, a.client_loss, rtol=1e-3)
+    # the per-client losses, weighted by test sizes, give the round's mean test loss
+    assert np.allclose((a.client_loss * a.client_n).sum(1) / a.client_n.sum(), a.metrics.test_loss)
 
 
 def test_store_hit_skips_training(tmp_path, monkeypatch):
