@@ -29,6 +29,7 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "float64")
 EXECUTORS = ("auto", "stacked", "loop")
 NORMALIZE = ("standardize", "unit")
+ALGORITHM_FIELDS = ("mu", "sigma", "lam", "amp_self_weight", "mcsa_code")
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,10 @@ class RunConfig:
     momentum: float = 0.0               # SGD momentum (AdaFL: 0.5)
     weight_decay: float = 0.0           # l2 regularisation
     mu: float = 0.0                     # FedProx proximal strength
+    sigma: float = 50.0                 # FedMCSA/HeurFedAMP attention scale sigma (FedMCSA default 50)
+    lam: float = 5.0                    # FedMCSA/HeurFedAMP client proximal strength lambda (FedMCSA default 5)
+    amp_self_weight: float = 0.5        # HeurFedAMP self-attention weight xi_ii
+    mcsa_code: bool = False             # FedMCSA "as in the authors' code" (data-size reweighting, no prox)
     # -- execution -------------------------------------------------------------------------
     seed: int = 0                       # model init, client sampling, mini-batches
     executor: str = "auto"              # auto | stacked | loop
@@ -115,8 +120,11 @@ class RunConfig:
         at_least("clients_per_round", 1, none_ok=True)
         at_least("local_steps", 1, none_ok=True)
         at_least("local_epochs", 1, none_ok=True)
-        for name in ("lr", "synthetic_alpha", "synthetic_beta", "momentum", "weight_decay", "mu", "dirichlet_alpha"):
+        for name in ("lr", "synthetic_alpha", "synthetic_beta", "momentum", "weight_decay", "mu", "dirichlet_alpha",
+                     "sigma", "lam", "amp_self_weight"):
             at_least(name, 0)
+        if self.amp_self_weight > 1:
+            raise ValueError(f"RunConfig.amp_self_weight={self.amp_self_weight!r} must be in [0, 1]")
         if self.lr <= 0:
             raise ValueError(f"RunConfig.lr={self.lr!r} must be > 0")
         if self.momentum >= 1:
@@ -137,7 +145,8 @@ class RunConfig:
                 raise ValueError("RunConfig.device='cuda' but no CUDA device is available; use 'auto' or 'cpu'")
         if self.hidden is not None and (not isinstance(self.hidden, tuple) or not all(isinstance(h, int) and h > 0 for h in self.hidden)):
             raise ValueError(f"RunConfig.hidden={self.hidden!r} must be None or a tuple of positive ints")
-        unused = {k for k in self.changed() if k in ("mu",)} - set(ALGORITHMS[self.algorithm].USES)
+        # an algorithm-specific field set for an algorithm that ignores it is almost always a mistake
+        unused = {k for k in self.changed() if k in ALGORITHM_FIELDS} - set(ALGORITHMS[self.algorithm].USES)
         if unused:
             raise ValueError(f"RunConfig: {', '.join(sorted(unused))} set but algorithm={self.algorithm!r} does not use it")
         return self

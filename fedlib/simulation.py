@@ -30,7 +30,9 @@ COLUMNS = ("round", "test_acc", "test_acc_mean", "test_loss", "train_acc", "trai
 class State:
     round: int
     global_params: Params           # name -> tensor (no client axis)
-    client_params: Params           # name -> (N, ...): each client's current model
+    client_params: Params           # name -> (N, ...): each client's current model (Theta_i)
+    sent: Params                    # name -> (N, ...): the last personalised model the server sent (W_i)
+    fresh: torch.Tensor             # (N,) bool: W_i arrived since the client last trained
 
 
 @dataclass
@@ -44,6 +46,7 @@ class RunResult:
     client_n: np.ndarray
     meta: dict = field(default_factory=dict)
     config: object = None
+    state: State | None = None      # the final state (in memory only, not stored)
 
     def summary(self) -> dict:
         m = self.metrics
@@ -55,19 +58,36 @@ class RunResult:
 def init_state(model: nn.Module, n_clients: int) -> State:
     g = {n: t.detach().clone() for n, t in model.state_dict().items()}
     c = {n: t.unsqueeze(0).repeat(n_clients, *([1] * t.dim())) for n, t in g.items()}
-    return State(0, g, c)
+    sent = {n: t.clone() for n, t in c.items()}
+    return State(0, g, c, sent, torch.zeros(n_clients, dtype=torch.bool, device=next(iter(g.values())).device))
 
 
-def start_models(alg: Algorithm, state: State, clients: torch.Tensor) -> Params:
-    """Models the clients begin local training from: shared parts from the server (global or personal)."""
-    out = {}
+def _rows(mask: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    return mask.view(-1, *([1] * (t.dim() - 1)))
+
+
+def start_models(alg: Algorithm, state: State, clients: torch.Tensor) -> tuple[Params, Params]:
+    """(start, anchor) of the clients' local training.
+
+    Shared parameters start from the global model (``start='global'``), or, with
+    ``start='personal'``, from the personalised model W_i the server sent if one arrived since
+    the client last trained, else from the client's own model (FedMCSA Algorithm 1, lines 6-8).
+    Local parameters (never sent) always continue from the client's own. The proximal
+    ``anchor`` is the start model ('start', FedProx) or the last W_i received ('received', FedMCSA's W_local).
+    """
+    start, anchor = {}, {}
+    fresh = state.fresh[clients]
     for n, t in state.client_params.items():
-        if alg.start == "global" and alg.shared(n):
+        own = t[clients]
+        if not alg.shared(n):
+            start[n] = own.clone()
+        elif alg.start == "global":
             g = state.global_params[n]
-            out[n] = g.unsqueeze(0).expand(len(clients), *g.shape).clone()
+            start[n] = g.unsqueeze(0).expand(len(clients), *g.shape).clone()
         else:
-            out[n] = t[clients].clone()
-    return out
+            start[n] = torch.where(_rows(fresh, own), state.sent[n][clients], own)
+        anchor[n] = state.sent[n][clients] if alg.anchor == "received" and alg.shared(n) else start[n]
+    return start, anchor
 
 
 def evaluation_params(alg: Algorithm, state: State) -> tuple[Params, bool]:
@@ -84,8 +104,12 @@ def evaluation_params(alg: Algorithm, state: State) -> tuple[Params, bool]:
 def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, rounds: int, *,
              local_steps: int | None = 20, local_epochs: int | None = None, batch_size: int = 20,
              seed: int = 0, eval_every: int = 1, eval_train: bool = False, progress: bool = True,
-             desc: str | None = None) -> RunResult:
-    """Run ``rounds`` rounds of ``alg``; ``model`` holds the initial weights (on the data's device and dtype)."""
+             desc: str | None = None, on_round=None) -> RunResult:
+    """Run ``rounds`` rounds of ``alg``; ``model`` holds the initial weights (on the data's device and dtype).
+
+    ``on_round(t, selected, mixing, state)``, if given, is called after each aggregation
+    (e.g. to record attention matrices).
+    """
     n = data.n_clients
     dev = data.train.x.device
     state = init_state(model, n)
@@ -104,16 +128,16 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
         sel = np.asarray(alg.select.select(t, n, rng))
         trainers = sel if alg.trains == "selected" else np.arange(n)
         tr = torch.as_tensor(trainers, device=dev)
-        start = start_models(alg, state, tr)
+        start, anchor = start_models(alg, state, tr)
         if local_epochs is not None:
             plan = sample_epochs(layout, torch.as_tensor(trainers), local_epochs, batch_size, gen)
         else:
             plan = sample_steps(layout, torch.as_tensor(trainers), local_steps, batch_size, gen)
         plan = _to(plan, dev)
-        anchor = start if alg.local.mu else None
-        trained = executor.train(model, start, plan, data.train, alg.local, anchor=anchor)
+        trained = executor.train(model, start, plan, data.train, alg.local, anchor=anchor if alg.local.mu else None)
         for name, v in trained.items():
             state.client_params[name][tr] = v
+        state.fresh[tr] = False
         # uploads: the selected clients' shared parameters
         pos = torch.as_tensor(np.searchsorted(trainers, sel), device=dev)
         up = {name: v[pos] for name, v in trained.items() if alg.shared(name) and v.is_floating_point()}
@@ -124,7 +148,10 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
         if mixing.to_personal is not None:
             sel_t = torch.as_tensor(sel, device=dev)
             for name, v in mix(_to_dev(mixing.to_personal, dev), up).items():
-                state.client_params[name][sel_t] = v
+                state.sent[name][sel_t] = v
+            state.fresh[sel_t] = True
+        if on_round is not None:
+            on_round(t, sel, mixing, state)
         uploads += len(sel)
         if t % eval_every == 0 or t == rounds:
             rows.append(_evaluate_round(alg, state, data, model, t, len(sel), uploads, eval_train, t0))
@@ -133,7 +160,7 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
             bar.set_postfix(acc=f"{rows[-1]['test_acc']:.4f}")
     bar.close()
     df = pd.DataFrame(rows, columns=list(COLUMNS))
-    return RunResult(df, np.array(accs), np.array(losses), data.test.sizes.cpu().numpy())
+    return RunResult(df, np.array(accs), np.array(losses), data.test.sizes.cpu().numpy(), state=state)
 
 
 def _evaluate_round(alg, state, data, model, t, n_sel, uploads, eval_train, t0) -> dict:

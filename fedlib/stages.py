@@ -104,11 +104,13 @@ class Algorithm:
 
     ``select``: which clients upload this round. ``trains``: 'selected' (FedAvg) or 'all'
     (pFedMe/FedMCSA train every client and aggregate only the selected). ``start``: clients
-    start from the 'global' model or from their own 'personal' model (the last one the server
-    sent them). ``local``: the client objective/optimiser (``LocalSGD``); ``anchor``: what
-    the proximal term pulls toward ('start': the model the client started the round from).
-    ``aggregate``: uploads -> ``Mixing``. ``shared``: which parameter names travel.
-    ``evaluate``: test the 'global' or the 'personal' models.
+    start from the 'global' model, or 'personal': from the personalised model W_i the server
+    sent them if one arrived since they last trained, else from their own model.
+    ``local``: the client objective/optimiser (``LocalSGD``); ``anchor``: what the proximal
+    term pulls toward ('start': the model the client started the round from, FedProx;
+    'received': the last W_i the server sent, FedMCSA's W_local). ``aggregate``: uploads ->
+    ``Mixing``. ``shared``: which parameter names travel. ``evaluate``: test the 'global'
+    model or each client's own ('personal') model.
     """
     name: str
     select: Selector
@@ -122,6 +124,6 @@ class Algorithm:
 
     def __post_init__(self):
         for attr, allowed in (("trains", ("selected", "all")), ("start", ("global", "personal")),
-                              ("anchor", ("start",)), ("evaluate", ("global", "personal"))):
+                              ("anchor", ("start", "received")), ("evaluate", ("global", "personal"))):
             if getattr(self, attr) not in allowed:
                 raise ValueError(f"Algorithm.{attr}={getattr(self, attr)!r} is not one of: {', '.join(allowed)}")

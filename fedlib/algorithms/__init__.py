@@ -1,10 +1,30 @@
-"""Registry of FL methods. Each module defines NAME, USES (the RunConfig fields it reads) and build(cfg) -> Algorithm.
+"""Registry of FL methods: name -> an entry with NAME, USES (the RunConfig fields it reads) and build(cfg) -> Algorithm.
 
 New methods register here and are picked up by config validation and the contract tests.
 """
-from . import fedavg, fedprox
+from dataclasses import dataclass
+from typing import Callable
 
-ALGORITHMS = {m.NAME: m for m in (fedavg, fedprox)}
+from . import fedavg, fedmcsa, fedprox, heurfedamp, local
+
+
+@dataclass(frozen=True)
+class Entry:
+    NAME: str
+    USES: tuple
+    build: Callable
+
+
+ALGORITHMS = {e.NAME: e for e in (
+    Entry(fedavg.NAME, fedavg.USES, fedavg.build),
+    Entry(fedprox.NAME, fedprox.USES, fedprox.build),
+    Entry("fedmcsa", fedmcsa.USES, fedmcsa.build),
+    Entry("fedmcsa-mcsa", fedmcsa.USES, fedmcsa.build_minus_mcsa),
+    Entry("fedavg+mcsa", ("lr", "momentum", "weight_decay", "clients_per_round", "fraction", "sigma"),
+          fedmcsa.build_fedavg_plus_mcsa),
+    Entry(heurfedamp.NAME, heurfedamp.USES, heurfedamp.build),
+    Entry(local.NAME, local.USES, local.build),
+)}
 
 
 def build_algorithm(cfg):

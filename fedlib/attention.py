@@ -1,0 +1,64 @@
+"""Server-side attention among client models: FedMCSA (per component) and HeurFedAMP (whole model).
+
+Both turn the K uploaded models into K personalised models W_i = sum_k psi_ik Theta_k with
+convex weights psi computed from cosine similarities, so both are ``Mixing.to_personal``
+matrices for the round loop. Vectorised: for each component, normalise the K flattened
+copies, S = P_n P_n^T, and a row softmax (milliseconds for 100 clients).
+"""
+from __future__ import annotations
+
+import torch
+
+Params = dict[str, torch.Tensor]
+
+
+def cosine_matrix(p: torch.Tensor) -> torch.Tensor:
+    """(K, K) cosine similarities of the K rows of ``p`` flattened (a zero row has cosine 0 to all)."""
+    flat = p.reshape(p.shape[0], -1).to(torch.float64)
+    unit = flat / flat.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return unit @ unit.T
+
+
+def mcsa_weights(uploads: Params, sigma: float, n_samples: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """FedMCSA's model-components self-attention, Eq. (6)-(7): one (K, K) matrix per component.
+
+    psi_{i,l,k} = exp(sigma cos(theta_{i,l}, theta_{k,l})) / sum_h exp(sigma cos(theta_{i,l}, theta_{h,l})).
+
+    Eq. (7) as printed puts cos(theta_k, theta_h) in the denominator; only the row
+    normalisation over h for fixed i makes sum_k psi_{i,l,k} = 1, which Eq. (6) requires
+    ("a convex combination"), so we use the row softmax. A component is one parameter tensor
+    (a layer's weight and its bias are separate components), as in the authors' code, which
+    iterates over ``model.parameters()``. ``sigma`` [sigma] scales the similarities: sigma = 0
+    gives uniform averaging among the uploads, sigma -> inf each client's own model.
+
+    ``n_samples``: the "as in the authors' code" variant, which multiplies each row by the
+    uploaders' data-size shares and renormalises (not in the paper).
+    """
+    out = {}
+    for name, p in uploads.items():
+        a = torch.softmax(sigma * cosine_matrix(p), dim=1)
+        if n_samples is not None:
+            a = a * (n_samples.to(a.dtype) / n_samples.sum())[None, :]
+            a = a / a.sum(dim=1, keepdim=True)
+        out[name] = a
+    return out
+
+
+def heurfedamp_weights(uploads: Params, sigma: float, self_weight: float) -> torch.Tensor:
+    """HeurFedAMP (Huang et al., "Personalized Cross-Silo Federated Learning on Non-IID Data", AAAI 2021).
+
+    Whole-model attention: cosine similarity of the flattened models (all components
+    concatenated); client i keeps ``self_weight`` [xi_{i,i}] on its own model and spreads
+    1 - xi_{i,i} over the others in proportion to exp(sigma cos(w_i, w_j)), j != i.
+    With one upload the client keeps its own model.
+    """
+    names = list(uploads)
+    k = uploads[names[0]].shape[0]
+    if k == 1:
+        return torch.ones(1, 1, dtype=torch.float64)
+    flat = torch.cat([uploads[n].reshape(k, -1).to(torch.float64) for n in names], dim=1)
+    logits = sigma * cosine_matrix(flat)
+    logits.fill_diagonal_(float("-inf"))
+    a = torch.softmax(logits, dim=1) * (1 - self_weight)
+    a.diagonal().fill_(self_weight)
+    return a

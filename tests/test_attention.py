@@ -1,0 +1,145 @@
+"""FedMCSA / HeurFedAMP attention: hand-checkable weights on 3 clients, limits, and the Table 2 equivalences."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import small_synthetic
+from fedlib.algorithms import build_algorithm
+from fedlib.attention import cosine_matrix, heurfedamp_weights, mcsa_weights
+from fedlib.config import RunConfig
+from fedlib.executors import LocalSGD, StackedExecutor
+from fedlib.models import build_model
+from fedlib.simulation import init_state, simulate, start_models
+from fedlib.stages import Algorithm, UniformSelection, WeightedMean, mix
+
+# three clients' copies of one component: cos = [[1, 0, -1], [0, 1, 0], [-1, 0, 1]]
+P = {"w": torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64)}
+LN2 = math.log(2)  # exp(sigma cos) in {2, 1, 1/2}
+F = lambda *v: torch.tensor(v, dtype=torch.float64)
+
+
+def test_mcsa_weights_golden():
+    """Row i: exp(ln2 cos(i, k)) / sum_h exp(ln2 cos(i, h)): (2, 1, 1/2)/3.5, (1, 2, 1)/4, (1/2, 1, 2)/3.5."""
+    a = mcsa_weights(P, LN2)["w"]
+    assert torch.allclose(a, F([4 / 7, 2 / 7, 1 / 7], [1 / 4, 1 / 2, 1 / 4], [1 / 7, 2 / 7, 4 / 7]))
+    w = mix({"w": a}, P)["w"]
+    assert torch.allclose(w[0], F(3 / 7, 2 / 7))  # 4/7 (1,0) + 2/7 (0,1) + 1/7 (-1,0)
+    assert torch.allclose(a.sum(1), torch.ones(3, dtype=torch.float64))  # Eq. (6): convex combinations
+
+
+def test_mcsa_is_per_component():
+    two = {"w": P["w"], "b": F([1.0], [1.0], [1.0])}  # identical biases: cos 1 everywhere -> uniform
+    a = mcsa_weights(two, LN2)
+    assert torch.allclose(a["b"], torch.full((3, 3), 1 / 3, dtype=torch.float64))
+    assert not torch.allclose(a["w"], a["b"])
+
+
+def test_mcsa_limits():
+    assert torch.allclose(mcsa_weights(P, 0.0)["w"], torch.full((3, 3), 1 / 3, dtype=torch.float64))  # sigma=0: mean
+    assert torch.equal(mcsa_weights(P, 1e6)["w"], torch.eye(3, dtype=torch.float64))  # sigma->inf: own model
+
+
+def test_mcsa_authors_code_reweighting_golden():
+    """Rows times data shares (1, 1, 2)/4, renormalised: row 1 = (1/4, 1/2, 1/4) * (1, 1, 2) / 1.25."""
+    a = mcsa_weights(P, LN2, n_samples=F(10, 10, 20))["w"]
+    assert torch.allclose(a[1], F(0.2, 0.4, 0.4))
+    assert torch.allclose(a[0], F(4, 2, 2) / 8)
+
+
+def test_heurfedamp_weights_golden():
+    """Self weight 1/2; the rest split over the others by exp(ln2 cos): row 0 others (1, 1/2) -> (1/3, 1/6)."""
+    a = heurfedamp_weights(P, LN2, 0.5)
+    assert torch.allclose(a, F([0.5, 1 / 3, 1 / 6], [0.25, 0.5, 0.25], [1 / 6, 1 / 3, 0.5]))
+    assert torch.equal(heurfedamp_weights({"w": P["w"][:1]}, LN2, 0.5), torch.ones(1, 1, dtype=torch.float64))
+    both = {"w": P["w"], "b": F([0.0], [0.0], [0.0])}  # zero biases add nothing to the whole-model cosine
+    assert torch.allclose(heurfedamp_weights(both, LN2, 0.5), a)
+
+
+def test_cosine_of_zero_row_is_zero():
+    c = cosine_matrix(torch.tensor([[0.0, 0.0], [1.0, 0.0]]))
+    assert torch.equal(c, F([0.0, 0.0], [0.0, 1.0]))
+
+
+def test_start_and_anchor_follow_algorithm_1():
+    """A client starts from W_i only if W_i arrived since it last trained; its anchor is the last W_i received."""
+    model = build_model("mlr", (2,), 2, seed=0, dtype=torch.float64)
+    state = init_state(model, 3)
+    for n in state.sent:
+        state.sent[n] += 1.0                      # W_i differ from the clients' own models
+    state.fresh[:] = torch.tensor([True, False, True])
+    alg = build_algorithm(RunConfig(algorithm="fedmcsa"))
+    start, anchor = start_models(alg, state, torch.arange(3))
+    n = "1.bias"
+    assert torch.equal(start[n][0], state.sent[n][0]) and torch.equal(start[n][1], state.client_params[n][1])
+    assert all(torch.equal(anchor[k], state.sent[k]) for k in anchor)  # W_local, received or not
+    fedprox = build_algorithm(RunConfig(algorithm="fedprox", mu=1.0))
+    s2, a2 = start_models(fedprox, state, torch.arange(3))
+    assert all(torch.equal(s2[k], a2[k]) for k in s2)                  # FedProx pulls toward its start
+
+
+def _simulate(cfg, data, alg=None, on_round=None, rounds=4):
+    model = build_model(cfg.model, data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
+    return simulate(alg or build_algorithm(cfg), data, model, StackedExecutor(), rounds, local_steps=cfg.local_steps,
+                    batch_size=cfg.batch_size, seed=cfg.seed, progress=False, on_round=on_round)
+
+
+def test_minus_mcsa_lambda0_full_participation_is_fedavg_equal_weights():
+    data = small_synthetic(n_clients=4)
+    cfg = RunConfig(n_clients=4, clients_per_round=4, local_steps=3, batch_size=5, model="dnn", lr=0.1,
+                    algorithm="fedmcsa-mcsa", lam=0.0)
+    a = _simulate(cfg, data)
+    fedavg_equal = Algorithm("fedavg-equal", UniformSelection(4), LocalSGD(0.1), WeightedMean("uniform"))
+    b = _simulate(cfg, data, alg=fedavg_equal)
+    # the clients' trained models coincide round after round; FedAvg's global model is their mean
+    for n in a.state.client_params:
+        assert torch.allclose(a.state.client_params[n], b.state.client_params[n], atol=1e-12)
+        assert torch.allclose(a.state.sent[n], b.state.global_params[n].expand_as(a.state.sent[n]), atol=1e-12)
+
+
+def test_fedmcsa_sends_attention_models_to_sampled_only():
+    data = small_synthetic(n_clients=6)
+    cfg = RunConfig(n_clients=6, clients_per_round=3, local_steps=3, batch_size=5, model="dnn", lr=0.1,
+                    algorithm="fedmcsa", sigma=5.0)
+    seen = []
+
+    def check(t, sel, mixing, state):
+        up = {n: state.client_params[n][torch.as_tensor(sel)] for n in state.client_params}
+        expected = mix(mcsa_weights(up, 5.0), up)
+        for n in up:
+            assert torch.allclose(state.sent[n][torch.as_tensor(sel)], expected[n], atol=1e-12)
+        assert state.fresh.tolist() == [i in set(sel.tolist()) for i in range(6)]
+        seen.append(sel.tolist())
+
+    res = _simulate(cfg, data, on_round=check)
+    assert len(seen) == 4 and all(len(s) == 3 for s in seen)
+    assert res.metrics.uploads.tolist() == [3, 6, 9, 12]
+
+
+def test_fedmcsa_high_sigma_keeps_clients_apart():
+    """sigma -> inf: every W_i is the client's own model, so clients never mix (the local-training limit)."""
+    data = small_synthetic(n_clients=4)
+    cfg = RunConfig(n_clients=4, clients_per_round=4, local_steps=3, batch_size=5, model="mlr", lr=0.1,
+                    algorithm="fedmcsa", sigma=1e6)
+    res = _simulate(cfg, data)
+    for n in res.state.client_params:
+        assert torch.equal(res.state.sent[n], res.state.client_params[n])
+
+
+def test_authors_code_switch_drops_prox_and_reweights():
+    alg = build_algorithm(RunConfig(algorithm="fedmcsa", mcsa_code=True))
+    assert alg.local.mu == 0.0 and alg.aggregate.by_data_size
+    alg = build_algorithm(RunConfig(algorithm="fedmcsa"))
+    assert alg.local.mu == 5.0 and not alg.aggregate.by_data_size
+    with pytest.raises(ValueError, match="mcsa_code set but algorithm='fedavg' does not use it"):
+        RunConfig(mcsa_code=True).validate()
+
+
+def test_local_never_communicates():
+    data = small_synthetic(n_clients=3)
+    cfg = RunConfig(n_clients=3, local_steps=3, batch_size=5, model="mlr", lr=0.1, algorithm="local")
+    res = _simulate(cfg, data)
+    assert res.metrics.uploads.tolist() == [0, 0, 0, 0] and not res.state.fresh.any()
+    init = build_model("mlr", (60,), 10, seed=0, dtype=torch.float64).state_dict()
+    assert all(torch.equal(res.state.sent[n][i], init[n]) for n in init for i in range(3))  # nothing was ever sent
