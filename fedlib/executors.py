@@ -107,6 +107,34 @@ def _sgd_update(p: torch.Tensor, g: torch.Tensor, buf: torch.Tensor | None, a: t
     p.sub_(g, alpha=opt.lr)
 
 
+def _fused_weight_step(W: torch.Tensor, dzT: torch.Tensor, hin: torch.Tensor, buf: torch.Tensor | None,
+                       a: torch.Tensor | None, opt: LocalSGD) -> None:
+    """The SGD step of ``_sgd_update`` for a weight whose loss gradient is ``dzT @ hin``, with the
+    batched matmul written straight into the momentum buffer or the weight (no gradient tensor):
+
+        momentum: buf = m buf + dzT hin (+ wd W + mu (W - a));  W -= lr buf
+        plain:    W = (1 - lr (wd + mu)) W + lr mu a - lr dzT hin
+
+    The same arithmetic as ``torch.optim.SGD`` with FedProx's term, summed in another order
+    (float64 results agree to ~1e-16; tested against the loop executor). Saves the passes over W
+    that dominate on CPU for wide first layers (784 inputs).
+    """
+    if buf is not None:
+        buf.baddbmm_(dzT, hin, beta=opt.momentum)
+        if opt.weight_decay:
+            buf.add_(W, alpha=opt.weight_decay)
+        if opt.mu:
+            buf.add_(W, alpha=opt.mu).sub_(a, alpha=opt.mu)
+        W.sub_(buf, alpha=opt.lr)
+        return
+    shrink = opt.lr * (opt.weight_decay + opt.mu)
+    if shrink:
+        W.mul_(1 - shrink)
+    if opt.mu:
+        W.add_(a, alpha=opt.lr * opt.mu)
+    W.baddbmm_(dzT, hin, alpha=-opt.lr)
+
+
 class StackedExecutor:
     """All clients of a group take a step at once. ``group_bytes`` bounds a group's working set.
 
@@ -132,7 +160,9 @@ class StackedExecutor:
             return k  # on a GPU the bigger the batched matmul the better
         per_client = sum(p.numel() * p.element_size() for p in model.parameters())
         copies = 2 + (opt.momentum > 0) + (opt.mu > 0)  # params, grads/update, momentum, anchor
-        return max(1, min(k, self.group_bytes // max(1, per_client * copies)))
+        g = max(1, min(k, self.group_bytes // max(1, per_client * copies)))
+        n_groups = -(-k // g)
+        return -(-k // n_groups)  # equal groups: 20 clients as 10 + 10, not 17 + 3 (a thin group is slow)
 
     def train(self, model: nn.Module, params: Params, plan: BatchPlan, data: Split, opt: LocalSGD,
               anchor: Params | None = None) -> Params:
@@ -159,10 +189,12 @@ class StackedExecutor:
         W = [p[f"{n}.weight"] for n in layers]  # (G, out, in)
         b = [p[f"{n}.bias"] for n in layers]    # (G, out)
         G, B = plan.index.shape[1], plan.index.shape[2]
-        fused = not (opt.momentum or opt.weight_decay or opt.mu) and plan.active is None
-        bufs = None
+        bufs = [(None, None)] * len(W)
         if opt.momentum:
             bufs = [(torch.zeros_like(w), torch.zeros_like(c)) for w, c in zip(W, b)]
+        anchors = [(None, None)] * len(W)
+        if opt.mu:
+            anchors = [(anchor[f"{n}.weight"], anchor[f"{n}.bias"]) for n in layers]
         xdim = W[0].shape[2]
         for s in range(plan.steps):
             rows = plan.index[s]
@@ -184,17 +216,12 @@ class StackedExecutor:
             for j in range(len(W) - 1, -1, -1):
                 hin = hs[j]
                 dh = torch.bmm(dz, W[j]) if j > 0 else None  # uses W before this step's update
-                if fused:
-                    W[j].baddbmm_(dz.transpose(1, 2), hin, alpha=-opt.lr)
-                    b[j].sub_(dz.sum(1), alpha=opt.lr)
+                (bw, bb), (aw, ab) = bufs[j], anchors[j]
+                if act is None:
+                    _fused_weight_step(W[j], dz.transpose(1, 2), hin, bw, aw, opt)
                 else:
-                    gw, gb = torch.bmm(dz.transpose(1, 2), hin), dz.sum(1)
-                    bw, bb = (None, None) if bufs is None else bufs[j]
-                    aw = ab = None
-                    if anchor is not None and opt.mu:
-                        aw, ab = anchor[f"{layers[j]}.weight"], anchor[f"{layers[j]}.bias"]
-                    _sgd_update(W[j], gw, bw, aw, opt, act)
-                    _sgd_update(b[j], gb, bb, ab, opt, act)
+                    _sgd_update(W[j], torch.bmm(dz.transpose(1, 2), hin), bw, aw, opt, act)
+                _sgd_update(b[j], dz.sum(1), bb, ab, opt, act)
                 if dh is not None:
                     # ReLU backward (hin is the previous layer's ReLU output, > 0 where it passed);
                     # aten's fused kernel is ~6x faster on CPU than dh.mul_(hin > 0)
