@@ -29,7 +29,7 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "float64")
 EXECUTORS = ("auto", "stacked", "loop")
 NORMALIZE = ("standardize", "unit")
-ALGORITHM_FIELDS = ("mu", "sigma", "lam", "amp_self_weight", "mcsa_code")
+ALGORITHM_FIELDS = ("mu", "sigma", "lam", "amp_self_weight", "mcsa_code", "beta", "personal_lr", "inner_steps", "hf_delta")
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,10 @@ class RunConfig:
     lam: float = 5.0                    # FedMCSA/HeurFedAMP client proximal strength lambda (FedMCSA default 5)
     amp_self_weight: float = 0.5        # HeurFedAMP self-attention weight xi_ii
     mcsa_code: bool = False             # FedMCSA "as in the authors' code" (data-size reweighting, no prox)
+    beta: float = 1.0                   # pFedMe server mixing beta (1: plain average); Per-FedAvg's outer step beta
+    hf_delta: float = 1e-3              # Per-FedAvg (HF) finite-difference step delta
+    personal_lr: float = 0.01           # pFedMe personal learning rate eta_p
+    inner_steps: int = 5                # pFedMe K steps solving the personalised problem
     # -- execution -------------------------------------------------------------------------
     seed: int = 0                       # model init, client sampling, mini-batches
     executor: str = "auto"              # auto | stacked | loop
@@ -113,7 +117,7 @@ class RunConfig:
         choice("device", DEVICES)
         choice("dtype", DTYPES)
         choice("normalize", NORMALIZE)
-        for name in ("n_clients", "rounds", "batch_size", "eval_every", "labels_per_client", "shard_size"):
+        for name in ("n_clients", "rounds", "batch_size", "eval_every", "labels_per_client", "shard_size", "inner_steps"):
             at_least(name, 1)
             if not isinstance(getattr(self, name), int):
                 raise ValueError(f"RunConfig.{name}={getattr(self, name)!r} must be an integer")
@@ -121,7 +125,7 @@ class RunConfig:
         at_least("local_steps", 1, none_ok=True)
         at_least("local_epochs", 1, none_ok=True)
         for name in ("lr", "synthetic_alpha", "synthetic_beta", "momentum", "weight_decay", "mu", "dirichlet_alpha",
-                     "sigma", "lam", "amp_self_weight"):
+                     "sigma", "lam", "amp_self_weight", "beta", "personal_lr", "hf_delta"):
             at_least(name, 0)
         if self.amp_self_weight > 1:
             raise ValueError(f"RunConfig.amp_self_weight={self.amp_self_weight!r} must be in [0, 1]")

@@ -22,8 +22,9 @@ from .data.federated import BatchPlan, FederatedData, Split, sample_epochs, samp
 from .stages import Algorithm, Params, mix
 
 # per-round columns, in order; *_mean are unweighted client means, the rest sample-weighted
+# gm_*: the global model's accuracy, for methods that evaluate personalised models but also keep one (pFedMe's GM)
 COLUMNS = ("round", "test_acc", "test_acc_mean", "test_loss", "train_acc", "train_loss",
-           "global_test_acc", "selected", "uploads", "seconds")
+           "global_test_acc", "gm_test_acc", "gm_test_acc_mean", "selected", "uploads", "seconds")
 
 
 @dataclass
@@ -33,6 +34,7 @@ class State:
     client_params: Params           # name -> (N, ...): each client's current model (Theta_i)
     sent: Params                    # name -> (N, ...): the last personalised model the server sent (W_i)
     fresh: torch.Tensor             # (N,) bool: W_i arrived since the client last trained
+    extra: dict[str, Params] = field(default_factory=dict)  # per-client state of one method (pFedMe's theta_i)
 
 
 @dataclass
@@ -90,10 +92,14 @@ def start_models(alg: Algorithm, state: State, clients: torch.Tensor) -> tuple[P
     return start, anchor
 
 
-def evaluation_params(alg: Algorithm, state: State) -> tuple[Params, bool]:
-    """(params, per_client) for evaluation: the global model (with each client's local parts) or the personal ones."""
-    if alg.evaluate == "personal":
-        return state.client_params, True
+def evaluation_params(alg: Algorithm, state: State, which: str | None = None) -> tuple[Params, bool]:
+    """(params, per_client) for evaluation: the global model (with each client's local parts) or the personal ones.
+
+    Personal models are the clients' own (``client_params``), or ``state.extra[alg.personal_key]``
+    for methods that keep them apart from what they upload (pFedMe's theta_i).
+    """
+    if (which or alg.evaluate) == "personal":
+        return (state.extra[alg.personal_key] if alg.personal_key else state.client_params), True
     if all(alg.shared(n) for n in state.client_params):
         return state.global_params, False
     n_clients = next(iter(state.client_params.values())).shape[0]
@@ -115,6 +121,7 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
     state = init_state(model, n)
     rng = np.random.default_rng(seed)               # client selection
     gen = torch.Generator().manual_seed(seed + 1)    # mini-batches
+    eval_gen = torch.Generator().manual_seed(seed + 2)  # batches used at evaluation (Per-FedAvg's adaptation)
     n_train = data.train.sizes.cpu().to(torch.float64)
     # plans are drawn on the CPU from sizes/offsets only, so a seed gives the same batches on any device
     empty = torch.zeros(0)
@@ -132,9 +139,12 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
         if local_epochs is not None:
             plan = sample_epochs(layout, torch.as_tensor(trainers), local_epochs, batch_size, gen)
         else:
-            plan = sample_steps(layout, torch.as_tensor(trainers), local_steps, batch_size, gen)
+            plan = sample_steps(layout, torch.as_tensor(trainers), local_steps * alg.batches_per_step, batch_size, gen)
         plan = _to(plan, dev)
-        trained = executor.train(model, start, plan, data.train, alg.local, anchor=anchor if alg.local.mu else None)
+        if alg.local_update is None:
+            trained = executor.train(model, start, plan, data.train, alg.local, anchor=anchor if alg.local.mu else None)
+        else:  # a method's own client procedure (pFedMe), built from executor.train calls
+            trained = alg.local_update(executor, model, start, anchor, plan, data.train, state, tr)
         for name, v in trained.items():
             state.client_params[name][tr] = v
         state.fresh[tr] = False
@@ -144,7 +154,8 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
         mixing = alg.aggregate(up, n_train[torch.as_tensor(sel)], sel)
         if mixing.to_global is not None:
             new = mix(mixing.to_global.to(dev).unsqueeze(0), up)
-            state.global_params.update({k: v[0] for k, v in new.items()})
+            for k, v in new.items():  # w <- (1 - beta) w + beta sum_k p_k w_k   (beta = 1: FedAvg; pFedMe's beta)
+                state.global_params[k] = v[0] if mixing.beta == 1 else torch.lerp(state.global_params[k], v[0], mixing.beta)
         if mixing.to_personal is not None:
             sel_t = torch.as_tensor(sel, device=dev)
             for name, v in mix(_to_dev(mixing.to_personal, dev), up).items():
@@ -154,6 +165,8 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
             on_round(t, sel, mixing, state)
         uploads += len(sel)
         if t % eval_every == 0 or t == rounds:
+            if alg.before_eval is not None:
+                alg.before_eval(executor, model, state, data.train, eval_gen)
             rows.append(_evaluate_round(alg, state, data, model, t, len(sel), uploads, eval_train, t0))
             accs.append(rows[-1].pop("_client_acc"))
             losses.append(rows[-1].pop("_client_loss"))
@@ -170,8 +183,13 @@ def _evaluate_round(alg, state, data, model, t, n_sel, uploads, eval_train, t0) 
         acc, client_loss = correct / cnt, loss / cnt
     row = {"round": t, "test_acc": M.weighted_mean(acc, cnt), "test_acc_mean": M.unweighted_mean(acc, cnt),
            "test_loss": float(loss.sum() / max(cnt.sum(), 1)), "train_acc": np.nan, "train_loss": np.nan,
-           "global_test_acc": np.nan, "selected": n_sel, "uploads": uploads,
+           "global_test_acc": np.nan, "gm_test_acc": np.nan, "gm_test_acc_mean": np.nan, "selected": n_sel, "uploads": uploads,
            "_client_acc": acc, "_client_loss": client_loss}
+    if alg.report_global:
+        g_params, g_per_client = evaluation_params(alg, state, "global")
+        c, _, k = M.evaluate(model, g_params, data.test, g_per_client)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            row["gm_test_acc"], row["gm_test_acc_mean"] = M.weighted_mean(c / k, k), M.unweighted_mean(c / k, k)
     if eval_train:
         c, l, k = M.evaluate(model, params, data.train, per_client)
         row["train_acc"], row["train_loss"] = float(c.sum() / k.sum()), float(l.sum() / k.sum())

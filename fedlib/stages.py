@@ -58,6 +58,7 @@ class Mixing:
     """
     to_global: torch.Tensor | None = None
     to_personal: torch.Tensor | dict[str, torch.Tensor] | None = None
+    beta: float = 1.0  # new global = (1 - beta) old + beta (sum_k w_k P_k); pFedMe's server beta
 
 
 def mix(weights: torch.Tensor, uploads: Params) -> Params:
@@ -110,7 +111,14 @@ class Algorithm:
     term pulls toward ('start': the model the client started the round from, FedProx;
     'received': the last W_i the server sent, FedMCSA's W_local). ``aggregate``: uploads ->
     ``Mixing``. ``shared``: which parameter names travel. ``evaluate``: test the 'global'
-    model or each client's own ('personal') model.
+    model or each client's own ('personal') model. ``local_update``: a method's own client
+    procedure (default: ``executor.train`` with ``local``), called as
+    ``local_update(executor, model, start, anchor, plan, split, state, clients) -> uploaded models``.
+    ``personal_key``: personal models live in ``state.extra[personal_key]`` (pFedMe's theta_i).
+    ``report_global``: also evaluate the global model every round (``gm_*`` columns).
+    ``batches_per_step``: mini-batches a local step consumes (Per-FedAvg: 2, or 3 for HF).
+    ``before_eval(executor, model, state, split, generator)``: prepares the evaluated models
+    (Per-FedAvg adapts the global model on each client's training data).
     """
     name: str
     select: Selector
@@ -121,6 +129,11 @@ class Algorithm:
     anchor: str = "start"
     evaluate: str = "global"
     shared: Callable[[str], bool] = field(default=all_shared)
+    local_update: Callable | None = None
+    personal_key: str | None = None
+    report_global: bool = False
+    batches_per_step: int = 1
+    before_eval: Callable | None = None
 
     def __post_init__(self):
         for attr, allowed in (("trains", ("selected", "all")), ("start", ("global", "personal")),

@@ -5,7 +5,7 @@ New methods register here and are picked up by config validation and the contrac
 from dataclasses import dataclass
 from typing import Callable
 
-from . import fedavg, fedmcsa, fedprox, heurfedamp, local
+from . import fedavg, fedmcsa, fedprox, heurfedamp, local, perfedavg, pfedme
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,10 @@ ALGORITHMS = {e.NAME: e for e in (
           fedmcsa.build_fedavg_plus_mcsa),
     Entry(heurfedamp.NAME, heurfedamp.USES, heurfedamp.build),
     Entry(local.NAME, local.USES, local.build),
+    Entry("pfedme", pfedme.USES, pfedme.build),
+    Entry("pfedme+mcsa", pfedme.USES + ("sigma",), pfedme.build_plus_mcsa),
+    Entry("perfedavg", perfedavg.USES, perfedavg.build_fo),
+    Entry("perfedavg-hf", perfedavg.USES, perfedavg.build_hf),
 )}
 
 

@@ -1,0 +1,96 @@
+"""Per-FedAvg: Fallah et al., "Personalized Federated Learning with Theoretical Guarantees: A Model-Agnostic
+Meta-Learning Approach", NeurIPS 2020 (Algorithm 1, Sec. 5).
+
+Each local step of a selected client, with independent mini-batches D, D', D'':
+    w~ = w - alpha grad f(w; D)
+    FO:  w <- w - beta grad f(w~; D')
+    HF:  w <- w - beta (I - alpha H(w; D'')) grad f(w~; D'),
+         H(w) v ~= [grad f(w + delta v) - grad f(w - delta v)] / (2 delta)   (the paper's Hessian-free estimate)
+Server: FedAvg's sample-weighted average. Paper symbols -> ``RunConfig``: alpha -> ``lr``,
+beta -> ``beta`` (pFedMe's code reuses the same argument), delta -> ``hf_delta``, tau -> ``local_steps``.
+
+Every piece is one step of ``executor.train``: a gradient at p on a batch is p - SGD(p, lr=1),
+so both executors run it. Evaluation (FedMCSA's comparison, via pFedMe's code): every client
+adapts the global model with one step of SGD (rate alpha) on a mini-batch of its *training*
+data, and the adapted models are tested (pFedMe's code draws that batch from the test data,
+which leaks test labels; we do not). ``test_acc`` is the adapted models', ``gm_test_acc`` the
+global model's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..data.federated import BatchPlan, sample_steps
+from ..executors import LocalSGD
+from ..stages import Algorithm, UniformSelection, WeightedMean
+
+USES = ("lr", "clients_per_round", "fraction", "beta", "hf_delta")
+
+
+def _one_step(executor, model, params, plan: BatchPlan, s: int, split, lr: float):
+    sub = BatchPlan(plan.index[s:s + 1], None if plan.weight is None else plan.weight[s:s + 1],
+                    None if plan.active is None else plan.active[s:s + 1])
+    return executor.train(model, params, sub, split, LocalSGD(lr=lr))
+
+
+def _grad(executor, model, params, plan, s, split):
+    """grad f(params; batch s) as params - SGD(params, lr=1)."""
+    out = _one_step(executor, model, params, plan, s, split, 1.0)
+    return {n: params[n] - out[n] for n in params if params[n].is_floating_point()}
+
+
+@dataclass
+class PerFedAvgClient:
+    alpha: float
+    beta: float
+    hessian_free: bool = False
+    delta: float = 1e-3
+
+    def __call__(self, executor, model, start, anchor, plan: BatchPlan, split, state, clients):
+        per = 3 if self.hessian_free else 2
+        w = {n: t.clone() for n, t in start.items()}
+        for r in range(plan.steps // per):
+            s = r * per
+            w_tilde = _one_step(executor, model, w, plan, s, split, self.alpha)
+            g = _grad(executor, model, w_tilde, plan, s + 1, split)
+            if self.hessian_free:
+                plus = {n: w[n] + self.delta * g[n] if n in g else w[n] for n in w}
+                minus = {n: w[n] - self.delta * g[n] if n in g else w[n] for n in w}
+                gp, gm = _grad(executor, model, plus, plan, s + 2, split), _grad(executor, model, minus, plan, s + 2, split)
+                g = {n: g[n] - self.alpha * (gp[n] - gm[n]) / (2 * self.delta) for n in g}
+            for n in g:
+                w[n] = w[n] - self.beta * g[n]
+        return w
+
+
+@dataclass
+class AdaptBeforeEval:
+    """Every client adapts the global model with one SGD step (rate alpha) on one training mini-batch."""
+    alpha: float
+    batch_size: int
+
+    def __call__(self, executor, model, state, split, generator) -> None:
+        n = len(split.sizes)
+        layout = type(split)(split.x[:0], split.y[:0], split.offsets.cpu(), split.sizes.cpu())
+        plan = sample_steps(layout, torch.arange(n), 1, self.batch_size, generator)
+        plan = BatchPlan(plan.index.to(split.x.device))
+        g = {k: v.unsqueeze(0).expand(n, *v.shape).clone() for k, v in state.global_params.items()}
+        state.extra["adapted"] = executor.train(model, g, plan, split, LocalSGD(lr=self.alpha))
+
+
+def _build(cfg, hessian_free: bool, name: str) -> Algorithm:
+    return Algorithm(name=name, select=UniformSelection(cfg.clients_per_round, cfg.fraction),
+                     local=LocalSGD(lr=cfg.lr), aggregate=WeightedMean("samples"),
+                     local_update=PerFedAvgClient(cfg.lr, cfg.beta, hessian_free, cfg.hf_delta),
+                     batches_per_step=3 if hessian_free else 2, evaluate="personal", personal_key="adapted",
+                     report_global=True, before_eval=AdaptBeforeEval(cfg.lr, cfg.batch_size))
+
+
+def build_fo(cfg) -> Algorithm:
+    return _build(cfg, False, "perfedavg")
+
+
+def build_hf(cfg) -> Algorithm:
+    return _build(cfg, True, "perfedavg-hf")
