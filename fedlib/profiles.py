@@ -20,7 +20,74 @@ QUICKSTART = {
               [{"algorithm": "fedavg", "seed": [0, 1, 2]}, {"algorithm": "fedprox", "mu": 0.1, "seed": [0, 1, 2]}]),
 }
 
-EXPERIMENTS = {"quickstart": QUICKSTART}
+# FedMCSA (Sec. 5.1): lr 0.02, |D| = 20, R = 20, sigma = 50, lambda = 5, T = 800; Synthetic N = 100, S = 20, DNN
+# hidden 20; MNIST/FMNIST N = 20 (2 labels per client, the pFedMe recipe, seed 1), S = 10, DNN hidden 100.
+# pFedMe's own settings where FedMCSA gives none: K = 5, eta_p = 0.01, beta = 1, lambda = FedMCSA's 5.
+FEDMCSA_DATA = {
+    "synthetic": dict(dataset="synthetic", partition="natural", n_clients=100, clients_per_round=20),
+    "mnist": dict(dataset="mnist", partition="labels", n_clients=20, clients_per_round=10, data_seed=1),
+    "fmnist": dict(dataset="fmnist", partition="labels", n_clients=20, clients_per_round=10, data_seed=1),
+}
+FEDMCSA_HIDDEN = {"synthetic": (20,), "mnist": (100,), "fmnist": (100,)}
+TABLE2_ALGORITHMS = ["fedmcsa", "fedmcsa-mcsa", "fedavg", "fedavg+mcsa", "pfedme", "pfedme+mcsa", "local"]
+
+
+def _fedmcsa_cells(datasets, models, **extra) -> list[dict]:
+    cells = []
+    for d in datasets:
+        for m in models:
+            cells.append({**FEDMCSA_DATA[d], "model": m, "hidden": FEDMCSA_HIDDEN[d] if m == "dnn" else None, **extra})
+    return cells
+
+
+def _table2(datasets, rounds, seeds, smoke=False):
+    base = RunConfig(lr=0.02, batch_size=20, local_steps=20, rounds=rounds)
+    cells = _fedmcsa_cells(datasets, ["mlr", "dnn"], algorithm=TABLE2_ALGORITHMS, seed=seeds)
+    if smoke:  # CI: a few clients, a few steps
+        cells = [{**c, "n_clients": 6, "clients_per_round": 3, "local_steps": 3} for c in cells]
+    return base, cells
+
+
+FEDMCSA_TABLE2 = {
+    "smoke": _table2(["synthetic"], 3, [0], smoke=True),
+    "quick": _table2(["synthetic", "mnist"], 200, [0]),
+    "paper": _table2(["synthetic", "mnist", "fmnist"], 800, [0, 1, 2]),
+}
+
+# Figure 5: sigma on Synthetic, MLR and DNN, everything else at the defaults; the sweep goes on to the
+# local limit (sigma -> inf: each client attends only to itself) and the Local baseline is drawn beside it.
+SIGMAS = [0.0, 10.0, 30.0, 50.0, 70.0, 100.0, 1000.0, 100000.0]
+
+
+def _fig5(rounds, sigmas, seeds, smoke=False):
+    base = RunConfig(lr=0.02, batch_size=20, local_steps=20, rounds=rounds)
+    cells = (_fedmcsa_cells(["synthetic"], ["mlr", "dnn"], algorithm="fedmcsa", sigma=sigmas, seed=seeds)
+             + _fedmcsa_cells(["synthetic"], ["mlr", "dnn"], algorithm="local", seed=seeds))
+    if smoke:
+        cells = [{**c, "n_clients": 6, "clients_per_round": 3, "local_steps": 3} for c in cells]
+    return base, cells
+
+
+FEDMCSA_SIGMA = {
+    "smoke": _fig5(3, [0.0, 50.0, 100000.0], [0], smoke=True),
+    "quick": _fig5(200, SIGMAS, [0]),
+    "paper": _fig5(800, SIGMAS, [0]),
+}
+
+EXPERIMENTS = {"quickstart": QUICKSTART, "fedmcsa_table2": FEDMCSA_TABLE2, "fedmcsa_sigma": FEDMCSA_SIGMA}
+
+
+def available_cells(grid: list[dict]) -> tuple[list[dict], list[str]]:
+    """The grid cells whose data set is present, and the names of the absent data sets."""
+    from .data import readers
+    keep, missing = [], set()
+    for cell in grid:
+        d = cell.get("dataset", "synthetic")
+        if d == "synthetic" or readers.available({"fmnist": "fmnist"}.get(d, d)):
+            keep.append(cell)
+        else:
+            missing.add(d)
+    return keep, sorted(missing)
 
 
 def get(name: str, profile: str | None = None) -> tuple[RunConfig, list[dict]]:

@@ -91,16 +91,22 @@ def expand(base: RunConfig, grid: dict | list[dict]) -> list[RunConfig]:
 def run_grid(base: RunConfig, grid: dict | list[dict], store: Store | None = None, progress: bool = True,
              data_root=None) -> pd.DataFrame:
     """Run every config of the grid (skipping stored ones); one summary row per config."""
-    store = store or Store()
     cfgs = expand(base, grid)  # validates every config before any training starts
+    varied = ["algorithm", "seed"] + [k for g in ([grid] if isinstance(grid, dict) else grid) for k in g]
+    return run_configs(cfgs, store, progress, data_root, varied)
+
+
+def run_configs(cfgs: list[RunConfig], store: Store | None = None, progress: bool = True, data_root=None,
+                columns=("algorithm", "seed")) -> pd.DataFrame:
+    """Run validated configs in order (skipping stored ones); one summary row per config."""
+    store = store or Store()
     todo = [c for c in cfgs if not store.has(c)]
     bar = tqdm(cfgs, desc=f"grid ({len(todo)} to run, {len(cfgs) - len(todo)} stored)", disable=not progress)
     # columns: every field the grid varies (even where a value equals the default), then the summary
-    varied = ["algorithm", "seed"] + [k for g in ([grid] if isinstance(grid, dict) else grid) for k in g]
     rows = []
     for cfg in bar:
         res = run(cfg, store, progress=progress, data_root=data_root)
-        rows.append({"key": cfg.key(), **cfg.changed(), **{k: getattr(cfg, k) for k in varied}, **res.summary()})
+        rows.append({"key": cfg.key(), **cfg.changed(), **{k: getattr(cfg, k) for k in columns}, **res.summary()})
     return pd.DataFrame(rows)
 
 

@@ -1,0 +1,57 @@
+"""Run a named experiment of ``fedlib.profiles`` headlessly, over the data sets that are present.
+
+    python -m fedlib.experiments fedmcsa_table2 --profile paper [--where seed=0] [--dry-run]
+
+``--where FIELD=VALUE`` (repeatable) keeps the configs that match, e.g. one seed of every cell
+before the others. Stored runs are skipped, so the command resumes an interrupted grid.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+
+from . import profiles
+from .runner import expand, run_configs
+from .store import Store
+
+
+def configs(name: str, profile: str | None = None, where: dict | None = None):
+    """(configs to run, absent data sets) of experiment ``name`` at ``profile``."""
+    base, grid = profiles.get(name, profile)
+    grid, missing = profiles.available_cells(grid)
+    cfgs = expand(base, grid) if grid else []
+    for k, v in (where or {}).items():
+        cfgs = [c for c in cfgs if getattr(c, k) == v]
+    return cfgs, missing
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("experiment", choices=sorted(profiles.EXPERIMENTS))
+    ap.add_argument("--profile", default=None, help="smoke | quick | paper (default: FEDLIB_PROFILE or quick)")
+    ap.add_argument("--where", action="append", default=[], help="FIELD=VALUE filter, e.g. seed=0")
+    ap.add_argument("--dry-run", action="store_true", help="list the configs and what is stored, run nothing")
+    args = ap.parse_args(argv)
+    where = {}
+    for w in args.where:
+        k, _, v = w.partition("=")
+        try:
+            where[k] = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            where[k] = v
+    cfgs, missing = configs(args.experiment, args.profile, where)
+    if missing:
+        print(f"data absent, skipped: {', '.join(missing)} (see data/README.md)")
+    store = Store()
+    print(f"{len(cfgs)} configs, {sum(store.has(c) for c in cfgs)} stored, results in {store.root}")
+    if args.dry_run:
+        for c in cfgs:
+            print(("stored  " if store.has(c) else "to run  ") + c.label())
+        return 0
+    table = run_configs(cfgs, store, columns=("dataset", "model", "algorithm", "sigma", "seed"))
+    print(table.drop(columns=["key"]).to_string())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,33 @@
+import pandas as pd
+import pytest
+
+from fedlib import paper_data
+from fedlib.profiles import available_cells, get
+from fedlib.report import paper_vs_ours
+
+
+def test_paper_numbers_are_complete():
+    ref = paper_data.load("fedmcsa")
+    assert len(ref[ref.table == "table1"]) == 7 * 8 and len(ref[ref.table == "table2"]) == 6 * 8
+    row = ref[(ref.table == "table1") & (ref.dataset == "synthetic") & (ref.model == "mlr") & (ref.algorithm == "fedmcsa")]
+    assert row.accuracy.item() == 95.27 and row["std"].item() == 0.01  # FedMCSA Table 1, first cell
+    with pytest.raises(ValueError, match="paper='nope' has no stored numbers"):
+        paper_data.load("nope")
+
+
+def test_paper_vs_ours_golden():
+    table = pd.DataFrame({"dataset": ["synthetic"] * 3, "model": ["mlr"] * 3,
+                          "algorithm": ["fedavg", "fedavg", "local"], "seed": [0, 1, 0],
+                          "best_acc": [0.70, 0.80, 0.9], "best_acc_mean": [0.4, 0.6, 0.9]})
+    out = paper_vs_ours(table, "fedmcsa", "table2").set_index("algorithm")
+    assert out.loc["fedavg", "paper"] == 77.26 and out.loc["fedavg", "ours_weighted"] == 75.0
+    assert out.loc["fedavg", "ours_weighted_std"] == 5.0 and out.loc["fedavg", "diff"] == -2.26
+    assert out.loc["fedavg", "ours_unweighted"] == 50.0 and out.loc["fedavg", "runs"] == 2
+    assert pd.isna(out.loc["local", "paper"])  # not in the paper
+
+
+def test_available_cells_drops_absent_datasets(monkeypatch, tmp_path):
+    monkeypatch.setenv("FEDLIB_DATA", str(tmp_path))
+    base, grid = get("fedmcsa_table2", "quick")
+    keep, missing = available_cells(grid)
+    assert missing == ["mnist"] and {c["dataset"] for c in keep} == {"synthetic"}
