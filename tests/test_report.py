@@ -31,3 +31,13 @@ def test_available_cells_drops_absent_datasets(monkeypatch, tmp_path):
     base, grid = get("fedmcsa_table2", "quick")
     keep, missing = available_cells(grid)
     assert missing == ["mnist"] and {c["dataset"] for c in keep} == {"synthetic"}
+
+
+def test_experiments_cli_dry_run_and_filter(monkeypatch, tmp_path, capsys):
+    from fedlib import experiments
+    monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "no-data"))
+    cfgs, missing = experiments.configs("fedmcsa_table2", "paper", {"seed": 0})
+    assert missing == ["fmnist", "mnist"] and len(cfgs) == 2 * 7 and {c.seed for c in cfgs} == {0}
+    assert experiments.main(["fedmcsa_sigma", "--profile", "smoke", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "8 configs, 0 stored" in out and out.count("to run  ") == 8
