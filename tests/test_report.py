@@ -27,6 +27,7 @@ def test_paper_vs_ours_golden():
 
 
 def test_available_cells_drops_absent_datasets(monkeypatch, tmp_path):
+    monkeypatch.delenv("FEDLIB_PROFILE", raising=False)  # `make test` forces smoke, which would pick the smoke grid
     monkeypatch.setenv("FEDLIB_DATA", str(tmp_path))
     base, grid = get("fedmcsa_table2", "quick")
     keep, missing = available_cells(grid)
@@ -35,6 +36,7 @@ def test_available_cells_drops_absent_datasets(monkeypatch, tmp_path):
 
 def test_experiments_cli_dry_run_and_filter(monkeypatch, tmp_path, capsys):
     from fedlib import experiments
+    monkeypatch.delenv("FEDLIB_PROFILE", raising=False)
     monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "no-data"))
     cfgs, missing = experiments.configs("fedmcsa_table2", "paper", {"seed": 0})
     assert missing == ["fmnist", "mnist"] and len(cfgs) == 2 * 7 and {c.seed for c in cfgs} == {0}
