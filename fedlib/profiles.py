@@ -83,7 +83,7 @@ def available_cells(grid: list[dict]) -> tuple[list[dict], list[str]]:
     keep, missing = [], set()
     for cell in grid:
         d = cell.get("dataset", "synthetic")
-        if d == "synthetic" or readers.available({"fmnist": "fmnist"}.get(d, d)):
+        if d == "synthetic" or readers.available(d):
             keep.append(cell)
         else:
             missing.add(d)
