@@ -122,3 +122,21 @@ def sigma_study(frame: pd.DataFrame, local: pd.DataFrame, title: str = ""):
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def method_curves(frame: pd.DataFrame, title: str = ""):
+    """Mean test accuracy per round of every method, one panel per data set (FedMCSA Figures 3 and 4)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    datasets = sorted(frame.dataset.unique())
+    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4), squeeze=False)
+    for ax, d in zip(axes[0], datasets):
+        sns.lineplot(data=frame[frame.dataset == d], x="round", y="test_acc", hue="method", ax=ax, linewidth=1)
+        ax.set_title(d)
+        ax.set_ylabel("mean test accuracy (sample-weighted)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

@@ -74,7 +74,30 @@ FEDMCSA_SIGMA = {
     "paper": _fig5(800, SIGMAS, [0]),
 }
 
-EXPERIMENTS = {"quickstart": QUICKSTART, "fedmcsa_table2": FEDMCSA_TABLE2, "fedmcsa_sigma": FEDMCSA_SIGMA}
+# Figures 3 (MLR) and 4 (DNN): every method "with the same hyperparameters" (lr 0.02, |D| = 20, R = 20, T = 800) on
+# Synthetic and MNIST. The paper gives no values for the baselines' own knobs; ours: FedProx mu = 0.01; Per-FedAvg
+# beta = 0.001 (pFedMe's README command for Per-FedAvg), alpha = lr; pFedMe as in Table 2; HeurFedAMP sigma = 50
+# (FedMCSA's), xi_ii = 0.5, lambda = 5. pFedMe gives both PM and GM from one run.
+FIGURE_METHODS = [{"algorithm": "fedavg"}, {"algorithm": "fedprox", "mu": 0.01},
+                  {"algorithm": "perfedavg", "beta": 0.001}, {"algorithm": "pfedme"},
+                  {"algorithm": "heurfedamp"}, {"algorithm": "fedmcsa"}, {"algorithm": "local"}]
+
+
+def _figure(model, datasets, rounds, smoke=False):
+    base = RunConfig(lr=0.02, batch_size=20, local_steps=20, rounds=rounds)
+    cells = [{**cell, **m} for cell in _fedmcsa_cells(datasets, [model]) for m in FIGURE_METHODS]
+    if smoke:
+        cells = [{**c, "n_clients": 6, "clients_per_round": 3, "local_steps": 3} for c in cells]
+    return base, cells
+
+
+FEDMCSA_FIG3 = {"smoke": _figure("mlr", ["synthetic"], 3, True), "quick": _figure("mlr", ["synthetic", "mnist"], 200),
+                "paper": _figure("mlr", ["synthetic", "mnist"], 800)}
+FEDMCSA_FIG4 = {"smoke": _figure("dnn", ["synthetic"], 3, True), "quick": _figure("dnn", ["synthetic", "mnist"], 200),
+                "paper": _figure("dnn", ["synthetic", "mnist"], 800)}
+
+EXPERIMENTS = {"quickstart": QUICKSTART, "fedmcsa_fig3": FEDMCSA_FIG3, "fedmcsa_fig4": FEDMCSA_FIG4,
+               "fedmcsa_table2": FEDMCSA_TABLE2, "fedmcsa_sigma": FEDMCSA_SIGMA}
 
 
 def available_cells(grid: list[dict]) -> tuple[list[dict], list[str]]:
