@@ -50,7 +50,7 @@ def bench_case(case: str, repeats: int = 5, device: str = "cpu", steps: int = 20
     params = {k: v.unsqueeze(0).repeat(n, *([1] * v.dim())) for k, v in model.state_dict().items()}
     opt = LocalSGD(lr=lr, momentum=momentum)
     gen = torch.Generator().manual_seed(0)
-    layout = data.train if device == "cpu" else data.to("cpu").train
+    layout = data.train.layout()
     times = {"stacked": [], "loop": []}
     execs = {"stacked": StackedExecutor(), "loop": LoopExecutor()}
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)

@@ -32,6 +32,16 @@ FEDMCSA_HIDDEN = {"synthetic": (20,), "mnist": (100,), "fmnist": (100,)}
 TABLE2_ALGORITHMS = ["fedmcsa", "fedmcsa-mcsa", "fedavg", "fedavg+mcsa", "pfedme", "pfedme+mcsa", "local"]
 
 
+def _fedmcsa_base(rounds: int) -> RunConfig:
+    """FedMCSA's optimiser settings (Sec. 5.1) at ``rounds`` rounds."""
+    return RunConfig(lr=0.02, batch_size=20, local_steps=20, rounds=rounds)
+
+
+def _smoke(cells: list[dict]) -> list[dict]:
+    """CI size: a few clients, a few local steps."""
+    return [{**c, "n_clients": 6, "clients_per_round": 3, "local_steps": 3} for c in cells]
+
+
 def _fedmcsa_cells(datasets, models, **extra) -> list[dict]:
     cells = []
     for d in datasets:
@@ -41,11 +51,8 @@ def _fedmcsa_cells(datasets, models, **extra) -> list[dict]:
 
 
 def _table2(datasets, rounds, seeds, smoke=False):
-    base = RunConfig(lr=0.02, batch_size=20, local_steps=20, rounds=rounds)
     cells = _fedmcsa_cells(datasets, ["mlr", "dnn"], algorithm=TABLE2_ALGORITHMS, seed=seeds)
-    if smoke:  # CI: a few clients, a few steps
-        cells = [{**c, "n_clients": 6, "clients_per_round": 3, "local_steps": 3} for c in cells]
-    return base, cells
+    return _fedmcsa_base(rounds), _smoke(cells) if smoke else cells
 
 
 FEDMCSA_TABLE2 = {
@@ -60,12 +67,9 @@ SIGMAS = [0.0, 10.0, 30.0, 50.0, 70.0, 100.0, 1000.0, 100000.0]
 
 
 def _fig5(rounds, sigmas, seeds, smoke=False):
-    base = RunConfig(lr=0.02, batch_size=20, local_steps=20, rounds=rounds)
     cells = (_fedmcsa_cells(["synthetic"], ["mlr", "dnn"], algorithm="fedmcsa", sigma=sigmas, seed=seeds)
              + _fedmcsa_cells(["synthetic"], ["mlr", "dnn"], algorithm="local", seed=seeds))
-    if smoke:
-        cells = [{**c, "n_clients": 6, "clients_per_round": 3, "local_steps": 3} for c in cells]
-    return base, cells
+    return _fedmcsa_base(rounds), _smoke(cells) if smoke else cells
 
 
 FEDMCSA_SIGMA = {
@@ -84,11 +88,8 @@ FIGURE_METHODS = [{"algorithm": "fedavg"}, {"algorithm": "fedprox", "mu": 0.01},
 
 
 def _figure(model, datasets, rounds, smoke=False):
-    base = RunConfig(lr=0.02, batch_size=20, local_steps=20, rounds=rounds)
     cells = [{**cell, **m} for cell in _fedmcsa_cells(datasets, [model]) for m in FIGURE_METHODS]
-    if smoke:
-        cells = [{**c, "n_clients": 6, "clients_per_round": 3, "local_steps": 3} for c in cells]
-    return base, cells
+    return _fedmcsa_base(rounds), _smoke(cells) if smoke else cells
 
 
 FEDMCSA_FIG3 = {"smoke": _figure("mlr", ["synthetic"], 3, True), "quick": _figure("mlr", ["synthetic", "mnist"], 200),

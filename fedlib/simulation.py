@@ -123,9 +123,7 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
     gen = torch.Generator().manual_seed(seed + 1)    # mini-batches
     eval_gen = torch.Generator().manual_seed(seed + 2)  # batches used at evaluation (Per-FedAvg's adaptation)
     n_train = data.train.sizes.cpu().to(torch.float64)
-    # plans are drawn on the CPU from sizes/offsets only, so a seed gives the same batches on any device
-    empty = torch.zeros(0)
-    layout = Split(empty, empty.long(), data.train.offsets.cpu(), data.train.sizes.cpu())
+    layout = data.train.layout()
     rows, accs, losses = [], [], []
     uploads = 0
     t0 = time.perf_counter()

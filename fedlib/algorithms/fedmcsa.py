@@ -66,16 +66,19 @@ def _client_step(cfg) -> LocalSGD:
     return LocalSGD(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, mu=mu)
 
 
-def build(cfg) -> Algorithm:
-    return Algorithm(name="fedmcsa", select=UniformSelection(cfg.clients_per_round, cfg.fraction),
-                     local=_client_step(cfg), aggregate=MCSAttention(cfg.sigma, by_data_size=cfg.mcsa_code),
+def _fedmcsa_round(cfg, name: str, aggregate) -> Algorithm:
+    """Algorithm 1's round with a given server aggregation: all clients train, prox toward the last W_i."""
+    return Algorithm(name=name, select=UniformSelection(cfg.clients_per_round, cfg.fraction),
+                     local=_client_step(cfg), aggregate=aggregate,
                      trains="all", start="personal", anchor="received", evaluate="personal")
+
+
+def build(cfg) -> Algorithm:
+    return _fedmcsa_round(cfg, "fedmcsa", MCSAttention(cfg.sigma, by_data_size=cfg.mcsa_code))
 
 
 def build_minus_mcsa(cfg) -> Algorithm:
-    return Algorithm(name="fedmcsa-mcsa", select=UniformSelection(cfg.clients_per_round, cfg.fraction),
-                     local=_client_step(cfg), aggregate=UniformToPersonal(),
-                     trains="all", start="personal", anchor="received", evaluate="personal")
+    return _fedmcsa_round(cfg, "fedmcsa-mcsa", UniformToPersonal())
 
 
 def build_fedavg_plus_mcsa(cfg) -> Algorithm:

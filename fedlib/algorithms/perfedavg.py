@@ -30,9 +30,7 @@ USES = ("lr", "clients_per_round", "fraction", "beta", "hf_delta")
 
 
 def _one_step(executor, model, params, plan: BatchPlan, s: int, split, lr: float):
-    sub = BatchPlan(plan.index[s:s + 1], None if plan.weight is None else plan.weight[s:s + 1],
-                    None if plan.active is None else plan.active[s:s + 1])
-    return executor.train(model, params, sub, split, LocalSGD(lr=lr))
+    return executor.train(model, params, plan.at_steps(slice(s, s + 1)), split, LocalSGD(lr=lr))
 
 
 def _grad(executor, model, params, plan, s, split):
@@ -73,8 +71,7 @@ class AdaptBeforeEval:
 
     def __call__(self, executor, model, state, split, generator) -> None:
         n = len(split.sizes)
-        layout = type(split)(split.x[:0], split.y[:0], split.offsets.cpu(), split.sizes.cpu())
-        plan = sample_steps(layout, torch.arange(n), 1, self.batch_size, generator)
+        plan = sample_steps(split.layout(), torch.arange(n), 1, self.batch_size, generator)
         plan = BatchPlan(plan.index.to(split.x.device))
         g = {k: v.unsqueeze(0).expand(n, *v.shape).clone() for k, v in state.global_params.items()}
         state.extra["adapted"] = executor.train(model, g, plan, split, LocalSGD(lr=self.alpha))

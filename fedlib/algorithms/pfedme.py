@@ -44,12 +44,9 @@ class PFedMeClient:
         w = {n: t.clone() for n, t in start.items()}
         theta = {n: t.clone() for n, t in start.items()}
         inner = LocalSGD(lr=self.personal_lr, mu=self.lam)
-        k = self.inner_steps
-        rep = lambda t: None if t is None else t[None].expand(k, *t.shape)
         for r in range(plan.steps):
-            once = BatchPlan(rep(plan.index[r]), rep(None if plan.weight is None else plan.weight[r]),
-                             rep(None if plan.active is None else plan.active[r]))
-            theta = executor.train(model, theta, once, split, inner, anchor=w)
+            same_batch = plan.at_steps(torch.full((self.inner_steps,), r))  # K steps on batch r
+            theta = executor.train(model, theta, same_batch, split, inner, anchor=w)
             for n, t in w.items():
                 if t.is_floating_point():
                     if plan.active is None:

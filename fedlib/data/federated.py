@@ -32,6 +32,12 @@ class Split:
         x = self.x.to(device=device, dtype=dtype if self.x.is_floating_point() else None)
         return Split(x, self.y.to(device), self.offsets.to(device), self.sizes.to(device))
 
+    def layout(self) -> "Split":
+        """Sizes and offsets only, on the CPU: what the samplers need. Plans are drawn on the CPU,
+        so a seed gives the same mini-batches whatever device holds the data."""
+        empty = torch.zeros(0)
+        return Split(empty, empty.long(), self.offsets.cpu(), self.sizes.cpu())
+
 
 def _stack(x: np.ndarray, y: np.ndarray, parts: list[np.ndarray]) -> Split:
     sizes = np.array([len(p) for p in parts], dtype=np.int64)
@@ -113,6 +119,11 @@ class BatchPlan:
         """The plan restricted to a subset (slice or index) of its K clients."""
         pick = lambda t: None if t is None else t[:, sel]
         return BatchPlan(self.index[:, sel], pick(self.weight), pick(self.active))
+
+    def at_steps(self, idx) -> "BatchPlan":
+        """The plan made of the steps ``idx`` (a slice, or indices that may repeat a step)."""
+        pick = lambda t: None if t is None else t[idx]
+        return BatchPlan(self.index[idx], pick(self.weight), pick(self.active))
 
 
 def sample_steps(split: Split, clients: torch.Tensor, steps: int, batch_size: int,
