@@ -91,6 +91,52 @@ def paper_vs_ours_bars(cmp: pd.DataFrame, title: str = ""):
     return fig
 
 
+def tuning_gain(frame: pd.DataFrame, paper: pd.DataFrame | None = None, title: str = ""):
+    """FedMCSA Table 1's grid at a glance, one panel per (dataset, model): for each method the span of BMTA over
+    its grid (bar), the setting Figures 3-4 use (open circle), the winner (filled dot) and the paper's Table 1
+    number (red cross; ``paper`` rows: dataset, model, algorithm, accuracy)."""
+    import matplotlib.pyplot as plt
+
+    frame = frame[frame.stored]
+    cells = frame[["dataset", "model"]].drop_duplicates().values.tolist()
+    if not cells:
+        fig, ax = plt.subplots(figsize=(4, 1))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "no grid runs stored", ha="center")
+        return fig
+    rows = list(dict.fromkeys(frame.row))
+    fig, axes = plt.subplots(1, len(cells), figsize=(3.4 * len(cells), 0.45 * len(rows) + 1.6), squeeze=False,
+                             sharey=True)
+    for ax, (d, m) in zip(axes[0], cells):
+        sub = frame[(frame.dataset == d) & (frame.model == m)]
+        for y, row in enumerate(rows):
+            g = sub[sub.row == row]
+            if g.empty:
+                continue
+            ax.plot([g.bmta.min(), g.bmta.max()], [y, y], color="#9ecae1", lw=6, solid_capstyle="butt")
+            ax.plot(g[g.figure_setting].bmta, [y] * int(g.figure_setting.sum()), "o", mfc="white", mec="k")
+            if g.winner.any():
+                ax.plot(g[g.winner].bmta, [y], "o", color="#08519c")
+            if paper is not None:
+                p = paper[(paper.dataset == d) & (paper.model == m) & (paper.algorithm == row)]
+                ax.plot(p.accuracy, [y] * len(p), "x", color="#d62728", ms=8, mew=2)
+        ax.set_title(f"{d} / {m}")
+        ax.set_xlabel("BMTA (%)")
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks(range(len(rows)))
+    axes[0][0].set_yticklabels(rows)
+    axes[0][0].invert_yaxis()
+    from matplotlib.lines import Line2D
+    handles = [Line2D([], [], color="#9ecae1", lw=6, label="grid span"),
+               Line2D([], [], marker="o", ls="", mfc="white", mec="k", label="Figs 3-4 setting"),
+               Line2D([], [], marker="o", ls="", color="#08519c", label="winner (seed 0)"),
+               Line2D([], [], marker="x", ls="", color="#d62728", mew=2, label="paper Table 1")]
+    fig.legend(handles=handles, loc="lower center", ncol=4 if len(cells) > 2 else 2, frameon=False)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.08 if len(cells) > 2 else 0.14, 1, 1))
+    return fig
+
+
 def sigma_study(frame: pd.DataFrame, local: pd.DataFrame, title: str = ""):
     """Left: accuracy per round for each sigma (one row of panels per model); right: best accuracy vs sigma
     with the Local baseline as a line (sigma -> inf is each client attending only to itself)."""

@@ -1,0 +1,114 @@
+"""Hyperparameter selection for FedMCSA Table 1 ("performance comparisons using fine-tuned hyperparameters").
+
+FedMCSA Sec. 5.2.2 says only that each method's hyperparameters were grid-searched with |D| = 20, R = 20 and T = 800
+fixed, and that Table 1 reports the best mean test accuracy (BMTA) averaged over 3 runs. It names neither the grid
+nor the data the winner was picked on. Our protocol (the grid is ``profiles.TABLE1_LRS`` x ``TABLE1_KNOBS``):
+
+1. every grid config runs once, with seed 0;
+2. per (dataset, model, Table 1 row) the winner is the config with the highest sample-weighted BMTA of that run
+   (ties: the first in grid order). The only held-out data the protocol has is the clients' 25% test split, so the
+   winner is picked on the same test data the table reports, as the pFedMe-lineage code the paper forks does. This
+   makes every row optimistic by the same mechanism, the paper's rows included;
+3. the winner runs with seeds 0, 1, 2 and the table reports their mean and std (seed 0 is the selection run).
+
+pFedMe gives two rows from one run: its personalised models (PM, ``test_acc``) and its global model (GM,
+``gm_test_acc``); each row picks its own winner, as the paper reports them as two methods.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .config import RunConfig
+from .store import Store
+
+# Table 1 row -> (algorithm, sample-weighted accuracy column, unweighted column)
+ROWS = {"fedavg": ("fedavg", "test_acc", "test_acc_mean"),
+        "fedprox": ("fedprox", "test_acc", "test_acc_mean"),
+        "perfedavg": ("perfedavg", "test_acc", "test_acc_mean"),
+        "pfedme (GM)": ("pfedme", "gm_test_acc", "gm_test_acc_mean"),
+        "pfedme": ("pfedme", "test_acc", "test_acc_mean"),
+        "heurfedamp": ("heurfedamp", "test_acc", "test_acc_mean"),
+        "fedmcsa": ("fedmcsa", "test_acc", "test_acc_mean"),
+        "local": ("local", "test_acc", "test_acc_mean")}
+TUNED = ("lr", "mu", "beta", "lam", "amp_self_weight", "sigma")  # the fields a Table 1 grid varies
+
+
+def setting(cfg: RunConfig) -> str:
+    """The tuned values of a config, e.g. 'lr=0.02 mu=0.1': lr and the method's knob in ``profiles.TABLE1_KNOBS``."""
+    from .profiles import TABLE1_KNOBS
+
+    knobs = ["lr", *TABLE1_KNOBS.get(cfg.algorithm, {})]
+    return " ".join(f"{k}={getattr(cfg, k):g}" for k in knobs)
+
+
+def _best(metrics: pd.DataFrame, column: str) -> float:
+    s = metrics[column].to_numpy(dtype=float)
+    return float(np.nanmax(s)) if np.isfinite(s).any() else np.nan
+
+
+def grid_frame(cfgs: list[RunConfig], store: Store | None = None) -> pd.DataFrame:
+    """One row per (grid config, Table 1 row it can fill): dataset, model, row, the tuned fields, ``setting`` (their
+    text), ``figure_setting`` (the values Figures 3-4 use), whether it is stored, and its BMTA (%, sample-weighted and
+    unweighted; NaN when not stored)."""
+    from .profiles import TABLE1_KNOBS, _fedmcsa_base
+
+    store = store or Store()
+    lr0 = _fedmcsa_base(1).lr
+    out = []
+    for cfg in cfgs:
+        res = store.load(cfg)
+        # Figures 3-4's "same hyperparameters": lr 0.02 and each knob's first grid value
+        fig = cfg.lr == lr0 and all(getattr(cfg, k) == v[0] for k, v in TABLE1_KNOBS.get(cfg.algorithm, {}).items())
+        for row, (alg, wcol, ucol) in ROWS.items():
+            if cfg.algorithm != alg:
+                continue
+            out.append({"dataset": cfg.dataset, "model": cfg.model, "row": row, "key": cfg.key(),
+                        **{f: getattr(cfg, f) for f in TUNED}, "setting": setting(cfg), "figure_setting": fig,
+                        "stored": res is not None,
+                        "bmta": np.nan if res is None else 100 * _best(res.metrics, wcol),
+                        "bmta_unweighted": np.nan if res is None else 100 * _best(res.metrics, ucol)})
+    return pd.DataFrame(out)
+
+
+def select(cfgs: list[RunConfig], store: Store | None = None) -> tuple[dict, pd.DataFrame]:
+    """Winners of the grid ``cfgs`` (stage 1 runs): ``{(dataset, model, row): RunConfig}`` and the ``grid_frame``
+    with a ``winner`` column. A (dataset, model, row) whose grid is not completely stored gets no winner: picking
+    among part of a grid would quietly change the protocol."""
+    by_key = {c.key(): c for c in cfgs}
+    frame = grid_frame(cfgs, store)
+    winners = {}
+    if frame.empty:
+        return winners, frame.assign(winner=pd.Series(dtype=bool))
+    frame["winner"] = False
+    for (d, m, row), g in frame.groupby(["dataset", "model", "row"], sort=False):
+        if not g.stored.all() or g.bmta.isna().all():
+            continue
+        i = g.bmta.idxmax()  # first maximum in grid order
+        frame.loc[i, "winner"] = True
+        winners[(d, m, row)] = by_key[frame.loc[i, "key"]]
+    return winners, frame
+
+
+def status(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (dataset, model, row): grid configs stored of total, and whether it has a winner."""
+    if frame.empty:
+        return pd.DataFrame(columns=["dataset", "model", "row", "stored", "grid", "selected"])
+    g = frame.groupby(["dataset", "model", "row"], sort=False)
+    return pd.DataFrame({"stored": g.stored.sum(), "grid": g.size(), "selected": g.winner.any()}).reset_index()
+
+
+def table1_runs(winners: dict, seeds, store: Store | None = None) -> pd.DataFrame:
+    """Stage 2: one row per (Table 1 row, seed) stored, with the BMTA columns ``paper_vs_ours`` reads
+    (``best_acc``, ``best_acc_mean`` as fractions) and the winner's tuned fields."""
+    store = store or Store()
+    out = []
+    for (d, m, row), w in winners.items():
+        _, wcol, ucol = ROWS[row]
+        for seed in seeds:
+            res = store.load(w.replace(seed=seed))
+            if res is None:
+                continue
+            out.append({"dataset": d, "model": m, "algorithm": row, "seed": seed, "setting": setting(w),
+                        "best_acc": _best(res.metrics, wcol), "best_acc_mean": _best(res.metrics, ucol)})
+    return pd.DataFrame(out)
