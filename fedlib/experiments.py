@@ -18,7 +18,7 @@ from .store import Store
 def configs(name: str, profile: str | None = None, where: dict | None = None):
     """(configs to run, absent data sets) of experiment ``name`` at ``profile``."""
     base, grid = profiles.get(name, profile)
-    grid, missing = profiles.available_cells(grid)
+    grid, missing = profiles.available_cells(grid, base)
     cfgs = expand(base, grid) if grid else []
     for k, v in (where or {}).items():
         cfgs = [c for c in cfgs if getattr(c, k) == v]

@@ -131,7 +131,7 @@ def _fedmcsa_table1(profile: str):
     from .tuning import select
 
     base, grid = FEDMCSA_TABLE1_GRID[profile]
-    grid, _ = available_cells(grid)
+    grid, _ = available_cells(grid, base)
     winners, _ = select(expand(base, grid) if grid else [])
     cells = [{**w.changed(), "seed": TABLE1_SEEDS[profile]} for w in winners.values()]
     return RunConfig(), cells
@@ -354,13 +354,14 @@ EXPERIMENTS = {"quickstart": QUICKSTART, "fedmcsa_fig3": FEDMCSA_FIG3, "fedmcsa_
                "pfedla_office_table3": _pfedla_office_table3, "pfedla_office_fig4": _pfedla_office_fig4}
 
 
-def available_cells(grid: list[dict]) -> tuple[list[dict], list[str]]:
-    """The grid cells whose data set is present, and the names of the absent data sets."""
+def available_cells(grid: list[dict], base: RunConfig | None = None) -> tuple[list[dict], list[str]]:
+    """The grid cells whose data set is present, and the names of the absent data sets. A cell that names no data
+    set uses ``base``'s (AdaFL's cells take MNIST from the base config)."""
     from .data import domains, readers
     keep, missing = [], set()
     present = None
     for cell in grid:
-        d = cell.get("dataset", "synthetic")
+        d = cell.get("dataset", base.dataset if base is not None else "synthetic")
         if d in domains.DOMAINS:
             present = present if present is not None else domains.available()
             if set(cell.get("domains") or domains.DOMAINS[d]) <= set(present[d]) and present[d]:

@@ -33,6 +33,11 @@ def test_available_cells_drops_absent_datasets(monkeypatch, tmp_path):
     base, grid = get("fedmcsa_table2", "quick")
     keep, missing = available_cells(grid)
     assert missing == ["mnist"] and {c["dataset"] for c in keep} == {"synthetic"}
+    # AdaFL's MNIST cells take the data set from the base config: without MNIST and CIFAR-10 nothing is left to run
+    base, grid = get("adafl_table1", "quick")
+    assert base.dataset == "mnist" and any("dataset" not in c for c in grid)
+    keep, missing = available_cells(grid, base)
+    assert keep == [] and missing == ["cifar10", "mnist"]
 
 
 def test_experiments_cli_dry_run_and_filter(monkeypatch, tmp_path, capsys):
