@@ -73,19 +73,22 @@ def grid_frame(cfgs: list[RunConfig], store: Store | None = None) -> pd.DataFram
 
 def select(cfgs: list[RunConfig], store: Store | None = None) -> tuple[dict, pd.DataFrame]:
     """Winners of the grid ``cfgs`` (stage 1 runs): ``{(dataset, model, row): RunConfig}`` and the ``grid_frame``
-    with a ``winner`` column. A (dataset, model, row) whose grid is not completely stored gets no winner: picking
+    with a ``winner`` column and ``lr_at_edge`` (the winner's lr is the smallest or largest of 3 or more tried). A (dataset, model, row) whose grid is not completely stored gets no winner: picking
     among part of a grid would quietly change the protocol."""
     by_key = {c.key(): c for c in cfgs}
     frame = grid_frame(cfgs, store)
     winners = {}
     if frame.empty:
-        return winners, frame.assign(winner=pd.Series(dtype=bool))
+        return winners, frame.assign(winner=pd.Series(dtype=bool), lr_at_edge=pd.Series(dtype=bool))
     frame["winner"] = False
+    frame["lr_at_edge"] = False
     for (d, m, row), g in frame.groupby(["dataset", "model", "row"], sort=False):
         if not g.stored.all() or g.bmta.isna().all():
             continue
         i = g.bmta.idxmax()  # first maximum in grid order
         frame.loc[i, "winner"] = True
+        # a winner at the end of the learning-rate range says the range may be too narrow
+        frame.loc[i, "lr_at_edge"] = g.lr.nunique() > 2 and frame.loc[i, "lr"] in (g.lr.min(), g.lr.max())
         winners[(d, m, row)] = by_key[frame.loc[i, "key"]]
     return winners, frame
 

@@ -45,6 +45,19 @@ def test_select_picks_the_best_bmta_per_row(tmp_path, grid):
     assert fp.bmta.round(6).tolist() == [70.0, 80.0, 90.0, 85.0]
     assert fp.bmta_unweighted.round(6).tolist() == [69.0, 79.0, 89.0, 84.0]
     assert setting(grid[2]) == "lr=0.05 mu=0.01"
+    assert not frame.lr_at_edge.any()  # two learning rates: no interior to speak of
+
+
+def test_lr_at_edge_flags_a_winner_at_the_end_of_three_rates(tmp_path):
+    base = RunConfig(n_clients=6, clients_per_round=3, rounds=3)
+    grid = expand(base, {"algorithm": ["fedavg", "local"], "lr": [0.01, 0.02, 0.05]})
+    store = Store(tmp_path)
+    for cfg, acc in zip(grid, [0.5, 0.6, 0.7, 0.5, 0.8, 0.7]):  # fedavg peaks at 0.05 (edge), local at 0.02
+        _fake(store, cfg, [acc])
+    _, frame = select(grid, store)
+    w = frame[frame.winner].set_index("row")
+    assert w.loc["fedavg", "lr"] == 0.05 and w.loc["fedavg", "lr_at_edge"]
+    assert w.loc["local", "lr"] == 0.02 and not w.loc["local", "lr_at_edge"]
 
 
 def test_incomplete_grid_has_no_winner(tmp_path, grid):
