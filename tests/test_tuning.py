@@ -91,7 +91,8 @@ def test_table1_runs_reads_each_rows_column_over_seeds(tmp_path, grid):
     assert np.allclose(gm.best_acc_mean, [0.69, 0.74])
 
 
-def test_table1_profiles_hold_the_stated_grid(tmp_path):
+def test_table1_profiles_hold_the_stated_grid(tmp_path, monkeypatch):
+    monkeypatch.delenv("FEDLIB_PROFILE", raising=False)  # `make test` forces smoke, which would pick the smoke grid
     base, grid = profiles.get("fedmcsa_table1_grid", "paper")
     cfgs = expand(base, [c for c in grid if c["dataset"] == "mnist" and c["model"] == "mlr"])
     n_knobbed = sum(1 for k in profiles.TABLE1_KNOBS.values() if k)
