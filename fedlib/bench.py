@@ -4,7 +4,8 @@
 
 Each case trains every client of one round (R local steps on the same ``BatchPlan``) with
 both executors in this one process, alternating which goes first, and prints the median
-seconds per round, the median of the per-round ratios and their range. Cases (issue #2's targets on the 2-core CPU in brackets):
+seconds per round, the median of the per-round ratios and their range. Cases (issue #2's
+targets on the 2-core CPU in brackets):
   (a) Synthetic(0.5, 0.5), N=100, DNN 60-20-10, R=20 steps of batch 20      [ratio >= 30]
   (b) MNIST-shaped, N=20, DNN 784-100-10, R=20, batch 20 (pFedMe sizes)    [ratio >= 8]
   (c) N=100, MLP 784-200-200-10, R=20, batch 10 (AdaFL's model, 600 rows) [ratio >= 4]

@@ -96,6 +96,7 @@ def tuning_gain(frame: pd.DataFrame, paper: pd.DataFrame | None = None, title: s
     its grid (bar), the setting Figures 3-4 use (open circle), the winner (filled dot) and the paper's Table 1
     number (red cross; ``paper`` rows: dataset, model, algorithm, accuracy)."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     frame = frame[frame.stored]
     cells = frame[["dataset", "model"]].drop_duplicates().values.tolist()
@@ -126,7 +127,6 @@ def tuning_gain(frame: pd.DataFrame, paper: pd.DataFrame | None = None, title: s
     axes[0][0].set_yticks(range(len(rows)))
     axes[0][0].set_yticklabels(rows)
     axes[0][0].invert_yaxis()
-    from matplotlib.lines import Line2D
     handles = [Line2D([], [], color="#9ecae1", lw=6, label="grid span"),
                Line2D([], [], marker="o", ls="", mfc="white", mec="k", label="Figs 3-4 setting"),
                Line2D([], [], marker="o", ls="", color="#08519c", label="winner (seed 0)"),

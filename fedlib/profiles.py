@@ -348,7 +348,8 @@ def _pfedla_office_fig4(profile: str):
 
 
 EXPERIMENTS = {"quickstart": QUICKSTART, "fedmcsa_fig3": FEDMCSA_FIG3, "fedmcsa_fig4": FEDMCSA_FIG4,
-               "fedmcsa_table1_grid": FEDMCSA_TABLE1_GRID, "fedmcsa_table1": _fedmcsa_table1, "fedmcsa_table2": FEDMCSA_TABLE2, "fedmcsa_sigma": FEDMCSA_SIGMA,
+               "fedmcsa_table1_grid": FEDMCSA_TABLE1_GRID, "fedmcsa_table1": _fedmcsa_table1,
+               "fedmcsa_table2": FEDMCSA_TABLE2, "fedmcsa_sigma": FEDMCSA_SIGMA,
                "adafl_table1": ADAFL_TABLE1, "adafl_fig3": ADAFL_FIG3, "adafl_table3": ADAFL_TABLE3,
                "adafl_dynamics": ADAFL_DYNAMICS, "pfedla_table1": _pfedla_table1, "pfedla_fig4": _pfedla_fig4,
                "pfedla_office_table3": _pfedla_office_table3, "pfedla_office_fig4": _pfedla_office_fig4}

@@ -20,6 +20,8 @@ import numpy as np
 import pandas as pd
 
 from .config import RunConfig
+from .metrics import best
+from .profiles import TABLE1_KNOBS, _fedmcsa_base
 from .store import Store
 
 # Table 1 row -> (algorithm, sample-weighted accuracy column, unweighted column)
@@ -31,28 +33,19 @@ ROWS = {"fedavg": ("fedavg", "test_acc", "test_acc_mean"),
         "heurfedamp": ("heurfedamp", "test_acc", "test_acc_mean"),
         "fedmcsa": ("fedmcsa", "test_acc", "test_acc_mean"),
         "local": ("local", "test_acc", "test_acc_mean")}
-TUNED = ("lr", "mu", "beta", "lam", "amp_self_weight", "sigma")  # the fields a Table 1 grid varies
+TUNED = ("lr", *dict.fromkeys(k for knobs in TABLE1_KNOBS.values() for k in knobs))  # the fields the grid varies
 
 
 def setting(cfg: RunConfig) -> str:
     """The tuned values of a config, e.g. 'lr=0.02 mu=0.1': lr and the method's knob in ``profiles.TABLE1_KNOBS``."""
-    from .profiles import TABLE1_KNOBS
-
     knobs = ["lr", *TABLE1_KNOBS.get(cfg.algorithm, {})]
     return " ".join(f"{k}={getattr(cfg, k):g}" for k in knobs)
-
-
-def _best(metrics: pd.DataFrame, column: str) -> float:
-    s = metrics[column].to_numpy(dtype=float)
-    return float(np.nanmax(s)) if np.isfinite(s).any() else np.nan
 
 
 def grid_frame(cfgs: list[RunConfig], store: Store | None = None) -> pd.DataFrame:
     """One row per (grid config, Table 1 row it can fill): dataset, model, row, the tuned fields, ``setting`` (their
     text), ``figure_setting`` (the values Figures 3-4 use), whether it is stored, and its BMTA (%, sample-weighted and
     unweighted; NaN when not stored)."""
-    from .profiles import TABLE1_KNOBS, _fedmcsa_base
-
     store = store or Store()
     lr0 = _fedmcsa_base(1).lr
     out = []
@@ -66,15 +59,16 @@ def grid_frame(cfgs: list[RunConfig], store: Store | None = None) -> pd.DataFram
             out.append({"dataset": cfg.dataset, "model": cfg.model, "row": row, "key": cfg.key(),
                         **{f: getattr(cfg, f) for f in TUNED}, "setting": setting(cfg), "figure_setting": fig,
                         "stored": res is not None,
-                        "bmta": np.nan if res is None else 100 * _best(res.metrics, wcol),
-                        "bmta_unweighted": np.nan if res is None else 100 * _best(res.metrics, ucol)})
+                        "bmta": np.nan if res is None else 100 * best(res.metrics[wcol]),
+                        "bmta_unweighted": np.nan if res is None else 100 * best(res.metrics[ucol])})
     return pd.DataFrame(out)
 
 
 def select(cfgs: list[RunConfig], store: Store | None = None) -> tuple[dict, pd.DataFrame]:
     """Winners of the grid ``cfgs`` (stage 1 runs): ``{(dataset, model, row): RunConfig}`` and the ``grid_frame``
-    with a ``winner`` column and ``lr_at_edge`` (the winner's lr is the smallest or largest of 3 or more tried). A (dataset, model, row) whose grid is not completely stored gets no winner: picking
-    among part of a grid would quietly change the protocol."""
+    with a ``winner`` column and ``lr_at_edge`` (the winner's lr is the smallest or largest of 3 or more tried).
+    A (dataset, model, row) whose grid is not completely stored gets no winner: picking among part of a grid
+    would quietly change the protocol."""
     by_key = {c.key(): c for c in cfgs}
     frame = grid_frame(cfgs, store)
     winners = {}
@@ -103,7 +97,7 @@ def status(frame: pd.DataFrame) -> pd.DataFrame:
 
 def table1_runs(winners: dict, seeds, store: Store | None = None) -> pd.DataFrame:
     """Stage 2: one row per (Table 1 row, seed) stored, with the BMTA columns ``paper_vs_ours`` reads
-    (``best_acc``, ``best_acc_mean`` as fractions) and the winner's tuned fields."""
+    (``best_acc``, ``best_acc_mean`` as fractions) and the winner's ``setting``."""
     store = store or Store()
     out = []
     for (d, m, row), w in winners.items():
@@ -113,5 +107,5 @@ def table1_runs(winners: dict, seeds, store: Store | None = None) -> pd.DataFram
             if res is None:
                 continue
             out.append({"dataset": d, "model": m, "algorithm": row, "seed": seed, "setting": setting(w),
-                        "best_acc": _best(res.metrics, wcol), "best_acc_mean": _best(res.metrics, ucol)})
+                        "best_acc": best(res.metrics[wcol]), "best_acc_mean": best(res.metrics[ucol])})
     return pd.DataFrame(out)

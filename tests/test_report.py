@@ -87,7 +87,6 @@ def test_adafl_numbers_match_the_paper_text():
 
 def test_adafl_run_metrics_golden():
     """best, last-10 average, and rounds/cost to a target by AdaFL's rule (mean of the last 5 rounds > target)."""
-    import numpy as np
     from fedlib.report import adafl_run_metrics
     acc = np.array([0.5, 0.8, 0.9, 0.92, 0.93, 0.95, 0.96, 0.90, 0.97, 0.98, 0.99, 0.97])
     uploads = np.cumsum([10] * 6 + [20] * 6)
