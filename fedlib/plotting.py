@@ -82,8 +82,10 @@ def paper_vs_ours_bars(cmp: pd.DataFrame, title: str = ""):
         ax.set_xticks(list(x))
         ax.set_xticklabels(sub.algorithm, rotation=45, ha="right")
         ax.set_title(f"{d} / {m}")
-        ax.set_ylim(max(0, min(sub.ours_weighted.min(), sub.paper.min(skipna=True) if sub.paper.notna().any() else 100) - 10), 100)
         ax.grid(axis="y", alpha=0.3)
+    # One lower limit for all panels (they share y): 10 points under the lowest bar anywhere, so no bar is cut.
+    low = pd.concat([cmp.ours_weighted, cmp.paper]).min(skipna=True)
+    axes[0][0].set_ylim(max(0.0, low - 10), 100)
     axes[0][0].set_ylabel("best mean test accuracy (%)")
     axes[0][0].legend()
     fig.suptitle(title)

@@ -355,14 +355,14 @@ EXPERIMENTS = {"quickstart": QUICKSTART, "fedmcsa_fig3": FEDMCSA_FIG3, "fedmcsa_
                "pfedla_office_table3": _pfedla_office_table3, "pfedla_office_fig4": _pfedla_office_fig4}
 
 
-def available_cells(grid: list[dict], base: RunConfig | None = None) -> tuple[list[dict], list[str]]:
+def available_cells(grid: list[dict], base: RunConfig) -> tuple[list[dict], list[str]]:
     """The grid cells whose data set is present, and the names of the absent data sets. A cell that names no data
     set uses ``base``'s (AdaFL's cells take MNIST from the base config)."""
     from .data import domains, readers
     keep, missing = [], set()
     present = None
     for cell in grid:
-        d = cell.get("dataset", base.dataset if base is not None else "synthetic")
+        d = cell.get("dataset", base.dataset)
         if d in domains.DOMAINS:
             present = present if present is not None else domains.available()
             if set(cell.get("domains") or domains.DOMAINS[d]) <= set(present[d]) and present[d]:

@@ -31,7 +31,7 @@ def test_available_cells_drops_absent_datasets(monkeypatch, tmp_path):
     monkeypatch.delenv("FEDLIB_PROFILE", raising=False)  # `make test` forces smoke, which would pick the smoke grid
     monkeypatch.setenv("FEDLIB_DATA", str(tmp_path))
     base, grid = get("fedmcsa_table2", "quick")
-    keep, missing = available_cells(grid)
+    keep, missing = available_cells(grid, base)
     assert missing == ["mnist"] and {c["dataset"] for c in keep} == {"synthetic"}
     # AdaFL's MNIST cells take the data set from the base config: without MNIST and CIFAR-10 nothing is left to run
     base, grid = get("adafl_table1", "quick")
@@ -111,3 +111,16 @@ def test_pfedla_arrows_against_the_base_method():
     # the paper's FedBN USPS: 93.82 (base), 94.52 (+SE) -> up; diff = ours - paper
     assert out.loc["none", "paper"] == 93.82 and out.loc["se", "paper_arrow"] == "↑"
     assert np.isclose(out.loc["none", "diff"], 90.0 - 93.82)
+
+
+def test_paper_vs_ours_bars_cut_no_bar():
+    """The panels share y; the lower limit comes from the lowest bar of any panel, not the last panel's."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from fedlib.plotting import paper_vs_ours_bars
+
+    cmp = pd.DataFrame({"dataset": ["synthetic", "mnist"], "model": ["mlr", "mlr"], "algorithm": ["fedavg"] * 2,
+                        "paper": [77.26, 92.4], "ours_weighted": [60.0, 95.0], "ours_weighted_std": [0.5, np.nan]})
+    fig = paper_vs_ours_bars(cmp)
+    for ax in fig.axes:
+        assert ax.get_ylim() == (50.0, 100.0)
