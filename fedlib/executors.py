@@ -61,24 +61,35 @@ class LoopExecutor:
 
     def train(self, model: nn.Module, params: Params, plan: BatchPlan, data: Split, opt: LocalSGD,
               anchor: Params | None = None, drift: Params | None = None) -> Params:
-        k = _check(params, plan, anchor, opt)
+        _check(params, plan, anchor, opt)
+
+        def step_loss(module, trainable, s, i, keep):
+            rows = plan.index[s, i] if keep is None else plan.index[s, i][keep]
+            loss = F.cross_entropy(module(data.x[rows]), data.y[rows])
+            if opt.mu:
+                loss = loss + opt.mu / 2 * sum(((p - anchor[n][i]) ** 2).sum() for n, p in trainable.items())
+            if drift is not None:  # <c, w>: adds the constant c to the gradient (SCAFFOLD's c - c_i)
+                loss = loss + sum((p * drift[n][i]).sum() for n, p in trainable.items() if n in drift)
+            return loss
+
+        return self.each_client(model, params, plan, opt, step_loss)
+
+    @staticmethod
+    def each_client(model: nn.Module, params: Params, plan: BatchPlan, opt: LocalSGD, step_loss) -> Params:
+        """The loop itself, shared with algorithms that bring their own loss (FedMix): client i loads its row of
+        ``params`` into ``model`` and takes the plan's steps with ``torch.optim.SGD`` on
+        ``step_loss(module, trainable, s, i, keep)``; ``keep`` masks the padded rows of step s (None: no padding)."""
         out = {n: t.clone() for n, t in params.items()}
         module = model.train()
-        for i in range(k):
+        for i in range(plan.index.shape[1]):
             module.load_state_dict({n: t[i] for n, t in params.items()})
             trainable = dict(module.named_parameters())
             sgd = torch.optim.SGD(trainable.values(), lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
             for s in range(plan.steps):
                 if plan.active is not None and not bool(plan.active[s, i]):
-                    continue  # this client has finished its epoch: it does not step
-                rows = plan.index[s, i]
-                if plan.weight is not None:
-                    rows = rows[plan.weight[s, i] > 0]
-                loss = F.cross_entropy(module(data.x[rows]), data.y[rows])
-                if opt.mu:
-                    loss = loss + opt.mu / 2 * sum(((p - anchor[n][i]) ** 2).sum() for n, p in trainable.items())
-                if drift is not None:  # <c, w>: adds the constant c to the gradient (SCAFFOLD's c - c_i)
-                    loss = loss + sum((p * drift[n][i]).sum() for n, p in trainable.items() if n in drift)
+                    continue  # this client has finished its epochs: it does not step
+                keep = None if plan.weight is None else plan.weight[s, i] > 0
+                loss = step_loss(module, trainable, s, i, keep)
                 sgd.zero_grad(set_to_none=True)
                 loss.backward()
                 sgd.step()

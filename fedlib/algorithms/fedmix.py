@@ -84,7 +84,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data.federated import BatchPlan, Split
-from ..executors import LocalSGD, StackedExecutor, _sgd_update
+from ..executors import LocalSGD, LoopExecutor, StackedExecutor, _sgd_update
 from ..stages import Algorithm, UniformSelection, WeightedMean
 
 USES = ("lr", "momentum", "weight_decay", "clients_per_round", "fraction", "mix_lam", "mix_mean_size", "lr_decay")
@@ -173,37 +173,24 @@ class MixClient:
     # -- reference: one nn.Module and torch.optim.SGD per client -----------------------------
     def train_loop(self, model: nn.Module, params: Params, plan: BatchPlan, split: Split, mx, my, pair,
                    opt: LocalSGD) -> Params:
-        out = {n: t.clone() for n, t in params.items()}
-        module = model.train()
         lam = self.lam
-        for i in range(plan.index.shape[1]):
-            module.load_state_dict({n: t[i] for n, t in params.items()})
-            trainable = dict(module.named_parameters())
+
+        def step_loss(module, trainable, s, i, keep):
+            rows, j = plan.index[s, i], pair[s, i]
+            if keep is not None:
+                rows, j = rows[keep], j[keep]
             dtype = next(iter(trainable.values())).dtype
-            sgd = torch.optim.SGD(trainable.values(), lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
-            for s in range(plan.steps):
-                if plan.active is not None and not bool(plan.active[s, i]):
-                    continue  # this client has finished its epochs: it does not step
-                rows, j = plan.index[s, i], pair[s, i]
-                if plan.weight is not None:
-                    keep = plan.weight[s, i] > 0
-                    rows, j = rows[keep], j[keep]
-                x, y = split.x[rows].to(dtype), split.y[rows]
-                xm, ym = mx[j].to(dtype), my[j].to(dtype)
-                if self.taylor:
-                    z = ((1 - lam) * x).requires_grad_(True)
-                    logits = module(z)
-                    ce_sum = F.cross_entropy(logits, y, reduction="sum")  # per-sample input gradients
-                    gz, = torch.autograd.grad(ce_sum, z, create_graph=True)
-                    loss = self._fedmix_terms(logits, gz, y, xm, ym).mean()
-                else:
-                    loss = self._naive_terms(module((1 - lam) * x + lam * xm), y, ym).mean()
-                sgd.zero_grad(set_to_none=True)
-                loss.backward()
-                sgd.step()
-            for n, t in module.state_dict().items():
-                out[n][i] = t.detach()
-        return out
+            x, y = split.x[rows].to(dtype), split.y[rows]
+            xm, ym = mx[j].to(dtype), my[j].to(dtype)
+            if self.taylor:
+                z = ((1 - lam) * x).requires_grad_(True)
+                logits = module(z)
+                ce_sum = F.cross_entropy(logits, y, reduction="sum")  # per-sample input gradients
+                gz, = torch.autograd.grad(ce_sum, z, create_graph=True)
+                return self._fedmix_terms(logits, gz, y, xm, ym).mean()
+            return self._naive_terms(module((1 - lam) * x + lam * xm), y, ym).mean()
+
+        return LoopExecutor.each_client(model, params, plan, opt, step_loss)
 
     # -- vectorised over clients: vmap over functional_call, second order via nested grad -----
     def train_vmap(self, model: nn.Module, params: Params, plan: BatchPlan, split: Split, mx, my, pair,
