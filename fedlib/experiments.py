@@ -1,9 +1,10 @@
 """Run a named experiment of ``fedlib.profiles`` headlessly, over the data sets that are present.
 
-    python -m fedlib.experiments fedmcsa_table2 --profile paper [--where seed=0] [--dry-run]
+    python -m fedlib.experiments fedmcsa_table2 --profile paper [--where seed=0] [--jobs 2] [--dry-run]
 
 ``--where FIELD=VALUE`` (repeatable) keeps the configs that match, e.g. one seed of every cell
 before the others. Stored runs are skipped, so the command resumes an interrupted grid.
+``--jobs N`` trains N configs at a time, one single-threaded process each (on a CPU: N = the cores).
 """
 from __future__ import annotations
 
@@ -30,8 +31,11 @@ def main(argv=None) -> int:
     ap.add_argument("experiment", choices=sorted(profiles.EXPERIMENTS))
     ap.add_argument("--profile", default=None, help="smoke | quick | paper (default: FEDLIB_PROFILE or quick)")
     ap.add_argument("--where", action="append", default=[], help="FIELD=VALUE filter, e.g. seed=0")
+    ap.add_argument("--jobs", type=int, default=1, help="configs trained at a time, one process each (default 1)")
     ap.add_argument("--dry-run", action="store_true", help="list the configs and what is stored, run nothing")
     args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs={args.jobs} must be an integer >= 1")
     where = {}
     for w in args.where:
         k, _, v = w.partition("=")
@@ -48,7 +52,7 @@ def main(argv=None) -> int:
         for c in cfgs:
             print(("stored  " if store.has(c) else "to run  ") + c.label())
         return 0
-    table = run_configs(cfgs, store, columns=("dataset", "model", "algorithm", "sigma", "seed"))
+    table = run_configs(cfgs, store, columns=("dataset", "model", "algorithm", "sigma", "seed"), jobs=args.jobs)
     print(table.drop(columns=["key"]).to_string())
     return 0
 

@@ -87,3 +87,19 @@ def test_forced_rerun_replaces_the_stored_result(tmp_path):
     assert np.allclose(again.metrics.test_acc, first.metrics.test_acc, rtol=1e-5)
     assert np.allclose(forced.metrics.test_acc, first.metrics.test_acc, rtol=1e-5)
     assert not list(tmp_path.glob("_tmp*"))
+
+
+def test_parallel_jobs_store_what_one_process_stores(tmp_path, monkeypatch):
+    """``jobs=2`` trains in two spawned single-threaded processes: every run is stored, with the numbers a
+    single process gets, and the summary keeps the order of the configs."""
+    from fedlib.runner import run_configs
+    cfgs = expand(TINY, {"seed": [0, 1, 2]})
+    with pytest.raises(ValueError, match="jobs=0 must be an integer >= 1"):
+        run_configs(cfgs, Store(tmp_path / "x"), progress=False, jobs=0)
+    one = run_configs(cfgs, Store(tmp_path / "one"), progress=False)
+    # the spawned workers import fedlib afresh; this process must train nothing itself
+    monkeypatch.setattr(run_module, "train", lambda *a, **k: pytest.fail("trained in the parent process"))
+    par = run_configs(cfgs, Store(tmp_path / "par"), progress=False, jobs=2)
+    assert all(Store(tmp_path / "par").has(c) for c in cfgs) and list(par.seed) == [0, 1, 2]
+    assert np.allclose(par.best_acc, one.best_acc) and np.allclose(par.last10_acc, one.last10_acc)
+    assert len(set(par.best_acc)) > 1  # the seeds differ: the rows are not one run copied
