@@ -322,3 +322,13 @@ def test_cache_dir_env(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDLIB_CACHE", str(tmp_path / "a" / "b"))
     assert readers.cache_dir() == tmp_path / "a" / "b"
     assert (tmp_path / "a" / "b").is_dir()
+
+
+def test_missing_data_error_survives_pickling():
+    """Worker processes (``run_configs(jobs=N)``) send it back pickled: message and fields intact."""
+    import pickle
+    from pathlib import Path
+    from fedlib.data.readers import DatasetNotFoundError
+    e = DatasetNotFoundError("mnist", Path("/nowhere"), ["MNIST/raw/train-images-idx3-ubyte.gz"], hint="see data/README.md")
+    back = pickle.loads(pickle.dumps(e))
+    assert str(back) == str(e) and back.dataset == "mnist" and back.expected == e.expected

@@ -103,3 +103,13 @@ def test_parallel_jobs_store_what_one_process_stores(tmp_path, monkeypatch):
     assert all(Store(tmp_path / "par").has(c) for c in cfgs) and list(par.seed) == [0, 1, 2]
     assert np.allclose(par.best_acc, one.best_acc) and np.allclose(par.last10_acc, one.last10_acc)
     assert len(set(par.best_acc)) > 1  # the seeds differ: the rows are not one run copied
+
+
+def test_parallel_failure_raises_and_keeps_finished_runs(tmp_path):
+    """A config that fails in a worker raises in the caller; the runs that did finish stay stored."""
+    from fedlib.runner import run_configs
+    good = expand(TINY, {"seed": [0]})
+    bad = TINY.replace(seed=1, dataset="mnist", partition="iid")  # no MNIST under this data root
+    with pytest.raises(Exception, match="mnist"):
+        run_configs(good + [bad], Store(tmp_path / "r"), progress=False, jobs=2, data_root=tmp_path / "nodata")
+    assert Store(tmp_path / "r").has(good[0]) and not Store(tmp_path / "r").has(bad)

@@ -86,7 +86,7 @@ class DatasetNotFoundError(FileNotFoundError):
     """
 
     def __init__(self, dataset: str, root: Path, expected: list[str], hint: str = ""):
-        self.dataset, self.root, self.expected = dataset, Path(root), list(expected)
+        self.dataset, self.root, self.expected, self.hint = dataset, Path(root), list(expected), hint
         fixes = f"put the files under {self.root}, or set FEDLIB_DATA to a folder that has them"
         if dataset in _DOWNLOADABLE:
             fixes += ", or pass download=True to fetch them"
@@ -98,6 +98,10 @@ class DatasetNotFoundError(FileNotFoundError):
         if hint:
             msg += f" {hint}"
         super().__init__(msg)
+
+    def __reduce__(self):
+        # rebuilt from its arguments, so it crosses process boundaries intact (``run_configs(jobs=N)``)
+        return type(self), (self.dataset, self.root, self.expected, self.hint)
 
 
 class DatasetChecksumError(RuntimeError):
