@@ -124,10 +124,9 @@ def run_configs(cfgs: list[RunConfig], store: Store | None = None, progress: boo
     return pd.DataFrame(rows)
 
 
-def _run_in_worker(cfg: RunConfig, root: str, data_root) -> str:
+def _run_in_worker(cfg: RunConfig, root: str, data_root) -> None:
     torch.set_num_threads(1)
     run(cfg, Store(root), progress=False, data_root=data_root)
-    return cfg.key()
 
 
 def _run_parallel(todo: list[RunConfig], store: Store, jobs: int, progress: bool, data_root) -> None:

@@ -174,12 +174,12 @@ class MixClient:
     def train_loop(self, model: nn.Module, params: Params, plan: BatchPlan, split: Split, mx, my, pair,
                    opt: LocalSGD) -> Params:
         lam = self.lam
+        dtype = next(model.parameters()).dtype  # load_state_dict copies into these tensors: their dtype stays
 
         def step_loss(module, trainable, s, i, keep):
             rows, j = plan.index[s, i], pair[s, i]
             if keep is not None:
                 rows, j = rows[keep], j[keep]
-            dtype = next(iter(trainable.values())).dtype
             x, y = split.x[rows].to(dtype), split.y[rows]
             xm, ym = mx[j].to(dtype), my[j].to(dtype)
             if self.taylor:
