@@ -357,7 +357,8 @@ EXPERIMENTS = {"quickstart": QUICKSTART, "fedmcsa_fig3": FEDMCSA_FIG3, "fedmcsa_
 
 def available_cells(grid: list[dict], base: RunConfig) -> tuple[list[dict], list[str]]:
     """The grid cells whose data set is present, and the names of the absent data sets. A cell that names no data
-    set uses ``base``'s (AdaFL's cells take MNIST from the base config)."""
+    set uses ``base``'s (AdaFL's cells take MNIST from the base config), and a cell that names no domains uses
+    ``base``'s domains (pFedLA's digits cells run on the domains present, which ``base`` lists)."""
     from .data import domains, readers
     keep, missing = [], set()
     present = None
@@ -365,7 +366,8 @@ def available_cells(grid: list[dict], base: RunConfig) -> tuple[list[dict], list
         d = cell.get("dataset", base.dataset)
         if d in domains.DOMAINS:
             present = present if present is not None else domains.available()
-            if set(cell.get("domains") or domains.DOMAINS[d]) <= set(present[d]) and present[d]:
+            doms = cell.get("domains", base.domains if d == base.dataset else None) or domains.DOMAINS[d]
+            if set(doms) <= set(present[d]) and present[d]:
                 keep.append(cell)
             else:
                 missing.add(d)

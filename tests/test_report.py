@@ -40,6 +40,23 @@ def test_available_cells_drops_absent_datasets(monkeypatch, tmp_path):
     assert keep == [] and missing == ["cifar10", "mnist"]
 
 
+def test_available_cells_takes_domains_from_base(monkeypatch):
+    """pFedLA's digits cells name no domains: they run on the base config's, the domains present (offline three of
+    the five). A regression once dropped them all because it compared against the five domains of the paper."""
+    from fedlib import profiles
+    from fedlib.data import domains
+    present = {d: () for d in domains.DOMAINS} | {"digits": ("mnist", "usps", "mnist_m")}
+    monkeypatch.setattr(domains, "available", lambda: present)
+    monkeypatch.setattr(domains, "digits_available", lambda: present["digits"])
+    base, grid = profiles.get("pfedla_table1", "paper")
+    assert base.domains == ("mnist", "usps", "mnist_m") and grid and all("domains" not in c for c in grid)
+    keep, missing = available_cells(grid, base)
+    assert keep == grid and missing == []
+    # a cell that asks for a domain that is absent is still dropped
+    keep, missing = available_cells([{"domains": ("mnist", "svhn")}], base)
+    assert keep == [] and missing == ["digits"]
+
+
 def test_experiments_cli_dry_run_and_filter(monkeypatch, tmp_path, capsys):
     from fedlib import experiments
     monkeypatch.delenv("FEDLIB_PROFILE", raising=False)
