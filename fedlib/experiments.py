@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 
 from . import profiles
+from .config import RunConfig
 from .runner import expand, run_configs
 from .store import Store
 
@@ -37,8 +39,11 @@ def main(argv=None) -> int:
     if args.jobs < 1:
         ap.error(f"--jobs={args.jobs} must be an integer >= 1")
     where = {}
+    fields = sorted(f.name for f in dataclasses.fields(RunConfig))
     for w in args.where:
-        k, _, v = w.partition("=")
+        k, sep, v = w.partition("=")
+        if not sep or k not in fields:
+            ap.error(f"--where={w!r} must be FIELD=VALUE with FIELD a RunConfig field: {', '.join(fields)}")
         try:
             where[k] = ast.literal_eval(v)
         except (ValueError, SyntaxError):

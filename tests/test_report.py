@@ -66,6 +66,15 @@ def test_experiments_cli_dry_run_and_filter(monkeypatch, tmp_path, capsys):
     assert experiments.main(["fedmcsa_sigma", "--profile", "smoke", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "8 configs, 0 stored" in out and out.count("to run  ") == 8
+    # a filter on a field that does not exist is refused by name, not silently empty or an AttributeError
+    for bad in ("sigmaa=1", "seed"):
+        with pytest.raises(SystemExit):
+            experiments.main(["fedmcsa_sigma", "--profile", "smoke", "--dry-run", "--where", bad])
+        err = capsys.readouterr().err
+        assert f"--where={bad!r} must be FIELD=VALUE" in err and "sigma, " in err
+    # a tuple-valued field matches its Python literal
+    assert experiments.main(["fedmcsa_sigma", "--profile", "smoke", "--dry-run", "--where", "hidden=(20,)"]) == 0
+    assert "4 configs, 0 stored" in capsys.readouterr().out
 
 
 ADAFL_MD = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "papers" / "adafl.md"
