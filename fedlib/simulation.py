@@ -191,7 +191,9 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
             rows.append(_evaluate_round(alg, state, data, model, t, len(sel), uploads, eval_train, t0))
             accs.append(rows[-1].pop("_client_acc"))
             losses.append(rows[-1].pop("_client_loss"))
-            bar.set_postfix(acc=f"{rows[-1]['test_acc']:.4f}")
+            # AdaFL's setting keeps no client test split: its accuracy is the global model's on the official test set
+            acc = rows[-1]["test_acc"]
+            bar.set_postfix(acc=f"{acc if acc == acc else rows[-1]['global_test_acc']:.4f}")
     bar.close()
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     traces = {"selected": selected, **attention.traces()}

@@ -202,3 +202,21 @@ def test_adafl_cifar_setting_on_cifar_shaped_tensors():
                    progress=False, lr_decay=0.99)
     assert list(res.metrics.uploads) == [1, 3] and np.isfinite(res.metrics.test_loss).all()
     assert len(alg.select.history) == 2 and np.isclose(alg.select.scores.sum(), 1.0)
+
+
+def test_progress_bar_shows_the_global_accuracy_without_client_test_splits(capsys):
+    """AdaFL's setting keeps no client test split (train_frac = 1): the bar must show the global model's accuracy
+    on the global test set, not the clients' (NaN) accuracy."""
+    from fedlib.data.federated import FederatedData
+    g = np.random.default_rng(0)
+    x, y = g.normal(size=(160, 6)).astype(np.float32), g.integers(0, 3, 160)
+    parts = [np.arange(40 * i, 40 * (i + 1)) for i in range(4)]
+    data = FederatedData.from_parts("no-client-test", x, y, parts, [np.arange(0)] * 4, 3,
+                                    global_test=(x[:50], y[:50])).to("cpu", torch.float64)
+    cfg = RunConfig(n_clients=4, clients_per_round=2, rounds=2, local_steps=2, batch_size=5, lr=0.1).validate()
+    alg = build_algorithm(cfg, n_samples=data.train.sizes.numpy())
+    model = build_model("mlr", data.input_shape, 3, seed=0, dtype=torch.float64)
+    res = simulate(alg, data, model, StackedExecutor(), 2, local_steps=2, batch_size=5, progress=True)
+    assert res.metrics.test_acc.isna().all() and res.metrics.global_test_acc.notna().all()
+    err = capsys.readouterr().err
+    assert "acc=nan" not in err and f"acc={res.metrics.global_test_acc.iloc[-1]:.4f}" in err
