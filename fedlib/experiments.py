@@ -1,6 +1,7 @@
 """Run a named experiment of ``fedlib.profiles`` headlessly, over the data sets that are present.
 
     python -m fedlib.experiments fedmcsa_table2 --profile paper [--where seed=0] [--jobs 2] [--dry-run]
+    python -m fedlib.experiments status --profile paper      # every experiment: stored / to run
 
 ``--where FIELD=VALUE`` (repeatable) keeps the configs that match, e.g. one seed of every cell
 before the others. Stored runs are skipped, so the command resumes an interrupted grid.
@@ -28,9 +29,25 @@ def configs(name: str, profile: str | None = None, where: dict | None = None):
     return cfgs, missing
 
 
+def status(profile: str | None = None, where: dict | None = None):
+    """One row per experiment at ``profile``: configs, stored, to run, the stored runs' wall hours, absent data."""
+    import json
+
+    import pandas as pd
+    store, rows = Store(), []
+    for name in sorted(profiles.EXPERIMENTS):
+        cfgs, missing = configs(name, profile, where)
+        done = [c for c in cfgs if store.has(c)]
+        hours = sum(json.loads((store.path(c) / "meta.json").read_text()).get("wall_seconds", 0) for c in done) / 3600
+        rows.append({"experiment": name, "configs": len(cfgs), "stored": len(done), "to run": len(cfgs) - len(done),
+                     "stored wall h": round(hours, 1), "absent data": ", ".join(missing) or ("" if cfgs else "all (no cells)")})
+    return pd.DataFrame(rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("experiment", choices=sorted(profiles.EXPERIMENTS))
+    ap.add_argument("experiment", choices=["status"] + sorted(profiles.EXPERIMENTS),
+                    help="an experiment, or 'status': one line per experiment, stored / to run, runs nothing")
     ap.add_argument("--profile", default=None, help="smoke | quick | paper (default: FEDLIB_PROFILE or quick)")
     ap.add_argument("--where", action="append", default=[], help="FIELD=VALUE filter, e.g. seed=0")
     ap.add_argument("--jobs", type=int, default=1, help="configs trained at a time, one process each (default 1)")
@@ -48,6 +65,9 @@ def main(argv=None) -> int:
             where[k] = ast.literal_eval(v)
         except (ValueError, SyntaxError):
             where[k] = v
+    if args.experiment == "status":
+        print(status(args.profile, where).to_string(index=False))
+        return 0
     cfgs, missing = configs(args.experiment, args.profile, where)
     if missing:
         print(f"data absent, skipped: {', '.join(missing)} (see data/README.md)")

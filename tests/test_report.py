@@ -66,6 +66,13 @@ def test_experiments_cli_dry_run_and_filter(monkeypatch, tmp_path, capsys):
     assert experiments.main(["fedmcsa_sigma", "--profile", "smoke", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "8 configs, 0 stored" in out and out.count("to run  ") == 8
+    # status: one line per experiment; without data only the Synthetic grids have configs, none stored here
+    table = experiments.status("paper").set_index("experiment")
+    assert set(table.index) == set(__import__("fedlib").profiles.EXPERIMENTS)
+    assert tuple(table.loc["fedmcsa_sigma", ["configs", "stored", "to run"]]) == (18, 0, 18)
+    assert table.loc["fedmcsa_table2", "absent data"] == "fmnist, mnist"
+    assert table.loc["pfedla_table1", "absent data"] == "all (no cells)"
+    assert experiments.main(["status", "--profile", "smoke"]) == 0 and "fedmcsa_sigma" in capsys.readouterr().out
     # a filter on a field that does not exist is refused by name, not silently empty or an AttributeError
     for bad in ("sigmaa=1", "seed"):
         with pytest.raises(SystemExit):
