@@ -12,6 +12,9 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import json
+
+import pandas as pd
 
 from . import profiles
 from .config import RunConfig
@@ -31,9 +34,6 @@ def configs(name: str, profile: str | None = None, where: dict | None = None):
 
 def status(profile: str | None = None, where: dict | None = None):
     """One row per experiment at ``profile``: configs, stored, to run, the stored runs' wall hours, absent data."""
-    import json
-
-    import pandas as pd
     store, rows = Store(), []
     for name in sorted(profiles.EXPERIMENTS):
         cfgs, missing = configs(name, profile, where)

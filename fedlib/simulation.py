@@ -192,8 +192,8 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
             accs.append(rows[-1].pop("_client_acc"))
             losses.append(rows[-1].pop("_client_loss"))
             # AdaFL's setting keeps no client test split: its accuracy is the global model's on the official test set
-            acc = rows[-1]["test_acc"]
-            bar.set_postfix(acc=f"{acc if acc == acc else rows[-1]['global_test_acc']:.4f}")
+            acc = rows[-1]["test_acc"] if not np.isnan(rows[-1]["test_acc"]) else rows[-1]["global_test_acc"]
+            bar.set_postfix(acc=f"{acc:.4f}")
     bar.close()
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     traces = {"selected": selected, **attention.traces()}
