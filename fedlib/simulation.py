@@ -61,6 +61,8 @@ class RunResult:
         m = self.metrics
         return {"best_acc": M.best(m.test_acc), "best_acc_mean": M.best(m.test_acc_mean),
                 "final_acc": float(m.test_acc.iloc[-1]), "last10_acc": M.last_mean(m.test_acc, 10),
+                # the global model on the data set's own test set (AdaFL's metric; NaN where there is none)
+                "best_global_acc": M.best(m.global_test_acc), "last10_global_acc": M.last_mean(m.global_test_acc, 10),
                 "uploads": int(m.uploads.iloc[-1]), "seconds": float(m.seconds.iloc[-1])}
 
 

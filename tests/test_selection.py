@@ -220,3 +220,7 @@ def test_progress_bar_shows_the_global_accuracy_without_client_test_splits(capsy
     assert res.metrics.test_acc.isna().all() and res.metrics.global_test_acc.notna().all()
     err = capsys.readouterr().err
     assert "acc=nan" not in err and f"acc={res.metrics.global_test_acc.iloc[-1]:.4f}" in err
+    # and the run's summary (the experiments CLI's table) reports the global accuracy beside the clients' NaN
+    summary = res.summary()
+    assert np.isnan(summary["best_acc"]) and summary["best_global_acc"] == res.metrics.global_test_acc.max()
+    assert summary["last10_global_acc"] == res.metrics.global_test_acc.mean()  # 2 rounds: the last 10 are all
