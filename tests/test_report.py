@@ -157,3 +157,26 @@ def test_paper_vs_ours_bars_cut_no_bar():
     fig = paper_vs_ours_bars(cmp)
     for ax in fig.axes:
         assert ax.get_ylim() == (50.0, 100.0)
+
+
+def test_pfedla_fig4_bars_show_their_differences():
+    """Panels (a) and (b): accuracies near 85% differ by a point; the y range spans every run (not 0-100), and each
+    bar carries its mean."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from fedlib.plotting import pfedla_fig4
+
+    a = [("fedbn", att, True, None, s, v) for att, vs in
+         {"none": (86.0, 88.0), "se": (85.0, 86.0), "eca": (87.0, 87.0), "ca": (87.5, 87.5), "hybrid": (86.7, 86.7)}.items()
+         for s, v in enumerate(vs)]
+    b = [("fedprox", "none", True, None, 0, 83.4), ("fedprox", "se", True, None, 0, 84.1),
+         ("fedprox", "se", False, None, 0, 83.5)]
+    c = [("fedbn", att, True, p, 0, 90.0 + p) for att in ("none", "se") for p in (0.2, 1.0)]
+    avg = pd.DataFrame(a + b + c, columns=["algorithm", "attention", "attention_local", "domain_percent", "seed", "final"])
+    fig, (pa, pb, pc) = pfedla_fig4(avg, 0.1)
+    assert len(pa) == 10 and len(pb) == 3 and len(pc) == 8  # (c) includes (a)'s none and SE runs at 10%
+    lo, hi = fig.axes[0].get_ylim()
+    assert lo == 83.0 and hi == 89.0  # min 85 - max(2, 1.5), max 88 + max(1, 0.75)
+    assert 81.4 <= fig.axes[1].get_ylim()[0] < 83.4 and fig.axes[1].get_ylim()[1] > 84.1
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert labels == ["87.00", "85.50", "87.00", "87.50", "86.70"]  # the bars' means, in the panel's order
