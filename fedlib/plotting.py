@@ -329,7 +329,7 @@ def pfedla_fig4(avg: pd.DataFrame, default_percent: float, title: str = ""):
         if len(runs):
             lo, hi = runs.final.min(), runs.final.max()
             ax.set_ylim(max(0.0, lo - max(2.0, 0.5 * (hi - lo))), min(100.0, hi + max(1.0, 0.25 * (hi - lo))))
-            ax.bar_label(ax.containers[0], fmt="%.2f", fontsize=8)
+            ax.bar_label(ax.containers[0], fmt="%.2f", fontsize=8, label_type="center", color="white")
     for ax in axes:
         ax.set_ylabel("average accuracy over domains (%)"), ax.grid(alpha=0.3)
     fig.suptitle(title)
