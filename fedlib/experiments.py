@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
-import json
 
 import pandas as pd
 
@@ -38,7 +37,7 @@ def status(profile: str | None = None, where: dict | None = None):
     for name in sorted(profiles.EXPERIMENTS):
         cfgs, missing = configs(name, profile, where)
         done = [c for c in cfgs if store.has(c)]
-        hours = sum(json.loads((store.path(c) / "meta.json").read_text()).get("wall_seconds", 0) for c in done) / 3600
+        hours = sum(store.meta(c).get("wall_seconds", 0) for c in done) / 3600
         rows.append({"experiment": name, "configs": len(cfgs), "stored": len(done), "to run": len(cfgs) - len(done),
                      "stored wall h": round(hours, 1), "absent data": ", ".join(missing) or ("" if cfgs else "all (no cells)")})
     return pd.DataFrame(rows)

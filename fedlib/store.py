@@ -70,6 +70,10 @@ class Store:
             raise
         return final
 
+    def meta(self, cfg: RunConfig) -> dict:
+        """A stored run's metadata (versions, commit, device, wall time) without reading its metrics."""
+        return json.loads((self.path(cfg) / "meta.json").read_text())
+
     def load(self, cfg: RunConfig) -> RunResult | None:
         p = self.path(cfg)
         if not (p / "metrics.csv").exists():
@@ -77,8 +81,7 @@ class Store:
         with np.load(p / "clients.npz") as z:
             acc, loss, n = z["acc"].astype(np.float64), z["loss"].astype(np.float64), z["n"]
             traces = {k[len("trace_"):]: z[k] for k in z.files if k.startswith("trace_")}
-        meta = json.loads((p / "meta.json").read_text())
-        return RunResult(pd.read_csv(p / "metrics.csv"), acc, loss, n, meta, cfg, traces=traces)
+        return RunResult(pd.read_csv(p / "metrics.csv"), acc, loss, n, self.meta(cfg), cfg, traces=traces)
 
     def stored(self, cfgs):
         """(config, result) for each of ``cfgs`` that is in the store, in order; the others are skipped."""

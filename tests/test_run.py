@@ -18,6 +18,7 @@ def test_run_is_pure_and_stored(tmp_path):
     assert files == ["clients.npz", "config.json", "meta.json", "metrics.csv"]
     meta = json.loads((store.path(TINY) / "meta.json").read_text())
     assert {"torch", "git_commit", "device", "wall_seconds", "executor"} <= set(meta)
+    assert store.meta(TINY) == meta and store.load(TINY).meta == meta
     b = run(TINY, Store(tmp_path / "other"), progress=False)  # retrain elsewhere: same numbers
     assert np.allclose(a.metrics.test_acc, b.metrics.test_acc) and np.allclose(a.metrics.test_loss, b.metrics.test_loss)
     c = store.load(TINY)
