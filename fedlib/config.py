@@ -163,16 +163,19 @@ class RunConfig:
             raise ValueError(f"RunConfig.attention_local={self.attention_local!r} must be True or False")
         check_attention(self.model, self.attention, prefix="RunConfig.")
         if not self.attention_local and self.attention == "none":
-            raise ValueError("RunConfig: attention_local=False (the non-local ablation) needs attention in se | eca | ca | hybrid")
+            raise ValueError("RunConfig: attention_local=False (the non-local ablation) needs attention in "
+                             "se | eca | ca | hybrid")
         if self.fraction_schedule is not None:
             fs = self.fraction_schedule
-            if not isinstance(fs, tuple) or len(fs) not in (3, 4) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in fs):
-                raise ValueError(f"RunConfig.fraction_schedule={fs!r} must be (gamma_1, gamma_T, F) or (gamma_1, gamma_T, F, T), "
-                                 "e.g. AdaFL's (0.1, 0.5, 5)")
+            numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in fs) if isinstance(fs, tuple) else False
+            if not numbers or len(fs) not in (3, 4):
+                raise ValueError(f"RunConfig.fraction_schedule={fs!r} must be (gamma_1, gamma_T, F) or "
+                                 "(gamma_1, gamma_T, F, T), e.g. AdaFL's (0.1, 0.5, 5)")
             if self.clients_per_round is not None or self.fraction is not None:
                 raise ValueError("RunConfig: fraction_schedule replaces clients_per_round and fraction; set both to None")
             from .selection import StepFraction
-            StepFraction(float(fs[0]), float(fs[1]), fs[2], fs[3] if len(fs) == 4 else self.rounds)  # raises naming what is wrong
+            # raises naming what is wrong
+            StepFraction(float(fs[0]), float(fs[1]), fs[2], fs[3] if len(fs) == 4 else self.rounds)
         if self.amp_self_weight > 1:
             raise ValueError(f"RunConfig.amp_self_weight={self.amp_self_weight!r} must be in [0, 1]")
         if self.lr <= 0:
@@ -194,7 +197,8 @@ class RunConfig:
             import torch
             if not torch.cuda.is_available():
                 raise ValueError("RunConfig.device='cuda' but no CUDA device is available; use 'auto' or 'cpu'")
-        if self.hidden is not None and (not isinstance(self.hidden, tuple) or not all(isinstance(h, int) and h > 0 for h in self.hidden)):
+        widths_ok = isinstance(self.hidden, tuple) and all(isinstance(h, int) and h > 0 for h in self.hidden)
+        if self.hidden is not None and not widths_ok:
             raise ValueError(f"RunConfig.hidden={self.hidden!r} must be None or a tuple of positive ints")
         if "clients_per_round" not in ALGORITHMS[self.algorithm].USES and (
                 self.selection != "uniform" or self.fraction_schedule is not None):

@@ -76,7 +76,8 @@ class FederatedData:
         n_classes = int(n_classes if n_classes is not None else int(np.max(y)) + 1)
         gt = None
         if global_test is not None:
-            gt = (torch.from_numpy(np.array(global_test[0])), torch.from_numpy(np.array(global_test[1], dtype=np.int64)))  # copies: reader arrays are read-only
+            # copies: reader arrays are read-only
+            gt = (torch.from_numpy(np.array(global_test[0])), torch.from_numpy(np.array(global_test[1], dtype=np.int64)))
         return cls(name, _stack(x, y, train_parts), _stack(x, y, test_parts), n_classes, tuple(x.shape[1:]), gt)
 
     @classmethod
