@@ -7,8 +7,8 @@ aggregation, evaluation); all clients of a round train as one stacked model. Sta
 __version__ = "0.1.0"
 
 from .config import PROFILES, RunConfig, resolve_profile
-from .runner import expand, results_frame, run, run_grid, train
+from .runner import expand, results_frame, run, run_configs, run_grid, train
 from .store import Store
 
-__all__ = ["RunConfig", "run", "run_grid", "train", "expand", "results_frame", "Store", "PROFILES",
+__all__ = ["RunConfig", "run", "run_grid", "run_configs", "train", "expand", "results_frame", "Store", "PROFILES",
            "resolve_profile", "__version__"]

@@ -335,3 +335,25 @@ def pfedla_fig4(avg: pd.DataFrame, default_percent: float, title: str = ""):
     fig.suptitle(title)
     fig.tight_layout()
     return fig, (a, b, c)
+
+
+def pfedla_fig3(curves: pd.DataFrame, title: str = ""):
+    """pFedLA Figure 3 from ``report.pfedla_curves`` rows: one panel per domain and one for the average over the
+    domains, accuracy over rounds, one colour per FL method, dashed without attention and solid with SE (mean
+    over seeds, band: one standard deviation)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    domains = [d for d in dict.fromkeys(curves.domain) if d != "avg"] + ["avg"]
+    fig, axes = plt.subplots(1, len(domains), figsize=(4.2 * len(domains), 3.6), sharex=True, squeeze=False)
+    frame = curves.assign(setting=curves.attention.map({"none": "base", "se": "+ SE"}))
+    for k, (ax, d) in enumerate(zip(axes[0], domains)):
+        sns.lineplot(data=frame[frame.domain == d], x="round", y="acc", hue="algorithm", style="setting",
+                     style_order=["+ SE", "base"], errorbar="sd", ax=ax, legend=k == len(domains) - 1)
+        ax.set_title(f"({chr(ord('a') + k)}) {'average over domains' if d == 'avg' else d}")
+        ax.set_ylabel("test accuracy (%)"), ax.grid(alpha=0.3)
+    if len(domains) > 0:
+        sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

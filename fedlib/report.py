@@ -133,6 +133,26 @@ def pfedla_frame(cfgs, store=None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def pfedla_curves(cfgs, store=None) -> pd.DataFrame:
+    """pFedLA Figure 3's data: one row per stored run, evaluated round and domain (plus ``domain='avg'``, the
+    plain mean over the domains): algorithm, attention, attention_local, seed, round, domain, ``acc`` (%).
+    The rounds are the run's evaluated ones (every 10th at the paper profile)."""
+    from .data.domains import domain_names
+    from .store import Store
+
+    store = store or Store()
+    rows = []
+    for cfg, res in store.stored(cfgs):
+        names = domain_names(cfg.dataset, cfg.domains)
+        acc = res.client_acc * 100  # (evaluated rounds, N)
+        for r, rnd in enumerate(res.metrics["round"]):
+            for d, v in [*zip(names, acc[r]), ("avg", acc[r].mean())]:
+                rows.append({"algorithm": cfg.algorithm, "attention": cfg.attention,
+                             "attention_local": cfg.attention_local, "seed": cfg.seed, "round": int(rnd),
+                             "domain": d, "acc": float(v)})
+    return pd.DataFrame(rows)
+
+
 def pfedla_paper_vs_ours(frame: pd.DataFrame, dataset: str = "digits", table: str = "table1",
                          metric: str = "final") -> pd.DataFrame:
     """Wide table: one row per (algorithm, attention), per domain the paper's number, ours (mean over seeds of

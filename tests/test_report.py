@@ -180,3 +180,46 @@ def test_pfedla_fig4_bars_show_their_differences():
     assert 81.4 <= fig.axes[1].get_ylim()[0] < 83.4 and fig.axes[1].get_ylim()[1] > 84.1
     labels = [t.get_text() for t in fig.axes[0].texts]
     assert labels == ["87.00", "85.50", "87.00", "87.50", "86.70"]  # the bars' means, in the panel's order
+
+
+class _FakeStore:
+    """Yields the given (config, result) pairs, as ``Store.stored`` does for stored configs."""
+    def __init__(self, runs):
+        self.runs = runs
+
+    def stored(self, cfgs):
+        yield from ((c, r) for c, r in self.runs if c in cfgs)
+
+
+def _digits_run(attention, seed, acc):
+    from fedlib.config import RunConfig
+    from fedlib.simulation import RunResult
+
+    cfg = RunConfig(dataset="digits", domains=("mnist", "usps"), model="lenet", algorithm="fedbn", attention=attention,
+                    seed=seed, clients_per_round=None, n_clients=2, rounds=20, eval_every=10)
+    acc = np.asarray(acc, dtype=float)  # (evaluated rounds, clients), fractions
+    m = pd.DataFrame({"round": [10, 20]})
+    return cfg, RunResult(m, acc, np.zeros_like(acc), np.ones(2, int), {}, cfg)
+
+
+def test_pfedla_curves_and_fig3_golden():
+    """Per evaluated round and domain, plus the plain mean over domains; Figure 3 has one panel per domain and the
+    average, each with the two settings (dashed base, solid + SE) of every method."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from fedlib.plotting import pfedla_fig3
+    from fedlib.report import pfedla_curves
+
+    runs = [_digits_run("none", 0, [[0.5, 0.7], [0.6, 0.8]]), _digits_run("se", 0, [[0.55, 0.75], [0.7, 0.9]]),
+            _digits_run("se", 1, [[0.65, 0.65], [0.8, 0.7]])]
+    other = _digits_run("none", 1, [[0.1, 0.1], [0.1, 0.1]])  # not asked for: must not appear
+    curves = pfedla_curves([c for c, _ in runs], store=_FakeStore(runs + [other]))
+    assert len(curves) == 3 * 2 * 3  # runs x rounds x (2 domains + avg)
+    at = curves.set_index(["attention", "seed", "round", "domain"]).acc
+    assert at["none", 0, 20, "usps"] == pytest.approx(80.0) and at["none", 0, 10, "avg"] == pytest.approx(60.0)
+    assert at["se", 1, 20, "avg"] == pytest.approx(75.0)
+    fig = pfedla_fig3(curves)
+    assert [ax.get_title() for ax in fig.axes] == ["(a) mnist", "(b) usps", "(c) average over domains"]
+    # each panel: the SE line (mean of seeds 0-1) and the base line; SE's average at round 20 is (80 + 75) / 2
+    lines = [l for l in fig.axes[2].get_lines() if len(l.get_xdata()) == 2]
+    assert sorted(round(float(l.get_ydata()[-1]), 6) for l in lines) == [70.0, 77.5]
