@@ -223,3 +223,17 @@ def test_pfedla_curves_and_fig3_golden():
     # each panel: the SE line (mean of seeds 0-1) and the base line; SE's average at round 20 is (80 + 75) / 2
     lines = [l for l in fig.axes[2].get_lines() if len(l.get_xdata()) == 2]
     assert sorted(round(float(l.get_ydata()[-1]), 6) for l in lines) == [70.0, 77.5]
+
+
+def test_pfedla_frame_golden():
+    """Per domain and for the plain mean over domains: the last evaluation, the best and the mean of the last three."""
+    from fedlib.report import pfedla_frame
+
+    cfg, res = _digits_run("se", 0, [[0.5, 0.7], [0.6, 0.8]])
+    res.client_acc = np.array([[0.5, 0.7], [0.9, 0.8], [0.6, 0.8], [0.7, 0.6]])
+    res.metrics = pd.DataFrame({"round": [5, 10, 15, 20]})
+    f = pfedla_frame([cfg], store=_FakeStore([(cfg, res)])).set_index("domain")
+    assert f.loc["mnist", ["final", "best", "last3"]].tolist() == pytest.approx([70.0, 90.0, 220 / 3])
+    assert f.loc["usps", ["final", "best", "last3"]].tolist() == pytest.approx([60.0, 80.0, 220 / 3])
+    # the average's best is the best of the averaged curve (85 at the second evaluation), not a mean of bests
+    assert f.loc["avg", ["final", "best", "last3"]].tolist() == pytest.approx([65.0, 85.0, 220 / 3])
