@@ -135,5 +135,6 @@ def main(argv=None):
     print(f"one 2000x2000x2000 float32 matmul on this {args.device}: {sgemm_rate(args.device) / 1e9:.0f} GFLOP/s "
           "(the most the stacked rates above could reach)")
 
+
 if __name__ == "__main__":
     main()

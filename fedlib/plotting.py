@@ -352,8 +352,7 @@ def pfedla_fig3(curves: pd.DataFrame, title: str = ""):
                      style_order=["+ SE", "base"], errorbar="sd", ax=ax, legend=k == len(domains) - 1)
         ax.set_title(f"({chr(ord('a') + k)}) {'average over domains' if d == 'avg' else d}")
         ax.set_ylabel("test accuracy (%)"), ax.grid(alpha=0.3)
-    if len(domains) > 0:
-        sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
+    sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
