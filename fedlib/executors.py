@@ -167,6 +167,8 @@ class StackedExecutor:
     processes gives each ``default_group_bytes / jobs`` (``runner._worker_setup``): AdaFL's
     MLP with momentum, 50 clients, 60 steps of batch 10, two single-threaded processes at
     once, took 1.02-1.04 s in groups of 7 (16 MiB) and 0.71-0.74 s in groups of 3 (8 MiB).
+    The grouping changes no result: each client's matmuls have the same shapes in any group
+    (on this CPU groups of 3 and of 7 gave bit-identical float32 parameters after 20 steps).
     """
     name = "stacked"
     default_group_bytes = 16 << 20  # per process; see above
