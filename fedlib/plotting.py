@@ -356,3 +356,34 @@ def pfedla_fig3(curves: pd.DataFrame, title: str = ""):
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def pfedla_gains(cmp: pd.DataFrame, title: str = ""):
+    """pFedLA Table 1's arrows as two heat maps side by side: attention minus its base method (points), one row per
+    (method, attention), one column per domain run, ours (``report.pfedla_paper_vs_ours``'s ``ours``) and the
+    paper's. Red: attention helps; blue: it hurts. Returns the figure and the two gain tables (ours, paper)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    def gains(col):
+        wide = cmp.pivot_table(index=["algorithm", "attention"], columns="domain", values=col, sort=False)
+        wide = wide[[d for d in wide.columns if d != "avg"]]
+        base = wide.xs("none", level="attention")
+        out = wide.drop(index="none", level="attention")
+        return out - base.reindex(out.index.get_level_values("algorithm")).to_numpy()
+
+    ours, paper = gains("ours"), gains("paper")
+    d = max(0.5, float(np.nanmax(np.abs(np.concatenate([ours.to_numpy(), paper.to_numpy()])))))
+    fig, axes = plt.subplots(1, 2, figsize=(2.2 + 1.1 * 2 * ours.shape[1], 0.32 * len(ours) + 1.8), sharey=True)
+    for ax, g, name in ((axes[0], ours, "ours"), (axes[1], paper, "paper")):
+        im = ax.imshow(g.to_numpy(), cmap="RdBu_r", vmin=-d, vmax=d, aspect="auto")
+        for (i, j), v in np.ndenumerate(g.to_numpy()):
+            if not np.isnan(v):
+                ax.text(j, i, f"{v:+.1f}", ha="center", va="center", fontsize=7)
+        up = int((g.to_numpy() > 0).sum())
+        ax.set_title(f"{name}: {up} of {int(np.isfinite(g.to_numpy()).sum())} cells up")
+        ax.set_xticks(range(g.shape[1]), list(g.columns))
+    axes[0].set_yticks(range(len(ours)), [f"{a} + {t}" for a, t in ours.index])
+    fig.colorbar(im, ax=axes, label="attention − base method (points)")
+    fig.suptitle(title)
+    return fig, (ours, paper)

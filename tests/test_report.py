@@ -237,3 +237,21 @@ def test_pfedla_frame_golden():
     assert f.loc["usps", ["final", "best", "last3"]].tolist() == pytest.approx([60.0, 80.0, 220 / 3])
     # the average's best is the best of the averaged curve (85 at the second evaluation), not a mean of bests
     assert f.loc["avg", ["final", "best", "last3"]].tolist() == pytest.approx([65.0, 85.0, 220 / 3])
+
+
+def test_pfedla_gains_golden():
+    """Gains are attention minus the same method's base, per domain; the panel titles count the cells above base."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from fedlib.plotting import pfedla_gains
+
+    rows = [("fedbn", "none", "mnist", 90.0, 80.0), ("fedbn", "se", "mnist", 91.5, 79.0),
+            ("fedbn", "none", "usps", 70.0, 60.0), ("fedbn", "se", "usps", 69.0, 61.0),
+            ("ditto", "none", "mnist", 50.0, 50.0), ("ditto", "se", "mnist", 52.0, 51.0),
+            ("ditto", "none", "usps", 40.0, 40.0), ("ditto", "se", "usps", 43.0, 41.0),
+            ("fedbn", "se", "avg", 1.0, 1.0)]  # the average column is left out
+    cmp = pd.DataFrame(rows, columns=["algorithm", "attention", "domain", "ours", "paper"])
+    fig, (ours, paper) = pfedla_gains(cmp)
+    assert ours.loc[("fedbn", "se")].tolist() == [1.5, -1.0] and ours.loc[("ditto", "se")].tolist() == [2.0, 3.0]
+    assert paper.loc[("fedbn", "se")].tolist() == [-1.0, 1.0] and list(ours.columns) == ["mnist", "usps"]
+    assert [ax.get_title() for ax in fig.axes[:2]] == ["ours: 3 of 4 cells up", "paper: 3 of 4 cells up"]
