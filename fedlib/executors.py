@@ -156,6 +156,10 @@ def _fused_weight_step(W: torch.Tensor, dzT: torch.Tensor, hin: torch.Tensor, bu
     W.baddbmm_(dzT, hin, alpha=-opt.lr)
 
 
+# the cache one process's client groups may fill (2-core CPU: 32 MiB L3, half for parameters and buffers)
+PROCESS_CACHE_BYTES = 16 << 20
+
+
 class StackedExecutor:
     """All clients of a group take a step at once. ``group_bytes`` bounds a group's working set.
 
@@ -171,7 +175,7 @@ class StackedExecutor:
     (on this CPU groups of 3 and of 7 gave bit-identical float32 parameters after 20 steps).
     """
     name = "stacked"
-    default_group_bytes = 16 << 20  # per process; see above
+    default_group_bytes = PROCESS_CACHE_BYTES  # per process; see above
 
     def __init__(self, group_bytes: int | None = None, max_group: int | None = None):
         self.group_bytes = StackedExecutor.default_group_bytes if group_bytes is None else group_bytes

@@ -236,6 +236,15 @@ def selection_dynamics(scores, selected, client_acc, order=None, client_labels=N
     return fig
 
 
+def _label_cells(ax, values, fmt: str) -> None:
+    """Write each finite value of a heat map drawn with ``imshow`` into its cell."""
+    import numpy as np
+
+    for (i, j), v in np.ndenumerate(values):
+        if np.isfinite(v):
+            ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=7)
+
+
 def hybrid_weights(weights, clients, title: str = "", mechanisms=("SE", "ECA", "CA")):
     """pFedLA Table 5/11 as a heat map: each client's learned softmax weights per attention slot and mechanism.
     ``weights``: (N, slots, 3); ``clients``: the N row labels (domains)."""
@@ -247,9 +256,7 @@ def hybrid_weights(weights, clients, title: str = "", mechanisms=("SE", "ECA", "
     fig, ax = plt.subplots(figsize=(1.1 * slots * k + 2, 0.5 * n + 1.6))
     d = max(0.01, float(np.abs(w - 1 / 3).max()))  # a diverging scale centred on the initial 1/3
     im = ax.imshow(w.reshape(n, slots * k), cmap="RdBu_r", vmin=1 / 3 - d, vmax=1 / 3 + d, aspect="auto")
-    for i in range(n):
-        for j in range(slots * k):
-            ax.text(j, i, f"{w.reshape(n, -1)[i, j]:.3f}", ha="center", va="center", fontsize=7)
+    _label_cells(ax, w.reshape(n, slots * k), "{:.3f}")
     ax.set_xticks(range(slots * k), [f"L{s + 1} {m}" for s in range(slots) for m in mechanisms], rotation=45, ha="right")
     ax.set_yticks(range(n), clients)
     fig.colorbar(im, ax=ax, label="weight (1/3 at the start)")
@@ -377,9 +384,7 @@ def pfedla_gains(cmp: pd.DataFrame, title: str = ""):
     fig, axes = plt.subplots(1, 2, figsize=(2.2 + 1.1 * 2 * ours.shape[1], 0.32 * len(ours) + 1.8), sharey=True)
     for ax, g, name in ((axes[0], ours, "ours"), (axes[1], paper, "paper")):
         im = ax.imshow(g.to_numpy(), cmap="RdBu_r", vmin=-d, vmax=d, aspect="auto")
-        for (i, j), v in np.ndenumerate(g.to_numpy()):
-            if not np.isnan(v):
-                ax.text(j, i, f"{v:+.1f}", ha="center", va="center", fontsize=7)
+        _label_cells(ax, g.to_numpy(), "{:+.1f}")
         up = int((g.to_numpy() > 0).sum())
         ax.set_title(f"{name}: {up} of {int(np.isfinite(g.to_numpy()).sum())} cells up")
         ax.set_xticks(range(g.shape[1]), list(g.columns))

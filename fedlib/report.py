@@ -112,22 +112,27 @@ def adafl_cost_check(n_clients: int = 100, horizon: int = 1000, dyn_horizon: int
 
 
 # -- pFedLA: per-domain accuracy, ours beside the paper's, with the arrows against each base method ------------------
+def _pfedla_runs(cfgs, store=None):
+    """For each stored run of ``cfgs``: (config, evaluated rounds, {domain: accuracy curve in %}), the domains in the
+    config's client order and ``'avg'``, the plain mean over them (the paper's Average)."""
+    from .data.domains import domain_names
+    from .store import Store
+
+    for cfg, res in (store or Store()).stored(cfgs):
+        acc = res.client_acc * 100  # (evaluated rounds, N)
+        per = {d: acc[:, i] for i, d in enumerate(domain_names(cfg.dataset, cfg.domains))}
+        per["avg"] = acc.mean(1)
+        yield cfg, res.metrics["round"].to_numpy(), per
+
+
 def pfedla_frame(cfgs, store=None) -> pd.DataFrame:
     """One row per stored run and domain: algorithm, attention, attention_local, domain_percent, seed, domain,
     ``final`` (the last evaluated round's accuracy, %), ``best`` (over evaluated rounds) and ``last3`` (the mean
     of the last three evaluations: rounds 80-100 at the paper profile, a check on how much the paper's unstated
     choice of the reported round matters). Each client is one domain, in the config's domain order;
     ``domain='avg'`` is the plain mean over the domains (the paper's Average)."""
-    from .data.domains import domain_names
-    from .store import Store
-
-    store = store or Store()
     rows = []
-    for cfg, res in store.stored(cfgs):
-        names = domain_names(cfg.dataset, cfg.domains)
-        acc = res.client_acc * 100  # (evaluated rounds, N)
-        per = {d: acc[:, i] for i, d in enumerate(names)}
-        per["avg"] = acc.mean(1)
+    for cfg, _, per in _pfedla_runs(cfgs, store):
         for d, curve in per.items():
             rows.append({"algorithm": cfg.algorithm, "attention": cfg.attention, "attention_local": cfg.attention_local,
                          "domain_percent": cfg.domain_percent, "seed": cfg.seed, "domain": d,
@@ -139,19 +144,12 @@ def pfedla_curves(cfgs, store=None) -> pd.DataFrame:
     """pFedLA Figure 3's data: one row per stored run, evaluated round and domain (plus ``domain='avg'``, the
     plain mean over the domains): algorithm, attention, attention_local, seed, round, domain, ``acc`` (%).
     The rounds are the run's evaluated ones (every 10th at the paper profile)."""
-    from .data.domains import domain_names
-    from .store import Store
-
-    store = store or Store()
     rows = []
-    for cfg, res in store.stored(cfgs):
-        names = domain_names(cfg.dataset, cfg.domains)
-        acc = res.client_acc * 100  # (evaluated rounds, N)
-        for r, rnd in enumerate(res.metrics["round"]):
-            for d, v in [*zip(names, acc[r]), ("avg", acc[r].mean())]:
-                rows.append({"algorithm": cfg.algorithm, "attention": cfg.attention,
-                             "attention_local": cfg.attention_local, "seed": cfg.seed, "round": int(rnd),
-                             "domain": d, "acc": float(v)})
+    for cfg, rounds, per in _pfedla_runs(cfgs, store):
+        for d, curve in per.items():
+            rows.extend({"algorithm": cfg.algorithm, "attention": cfg.attention,
+                         "attention_local": cfg.attention_local, "seed": cfg.seed, "round": int(rnd),
+                         "domain": d, "acc": float(v)} for rnd, v in zip(rounds, curve))
     return pd.DataFrame(rows)
 
 

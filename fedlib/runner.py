@@ -125,16 +125,15 @@ def run_configs(cfgs: list[RunConfig], store: Store | None = None, progress: boo
 
 
 def _worker_setup(jobs: int) -> None:
-    """One of ``jobs`` processes training side by side: one thread, and a share of the cache for the stacked
-    executor's client groups (the processes share the L3; see ``StackedExecutor``)."""
-    from .executors import StackedExecutor
+    """Start of one of ``jobs`` worker processes training side by side: one thread, and a share of the cache for
+    the stacked executor's client groups (the processes share the L3; see ``StackedExecutor``)."""
+    from .executors import PROCESS_CACHE_BYTES, StackedExecutor
 
     torch.set_num_threads(1)
-    StackedExecutor.default_group_bytes = (16 << 20) // jobs
+    StackedExecutor.default_group_bytes = PROCESS_CACHE_BYTES // jobs
 
 
-def _run_in_worker(cfg: RunConfig, root: str, data_root, jobs: int) -> None:
-    _worker_setup(jobs)
+def _run_in_worker(cfg: RunConfig, root: str, data_root) -> None:
     run(cfg, Store(root), progress=False, data_root=data_root)
 
 
@@ -145,8 +144,9 @@ def _run_parallel(todo: list[RunConfig], store: Store, jobs: int, progress: bool
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
-        futures = {pool.submit(_run_in_worker, c, str(store.root), data_root, jobs): c for c in todo}
+    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=_worker_setup,
+                             initargs=(jobs,)) as pool:
+        futures = {pool.submit(_run_in_worker, c, str(store.root), data_root): c for c in todo}
         bar = tqdm(as_completed(futures), total=len(futures), desc=f"training ({jobs} processes)",
                    disable=not progress)
         try:
