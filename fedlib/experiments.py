@@ -4,7 +4,8 @@
     python -m fedlib.experiments status --profile paper      # every experiment: stored / to run
 
 ``--where FIELD=VALUE`` (repeatable) keeps the configs that match, e.g. one seed of every cell
-before the others. Stored runs are skipped, so the command resumes an interrupted grid.
+before the others. Stored runs are skipped and a run that was stopped continues from its last
+snapshot (taken every 5 minutes), so the command resumes an interrupted grid.
 ``--jobs N`` trains N configs at a time, one single-threaded process each (on a CPU: N = the cores).
 """
 from __future__ import annotations
@@ -32,13 +33,16 @@ def configs(name: str, profile: str | None = None, where: dict | None = None):
 
 
 def status(profile: str | None = None, where: dict | None = None):
-    """One row per experiment at ``profile``: configs, stored, to run, the stored runs' wall hours, absent data."""
+    """One row per experiment at ``profile``: configs, stored, to run, how far the interrupted runs got
+    (they continue from there), the stored runs' wall hours, absent data."""
     store, rows = Store(), []
     for name in sorted(profiles.EXPERIMENTS):
         cfgs, missing = configs(name, profile, where)
         done = [c for c in cfgs if store.has(c)]
         hours = sum(store.meta(c).get("wall_seconds", 0) for c in done) / 3600
+        going = [i for c in cfgs if not store.has(c) and (i := store.checkpoint(c).info())]
         rows.append({"experiment": name, "configs": len(cfgs), "stored": len(done), "to run": len(cfgs) - len(done),
+                     "resumable (round/T)": ", ".join(f"{i['round']}/{i['rounds']}" for i in going),
                      "stored wall h": round(hours, 1), "absent data": ", ".join(missing) or ("" if cfgs else "all (no cells)")})
     return pd.DataFrame(rows)
 

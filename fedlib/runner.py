@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import itertools
 import platform
-import subprocess
 import time
-from pathlib import Path
 
 import pandas as pd
 import torch
@@ -22,18 +20,14 @@ from .config import RunConfig
 from .data import load_federated
 from .executors import make_executor
 from .models import build_model
-from .simulation import RunResult, simulate
+from .simulation import Checkpoint, RunResult, _git_commit, simulate
 from .store import Store
 
 
 def _meta(cfg: RunConfig, device: str, seconds: float, executor: str) -> dict:
     import numpy
     import fedlib
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
-                                capture_output=True, text=True, timeout=5).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
+    commit = _git_commit()
     dev = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine()
     return {"fedlib": fedlib.__version__, "torch": torch.__version__, "numpy": numpy.__version__,
             "python": platform.python_version(), "git_commit": commit, "device": device, "device_name": dev,
@@ -41,8 +35,9 @@ def _meta(cfg: RunConfig, device: str, seconds: float, executor: str) -> dict:
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
-def train(cfg: RunConfig, progress: bool = True, data_root=None) -> RunResult:
-    """Train ``cfg`` from scratch (no store): the pure function behind ``run``."""
+def train(cfg: RunConfig, progress: bool = True, data_root=None, checkpoint: Checkpoint | None = None) -> RunResult:
+    """Train ``cfg`` from scratch (no store): the pure function behind ``run``; with a ``checkpoint``, continue
+    from its snapshot if there is one (same result) and snapshot while training."""
     cfg.validate()
     device = cfg.resolved_device()
     dtype = getattr(torch, cfg.dtype)
@@ -55,23 +50,32 @@ def train(cfg: RunConfig, progress: bool = True, data_root=None) -> RunResult:
     result = simulate(algorithm, data, model, executor, cfg.rounds, local_steps=cfg.local_steps,
                       local_epochs=cfg.local_epochs, batch_size=cfg.batch_size, seed=cfg.seed,
                       eval_every=cfg.eval_every, eval_train=cfg.eval_train, progress=progress,
-                      desc=f"{cfg.algorithm} {cfg.dataset}/{cfg.model}", lr_decay=cfg.lr_decay)
-    result.meta = _meta(cfg, device, time.perf_counter() - t0, executor.name)
+                      desc=f"{cfg.algorithm} {cfg.dataset}/{cfg.model}", lr_decay=cfg.lr_decay, checkpoint=checkpoint)
+    resumed = result.meta.get("resumed", [])
+    before = resumed[-1]["elapsed"] if resumed else 0.0  # wall time of the interrupted part(s)
+    result.meta = _meta(cfg, device, time.perf_counter() - t0 + before, executor.name)
+    if resumed:
+        result.meta["resumed"] = resumed
     result.config = cfg
     return result
 
 
 def run(cfg: RunConfig, store: Store | None = None, progress: bool = True, force: bool = False,
         data_root=None) -> RunResult:
-    """The stored result of ``cfg``, training and storing it first if needed (``force`` retrains)."""
+    """The stored result of ``cfg``, training and storing it first if needed (``force`` retrains from scratch).
+    Training snapshots itself every few minutes (``Store.checkpoint``): an interrupted run continues from there."""
     cfg.validate()
     store = store or Store()
     if not force:
         hit = store.load(cfg)
         if hit is not None:
             return hit
-    result = train(cfg, progress, data_root)
+    checkpoint = store.checkpoint(cfg)
+    if force:
+        checkpoint.clear()
+    result = train(cfg, progress, data_root, checkpoint)
     store.save(cfg, result, replace=force)
+    checkpoint.clear()
     return result
 
 

@@ -9,8 +9,12 @@ never leave the client (FedBN's BN, pFedLA's attention).
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -119,7 +123,8 @@ def evaluation_params(alg: Algorithm, state: State, which: str | None = None) ->
 def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, rounds: int, *,
              local_steps: int | None = 20, local_epochs: int | None = None, batch_size: int = 20,
              seed: int = 0, eval_every: int = 1, eval_train: bool = False, progress: bool = True,
-             desc: str | None = None, on_round=None, lr_decay: float = 1.0) -> RunResult:
+             desc: str | None = None, on_round=None, lr_decay: float = 1.0,
+             checkpoint: "Checkpoint | None" = None) -> RunResult:
     """Run ``rounds`` rounds of ``alg``; ``model`` holds the initial weights (on the data's device and dtype).
 
     ``on_round(t, selected, mixing, state)``, if given, is called after each aggregation
@@ -139,9 +144,24 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
     rows, accs, losses = [], [], []
     selected = np.zeros((rounds, n), dtype=bool)
     attention = AttentionTrace(n, rounds)
-    uploads = 0
-    t0 = time.perf_counter()
-    bar = tqdm(range(1, rounds + 1), desc=desc or alg.name, disable=not progress, leave=False)
+    uploads, done, resumed = 0, 0, []
+    snap = checkpoint.load(rounds) if checkpoint is not None else None
+    if snap is not None:
+        for f in dataclasses.fields(State):
+            setattr(state, f.name, _moved(snap["state"][f.name], dev))
+        rng.bit_generator.state = snap["rng"]
+        gen.set_state(snap["gen"])
+        eval_gen.set_state(snap["eval_gen"])
+        rows, accs, losses, selected, uploads = snap["rows"], snap["accs"], snap["losses"], snap["selected"], snap["uploads"]
+        attention.__dict__.update(snap["attention"])
+        for name, saved in snap["stages"].items():
+            getattr(alg, name).__dict__.update(saved)
+        done, resumed = snap["round"], snap["resumed"] + [{"round": snap["round"], "commit": snap["commit"],
+                                                       "elapsed": round(snap["elapsed"], 3)}]
+    t0 = time.perf_counter() - (snap["elapsed"] if snap is not None else 0.0)
+    last_save = time.perf_counter()
+    bar = tqdm(range(done + 1, rounds + 1), desc=desc or alg.name, disable=not progress, leave=False,
+               initial=done, total=rounds)
     for t in bar:
         state.round = t
         state.lr_scale = lr_decay ** (t - 1)
@@ -196,6 +216,13 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
             # AdaFL's setting keeps no client test split: its accuracy is the global model's on the official test set
             acc = rows[-1]["test_acc"] if not np.isnan(rows[-1]["test_acc"]) else rows[-1]["global_test_acc"]
             bar.set_postfix(acc=f"{acc:.4f}")
+        if checkpoint is not None and t < rounds and time.perf_counter() - last_save >= checkpoint.every_seconds:
+            checkpoint.save({"round": t, "rounds": rounds, "elapsed": time.perf_counter() - t0,
+                             "state": {f.name: getattr(state, f.name) for f in dataclasses.fields(State)},
+                             "rng": rng.bit_generator.state, "gen": gen.get_state(), "eval_gen": eval_gen.get_state(),
+                             "rows": rows, "accs": accs, "losses": losses, "selected": selected, "uploads": uploads,
+                             "attention": vars(attention), "stages": _stage_states(alg), "resumed": resumed})
+            last_save = time.perf_counter()
     bar.close()
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     traces = {"selected": selected, **attention.traces()}
@@ -206,7 +233,80 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
                                                 for k in logits], 1).cpu().numpy()
     if getattr(alg.select, "history", None):
         traces["selection_scores"] = np.array(alg.select.history[-rounds:])
-    return RunResult(df, np.array(accs), np.array(losses), data.test.sizes.cpu().numpy(), state=state, traces=traces)
+    return RunResult(df, np.array(accs), np.array(losses), data.test.sizes.cpu().numpy(), state=state, traces=traces,
+                     meta={"resumed": resumed} if resumed else {})
+
+
+# the Algorithm's stage objects that may carry state from round to round (AdaFL's scores and their history);
+# everything else a method carries lives in ``State`` (``state.extra``)
+_STAGES = ("select", "aggregate", "local_update", "before_eval")
+
+
+def _stage_states(alg: Algorithm) -> dict:
+    return {name: dict(vars(obj)) for name in _STAGES
+            if (obj := getattr(alg, name)) is not None and hasattr(obj, "__dict__") and vars(obj)}
+
+
+@dataclass
+class Checkpoint:
+    """Snapshots of a running ``simulate`` at round ends, so that an interrupted long run (AdaFL's 1000 rounds
+    take hours on a CPU) continues where it stopped instead of starting over.
+
+    A snapshot holds everything the next round depends on: the ``State`` (global, client and sent models,
+    ``state.extra``), the three random streams (selection, mini-batches, evaluation batches), the stage
+    objects' attributes (AdaFL's scores), and the rows, client accuracies and traces so far. Resuming
+    therefore gives the numbers an uninterrupted run gives, bit for bit (tested over every registered
+    algorithm). ``path`` (a ``.pt`` file) is written atomically, with a small ``.json`` beside it saying
+    how far the run got; one is written when ``every_seconds`` have passed since the last (0: every round).
+    The result's ``meta['resumed']`` lists the round and git commit of each resumption, since a resumed
+    run could mix code versions. ``Store.checkpoint(cfg)`` gives the one ``runner.run`` uses.
+    """
+    path: Path
+    every_seconds: float = 300.0
+
+    def __post_init__(self):
+        self.path = Path(self.path)
+        if not self.every_seconds >= 0:
+            raise ValueError(f"Checkpoint.every_seconds={self.every_seconds!r} must be a number >= 0")
+
+    @property
+    def info_path(self) -> Path:
+        return self.path.with_suffix(".json")
+
+    def info(self) -> dict | None:
+        """{'round', 'rounds', 'elapsed'} of the snapshot on disk, without reading it; None if there is none."""
+        try:
+            return json.loads(self.info_path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def load(self, rounds: int) -> dict | None:
+        """The snapshot on disk (tensors on the CPU), if there is one for a run of ``rounds`` rounds (else None)."""
+        if not self.path.exists():
+            return None
+        snap = torch.load(self.path, map_location="cpu", weights_only=False)
+        return snap if snap.get("rounds") == rounds else None
+
+    def save(self, snap: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        snap = {**snap, "commit": _git_commit()}
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        torch.save(snap, tmp)
+        os.replace(tmp, self.path)  # a reader (or a second interruption) never sees half a snapshot
+        info = {k: snap[k] for k in ("round", "rounds")} | {"elapsed": round(snap["elapsed"], 1)}
+        self.info_path.write_text(json.dumps(info))
+
+    def clear(self) -> None:
+        for p in (self.path, self.info_path):
+            p.unlink(missing_ok=True)
+
+
+def _git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+                              capture_output=True, text=True, timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 class AttentionTrace:
@@ -269,6 +369,13 @@ def _evaluate_round(alg, state, data, model, t, n_sel, uploads, eval_train, t0) 
 def _to(plan: BatchPlan, dev) -> BatchPlan:
     f = lambda t: None if t is None else t.to(dev)
     return BatchPlan(f(plan.index), f(plan.weight), f(plan.active))
+
+
+def _moved(obj, dev):
+    """``obj`` (tensors, possibly in nested dicts) on device ``dev``."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(dev)
+    return {k: _moved(v, dev) for k, v in obj.items()} if isinstance(obj, dict) else obj
 
 
 def _to_dev(w, dev):

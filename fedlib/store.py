@@ -5,7 +5,10 @@ Layout of ``<root>/<key>/``:
     metrics.csv   one row per evaluated round (``simulation.COLUMNS``), a tidy table
     clients.npz   per-client test accuracy and loss per evaluated round (float16), client test sizes,
                   and the per-round traces (``trace_selected``, ``trace_selection_scores``; see ``RunResult.traces``)
-    meta.json     package versions, git commit, device, wall time, date
+    meta.json     package versions, git commit, device, wall time, date (and ``resumed``: where a run was continued)
+
+Runs in progress keep a snapshot in ``<root>/_partial/<key>.pt`` (``simulation.Checkpoint``; not
+committed), removed once the run is stored.
 
 A run's folder is written in a temporary sibling and renamed into place, so a reader (or an
 interrupted grid) only ever sees complete results. The root is ``FEDLIB_RESULTS`` or the
@@ -23,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .config import RunConfig, from_dict
-from .simulation import RunResult
+from .simulation import Checkpoint, RunResult
 
 
 def default_root() -> Path:
@@ -40,6 +43,12 @@ class Store:
 
     def path(self, cfg: RunConfig) -> Path:
         return self.root / cfg.key()
+
+    checkpoint_seconds = 300.0  # how much training an interruption may lose at most
+
+    def checkpoint(self, cfg: RunConfig) -> Checkpoint:
+        """Where ``cfg``'s run in progress keeps its snapshot, taken every ``checkpoint_seconds``."""
+        return Checkpoint(self.root / "_partial" / f"{cfg.key()}.pt", self.checkpoint_seconds)
 
     def has(self, cfg: RunConfig) -> bool:
         return (self.path(cfg) / "metrics.csv").exists()

@@ -72,6 +72,14 @@ def test_experiments_cli_dry_run_and_filter(monkeypatch, tmp_path, capsys):
     assert tuple(table.loc["fedmcsa_sigma", ["configs", "stored", "to run"]]) == (18, 0, 18)
     assert table.loc["fedmcsa_table2", "absent data"] == "fmnist, mnist"
     assert table.loc["pfedla_table1", "absent data"] == "all (no cells)"
+    # a run stopped part-way shows how far it got (it continues from there)
+    sigma_cfgs, _ = experiments.configs("fedmcsa_sigma", "paper")
+    info = experiments.Store().checkpoint(sigma_cfgs[0]).info_path
+    info.parent.mkdir(parents=True)
+    info.write_text('{"round": 412, "rounds": %d, "elapsed": 3.0}' % sigma_cfgs[0].rounds)
+    table = experiments.status("paper").set_index("experiment")
+    assert table.loc["fedmcsa_sigma", "resumable (round/T)"] == f"412/{sigma_cfgs[0].rounds}"
+    assert table.loc["fedmcsa_table1", "resumable (round/T)"] == ""
     assert experiments.main(["status", "--profile", "smoke"]) == 0 and "fedmcsa_sigma" in capsys.readouterr().out
     # a filter on a field that does not exist is refused by name, not silently empty or an AttributeError
     for bad in ("sigmaa=1", "seed"):
