@@ -392,3 +392,36 @@ def pfedla_gains(cmp: pd.DataFrame, title: str = ""):
     fig.colorbar(im, ax=axes, label="attention − base method (points)")
     fig.suptitle(title)
     return fig, (ours, paper)
+
+
+def pfedla_gain_intervals(gains: pd.DataFrame, title: str = ""):
+    """``report.pfedla_gains`` as a forest plot: one panel per domain (the average last), one row per (method,
+    attention), our mean paired gain with its 95% interval (filled: the interval excludes 0) and the paper's gain
+    (red x; on the average the paper's is over its own domains). Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    domains = [d for d in dict.fromkeys(gains.domain) if d != "avg"] + (["avg"] if "avg" in set(gains.domain) else [])
+    rows = list(dict.fromkeys(zip(gains.algorithm, gains.attention)))
+    rows.sort(key=lambda r: (r[0], ["se", "eca", "ca", "hybrid"].index(r[1]) if r[1] in ("se", "eca", "ca", "hybrid") else 9))
+    fig, axes = plt.subplots(1, len(domains), figsize=(2.6 * len(domains) + 1.6, 0.28 * len(rows) + 1.4),
+                             sharey=True, squeeze=False)
+    for ax, dom in zip(axes[0], domains):
+        g = gains[gains.domain == dom].set_index(["algorithm", "attention"]).reindex(rows)
+        y = range(len(rows))
+        ax.hlines(y, g.low, g.high, color="0.4", lw=1.2)
+        sig = g.sign.fillna("") != ""
+        ax.scatter(g.gain[~sig], [i for i, s in zip(y, sig) if not s], s=22, facecolors="white", edgecolors="k", zorder=3)
+        ax.scatter(g.gain[sig], [i for i, s in zip(y, sig) if s], s=22, color="k", zorder=3)
+        ax.scatter(g.paper_gain, list(y), marker="x", color="tab:red", s=22, zorder=4)
+        ax.axvline(0, color="0.6", lw=0.8, ls="--")
+        ax.set_title(dom)
+        ax.set_xlabel("attention − base (points)")
+    axes[0, 0].set_yticks(range(len(rows)), [f"{a} + {t}" for a, t in rows])
+    axes[0, 0].invert_yaxis()
+    axes[0, -1].scatter([], [], s=22, facecolors="white", edgecolors="k", label="ours, 95% interval contains 0")
+    axes[0, -1].scatter([], [], s=22, color="k", label="ours, interval excludes 0")
+    axes[0, -1].scatter([], [], marker="x", color="tab:red", label="paper")
+    fig.legend(loc="lower center", ncol=3, bbox_to_anchor=(0.5, -0.02), frameon=False)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return fig

@@ -175,3 +175,44 @@ def pfedla_paper_vs_ours(frame: pd.DataFrame, dataset: str = "digits", table: st
     order = {a: i for i, a in enumerate(["none", "se", "eca", "ca", "hybrid"])}
     out = out.sort_values(["algorithm", "attention"], key=lambda s: s.map(order) if s.name == "attention" else s)
     return out[["algorithm", "attention", "domain", "paper", "paper_arrow", "ours", "ours_arrow", "diff", "runs"]].round(2)
+
+
+# Student's t 97.5% quantiles for 1..30 degrees of freedom (two-sided 95% intervals; beyond 30: 1.96)
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def pfedla_gains(frame: pd.DataFrame, metric: str = "final", dataset: str = "digits",
+                 table: str = "table1") -> pd.DataFrame:
+    """What attention adds to each FL method, paired by seed: one row per (algorithm, attention, domain) with
+    ``gain`` = mean over seeds of (with attention - the same method without, same seed), in points of ``metric``,
+    its 95% confidence interval ``low``..``high`` (Student's t over the seeds' paired differences; seeds share
+    the data, the batches and the base network's initial weights, so pairing removes most of the seed noise),
+    ``seeds``, ``sign``: '↑'/'↓' where the interval excludes 0, '' where it does not, and ``paper_gain``, the
+    paper's number minus its base, with ``paper_in_ci``: whether our interval contains it (our runs cannot tell
+    the paper's gain from ours). Seeds present for only one of the pair are left out. Rows come in the frame's
+    domain order (the average last). On ``domain='avg'`` the paper's gain is over its five digit domains, ours
+    over the domains run: not like with like when fewer are run."""
+    if metric not in ("final", "last3", "best"):
+        raise ValueError(f"metric={metric!r} is not one of: final, last3, best")
+    local = frame[frame.attention_local] if "attention_local" in frame else frame
+    wide = local.pivot_table(index=["algorithm", "domain", "seed"], columns="attention", values=metric)
+    if "none" not in wide:
+        raise ValueError("pfedla_gains needs the base runs (attention='none') beside the attention runs")
+    ref = paper_data.load("pfedla")
+    ref = ref[(ref.table == table) & (ref.dataset == dataset)].set_index(["method", "attention", "domain"]).value
+    rows = []
+    for att in [a for a in ("se", "eca", "ca", "hybrid") if a in wide]:
+        diff = (wide[att] - wide["none"]).dropna()
+        for (alg, dom), d in diff.groupby(level=[0, 1]):
+            n, m = len(d), float(d.mean())
+            half = _T975[min(n - 1, 30) - 1] * float(d.std(ddof=1)) / np.sqrt(n) if n > 1 else np.nan
+            low, high = m - half, m + half
+            paper = ref.get((alg, att, dom), np.nan) - ref.get((alg, "none", dom), np.nan)
+            rows.append({"algorithm": alg, "attention": att, "domain": dom, "gain": m, "low": low, "high": high,
+                         "seeds": n, "sign": "↑" if low > 0 else "↓" if high < 0 else "", "paper_gain": paper,
+                         "paper_in_ci": bool(low <= paper <= high) if not np.isnan(paper) else None})
+    out = pd.DataFrame(rows)
+    order = {d: i for i, d in enumerate(dict.fromkeys(list(local.domain[local.domain != "avg"]) + ["avg"]))}
+    out = out.sort_values(["domain", "algorithm"], key=lambda s: s.map(order) if s.name == "domain" else s, kind="stable")
+    return out.reset_index(drop=True).round({"gain": 2, "low": 2, "high": 2, "paper_gain": 2})

@@ -263,3 +263,33 @@ def test_pfedla_gains_golden():
     assert ours.loc[("fedbn", "se")].tolist() == [1.5, -1.0] and ours.loc[("ditto", "se")].tolist() == [2.0, 3.0]
     assert paper.loc[("fedbn", "se")].tolist() == [-1.0, 1.0] and list(ours.columns) == ["mnist", "usps"]
     assert [ax.get_title() for ax in fig.axes[:2]] == ["ours: 3 of 4 cells up", "paper: 3 of 4 cells up"]
+
+
+def test_pfedla_paired_gains_golden():
+    """Paired by seed: usps diffs (1, 2, 1) -> mean 4/3, sd sqrt(1/3), 95% half-width t(0.975, 2) sqrt(1/3)/sqrt(3)
+    = 4.303 / 3, so the interval contains 0; mnist diffs (2, 2, 3) -> mean 7/3, same half-width, interval above 0.
+    A seed run without attention only (seed 3) is left out; the paper's gain is its se minus its none."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from fedlib.plotting import pfedla_gain_intervals
+    from fedlib.report import pfedla_gains
+
+    rows = []
+    for seed, (bu, su, bm, sm) in enumerate([(90, 91, 80, 82), (80, 82, 70, 72), (85, 86, 75, 78), (50, None, 50, None)]):
+        rows += [("fedbn", "none", "usps", seed, bu), ("fedbn", "none", "mnist", seed, bm)]
+        if su is not None:
+            rows += [("fedbn", "se", "usps", seed, su), ("fedbn", "se", "mnist", seed, sm)]
+    frame = pd.DataFrame(rows, columns=["algorithm", "attention", "domain", "seed", "final"]).assign(attention_local=True)
+    g = pfedla_gains(frame).set_index("domain")
+    half = 4.303 / 3
+    assert g.loc["usps", ["gain", "low", "high"]].tolist() == pytest.approx([1.33, round(4 / 3 - half, 2), round(4 / 3 + half, 2)])
+    assert g.loc["mnist", ["gain", "low", "high"]].tolist() == pytest.approx([2.33, round(7 / 3 - half, 2), round(7 / 3 + half, 2)])
+    assert g.loc["usps", "sign"] == "" and g.loc["mnist", "sign"] == "↑" and set(g.seeds) == {3}
+    ref = paper_data.load("pfedla").query("table == 'table1' and dataset == 'digits' and method == 'fedbn'")
+    val = lambda att, dom: ref[(ref.attention == att) & (ref.domain == dom)].value.item()
+    assert g.loc["usps", "paper_gain"] == pytest.approx(round(val("se", "usps") - val("none", "usps"), 2))
+    assert g.loc["usps", "paper_in_ci"] == (g.loc["usps", "low"] <= g.loc["usps", "paper_gain"] <= g.loc["usps", "high"])
+    with pytest.raises(ValueError, match="metric='avg' is not one of: final, last3, best"):
+        pfedla_gains(frame, metric="avg")
+    fig = pfedla_gain_intervals(pfedla_gains(frame))
+    assert [ax.get_title() for ax in fig.axes] == ["usps", "mnist"]
