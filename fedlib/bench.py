@@ -10,6 +10,9 @@ targets on the 2-core CPU in brackets):
   (b) MNIST-shaped, N=20, DNN 784-100-10, R=20, batch 20 (pFedMe sizes)    [ratio >= 8]
   (c) N=100, MLP 784-200-200-10, R=20, batch 10 (AdaFL's model, 600 rows) [ratio >= 4]
 The loop executor is the reference the stacked one is tested against (float64, 1e-10).
+  (f) FedMix's client step (AdaFL Tables 3-4) on case (c)'s MLP, N=10, R=20, batch 10, momentum 0.5:
+      the per-client loop (``train_loop``), the vmap/second-order path (``train_vmap``, any model) and
+      the hand-written chain path (``train_chain``, Linear/ReLU chains), side by side.
 
 To tell how far the stacked path is from this machine's floor, each case also prints the stacked
 executor's arithmetic rate (the matmul FLOPs of a round, ``chain_flops``, over its median time) and
@@ -104,7 +107,36 @@ def bench_case(case: str, repeats: int = 5, device: str = "cpu", steps: int = 20
             "ratio_range": (min(ratios), max(ratios))}
 
 
+def bench_fedmix(repeats: int = 5, device: str = "cpu", clients: int = 10, steps: int = 20) -> dict:
+    """Seconds per round of FedMix's three client-step implementations on the same plan and pairs (case f)."""
+    from .algorithms.fedmix import MixClient, mean_dataset, pairing
+
+    data, _, hidden, batch = _case_data("c")
+    split = data.to(device).train
+    model = build_model("mlp", data.input_shape, 10, hidden, seed=0).to(device)
+    params = {k: v.unsqueeze(0).repeat(clients, *([1] * v.dim())) for k, v in model.state_dict().items()}
+    client = MixClient(LocalSGD(lr=0.01, momentum=0.5), lam=0.05, mean_size=10)
+    mx, my = mean_dataset(split, 10, client.mean_size)
+    gen = torch.Generator().manual_seed(0)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    ways = {"loop": client.train_loop, "vmap": client.train_vmap, "chain": client.train_chain}
+    times = {k: [] for k in ways}
+    for r in range(repeats + 1):  # the first repeat warms up and is dropped
+        plan = sample_steps(split.layout(), torch.arange(clients), steps, batch, gen)
+        plan.index = plan.index.to(device)
+        pair = pairing(r, plan, len(my))
+        for name in list(ways)[::-1] if r % 2 else list(ways):
+            sync()
+            t0 = time.perf_counter()
+            ways[name](model, params, plan, split, mx, my, pair, client.opt)
+            sync()
+            if r:
+                times[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()} | {"clients": clients, "steps": steps, "batch": batch}
+
+
 TARGETS = {"a": 30, "b": 8, "c": 4}
+CASES = (*TARGETS, "f")
 
 
 def main(argv=None):
@@ -112,26 +144,32 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
-    ap.add_argument("--only", default="a,b,c", help="comma-separated cases among a,b,c")
+    ap.add_argument("--only", default="a,b,c,f", help="comma-separated cases among a,b,c,f")
     ap.add_argument("--momentum", type=float, default=0.0)
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     cases = [c.strip() for c in args.only.split(",") if c.strip()]
-    bad = [c for c in cases if c not in TARGETS]
+    bad = [c for c in cases if c not in CASES]
     if bad:
-        ap.error(f"--only: unknown case(s) {bad}; allowed: a, b, c")
+        ap.error(f"--only: unknown case(s) {bad}; allowed: {', '.join(CASES)}")
     print(f"torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}, "
           f"momentum {args.momentum}, median of {args.repeats} rounds (ratio: median of paired rounds)")
-    print(f"{'case':4} {'model':22} {'N':>4} {'B':>3} {'R':>3} {'loop s/round':>13} {'stacked s/round':>16} "
-          f"{'ratio':>7} {'range':>11} {'target':>13} {'stacked GFLOP/s':>16}")
-    for c in cases:
+    if any(c in TARGETS for c in cases):
+        print(f"{'case':4} {'model':22} {'N':>4} {'B':>3} {'R':>3} {'loop s/round':>13} {'stacked s/round':>16} "
+              f"{'ratio':>7} {'range':>11} {'target':>13} {'stacked GFLOP/s':>16}")
+    for c in [c for c in cases if c in TARGETS]:
         r = bench_case(c, args.repeats, args.device, momentum=args.momentum)
         lo, hi = r["ratio_range"]
         target = f">={TARGETS[c]} " + ("ok" if r["ratio"] >= TARGETS[c] else "MISSED")
         print(f"({c})  {r['model']:22} {r['clients']:>4} {r['batch']:>3} {r['steps']:>3} {r['loop_s']:>13.4f} "
               f"{r['stacked_s']:>16.4f} {r['ratio']:>7.1f} {lo:>5.1f}-{hi:<5.1f} {target:>13} {r['gflops']:>16.0f}",
               flush=True)
+    if "f" in cases:
+        r = bench_fedmix(args.repeats, args.device)
+        print(f"(f)  fedmix, mlp 784-200-200-10, N={r['clients']}, B={r['batch']}, R={r['steps']}, momentum 0.5: "
+              f"loop {r['loop']:.4f}, vmap {r['vmap']:.4f}, chain {r['chain']:.4f} s/round; chain is "
+              f"{r['vmap'] / r['chain']:.1f}x the vmap path, {r['loop'] / r['chain']:.1f}x the loop", flush=True)
     print(f"one 2000x2000x2000 float32 matmul on this {args.device}: {sgemm_rate(args.device) / 1e9:.0f} GFLOP/s "
           "(the most the stacked rates above could reach)")
 

@@ -28,4 +28,10 @@ def test_chain_flops_matches_torch_flop_counter(name, hidden):
 def test_bench_rejects_unknown_case(capsys):
     with pytest.raises(SystemExit):
         main(["--only", "d"])
-    assert "allowed: a, b, c" in capsys.readouterr().err
+    assert "allowed: a, b, c, f" in capsys.readouterr().err
+
+
+def test_fedmix_case_times_the_three_paths():
+    from fedlib.bench import bench_fedmix
+    r = bench_fedmix(repeats=1, clients=2, steps=2)
+    assert {"loop", "vmap", "chain"} <= set(r) and all(r[k] > 0 for k in ("loop", "vmap", "chain"))
