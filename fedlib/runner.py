@@ -20,14 +20,14 @@ from .config import RunConfig
 from .data import load_federated
 from .executors import make_executor
 from .models import build_model
-from .simulation import Checkpoint, RunResult, _git_commit, simulate
+from .simulation import Checkpoint, RunResult, git_commit, simulate
 from .store import Store
 
 
 def _meta(cfg: RunConfig, device: str, seconds: float, executor: str) -> dict:
     import numpy
     import fedlib
-    commit = _git_commit()
+    commit = git_commit()
     dev = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine()
     return {"fedlib": fedlib.__version__, "torch": torch.__version__, "numpy": numpy.__version__,
             "python": platform.python_version(), "git_commit": commit, "device": device, "device_name": dev,

@@ -289,7 +289,7 @@ class Checkpoint:
 
     def save(self, snap: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        snap = {**snap, "commit": _git_commit()}
+        snap = {**snap, "commit": git_commit()}
         tmp = self.path.with_name(self.path.name + ".tmp")
         torch.save(snap, tmp)
         os.replace(tmp, self.path)  # a reader (or a second interruption) never sees half a snapshot
@@ -301,7 +301,8 @@ class Checkpoint:
             p.unlink(missing_ok=True)
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
+    """The git commit of the checkout fedlib runs from (None outside a git checkout): recorded with every run."""
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
                               capture_output=True, text=True, timeout=5).stdout.strip() or None

@@ -3,7 +3,7 @@
 Layout of ``<root>/<key>/``:
     config.json   the full RunConfig
     metrics.csv   one row per evaluated round (``simulation.COLUMNS``), a tidy table
-    clients.npz   per-client test accuracy and loss per evaluated round (float16), client test sizes,
+    clients.npz   per-client test accuracy (float32) and loss (float16) per evaluated round, client test sizes,
                   and the per-round traces (``trace_selected``, ``trace_selection_scores``; see ``RunResult.traces``)
     meta.json     package versions, git commit, device, wall time, date (and ``resumed``: where a run was continued)
 
