@@ -1,12 +1,14 @@
 """Run a named experiment of ``fedlib.profiles`` headlessly, over the data sets that are present.
 
     python -m fedlib.experiments fedmcsa_table2 --profile paper [--where seed=0] [--jobs 2] [--dry-run]
+    python -m fedlib.experiments adafl_table1 adafl_fig3 adafl_table3 --profile paper --where seed=0 --jobs 2
     python -m fedlib.experiments status --profile paper      # every experiment: stored / to run
 
 ``--where FIELD=VALUE`` (repeatable) keeps the configs that match, e.g. one seed of every cell
 before the others. Stored runs are skipped and a run that was stopped continues from its last
 snapshot (taken every 5 minutes), so the command resumes an interrupted grid.
 ``--jobs N`` trains N configs at a time, one single-threaded process each (on a CPU: N = the cores).
+Several experiments run as one queue, in the order named, a config shared by two of them once.
 """
 from __future__ import annotations
 
@@ -49,8 +51,9 @@ def status(profile: str | None = None, where: dict | None = None):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("experiment", choices=["status"] + sorted(profiles.EXPERIMENTS),
-                    help="an experiment, or 'status': one line per experiment, stored / to run, runs nothing")
+    ap.add_argument("experiment", nargs="+", choices=["status"] + sorted(profiles.EXPERIMENTS),
+                    help="one or more experiments (one queue), or 'status': one line per experiment, stored / to "
+                         "run, runs nothing")
     ap.add_argument("--profile", default=None, help="smoke | quick | paper (default: FEDLIB_PROFILE or quick)")
     ap.add_argument("--where", action="append", default=[], help="FIELD=VALUE filter, e.g. seed=0")
     ap.add_argument("--jobs", type=int, default=1, help="configs trained at a time, one process each (default 1)")
@@ -68,10 +71,16 @@ def main(argv=None) -> int:
             where[k] = ast.literal_eval(v)
         except (ValueError, SyntaxError):
             where[k] = v
-    if args.experiment == "status":
+    if "status" in args.experiment:
+        if len(args.experiment) > 1:
+            ap.error("'status' takes no experiment names: it lists every experiment")
         print(status(args.profile, where).to_string(index=False))
         return 0
-    cfgs, missing = configs(args.experiment, args.profile, where)
+    cfgs, missing, seen = [], [], set()
+    for name in args.experiment:
+        more, absent = configs(name, args.profile, where)
+        cfgs += [c for c in more if c.key() not in seen and not seen.add(c.key())]
+        missing += [m for m in absent if m not in missing]
     if missing:
         print(f"data absent, skipped: {', '.join(missing)} (see data/README.md)")
     store = Store()

@@ -112,13 +112,19 @@ def run_configs(cfgs: list[RunConfig], store: Store | None = None, progress: boo
     are independent, and on a CPU several single-threaded small-model runs finish a grid sooner than one
     run using every core (on the 2-core machine, two grids side by side with torch's default two threads
     each trained pFedMe^+MCSA at 3.1 rounds/s, with one thread each at 8.7). Each run is stored as soon as
-    it finishes, whichever process trained it."""
+    it finishes, whichever process trained it. Runs stopped part-way (a snapshot in the store) go first.
+    """
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs={jobs!r} must be an integer >= 1")
     store = store or Store()
     todo = [c for c in cfgs if not store.has(c)]
+    # runs that were stopped part-way first: they continue from their snapshot (see ``Store.checkpoint``)
+    todo.sort(key=lambda c: store.checkpoint(c).info() is None)
     if jobs > 1 and len(todo) > 1:
         _run_parallel(todo, store, jobs, progress, data_root)
+    else:
+        for cfg in [c for c in todo if store.checkpoint(c).info() is not None]:
+            run(cfg, store, progress=progress, data_root=data_root)
     bar = tqdm(cfgs, desc=f"grid ({len(todo)} to run, {len(cfgs) - len(todo)} stored)", disable=not progress)
     # columns: every field the grid varies (even where a value equals the default), then the summary
     rows = []

@@ -121,3 +121,29 @@ def test_forced_rerun_starts_from_scratch(tmp_path, monkeypatch):
     ck.info_path.write_text(json.dumps({"round": 1, "rounds": 3, "elapsed": 0}))
     res = run(cfg, store, progress=False, force=True)
     assert "resumed" not in res.meta and not ck.path.exists() and not ck.info_path.exists()
+
+
+def test_grid_finishes_stopped_runs_first(tmp_path, monkeypatch):
+    """A grid whose second config was stopped part-way trains that one first (it continues from its snapshot)."""
+    import fedlib.runner as runner
+
+    a = RunConfig(n_clients=4, clients_per_round=2, rounds=4, local_steps=2, model="mlr")
+    b = a.replace(seed=1)
+    store = Store(tmp_path)
+    monkeypatch.setattr(Store, "checkpoint_seconds", 0.0)
+    real = simulation._evaluate_round
+
+    def stop_in_round_3(alg, state, data, model, t, *rest):
+        if t == 3:
+            raise KeyboardInterrupt
+        return real(alg, state, data, model, t, *rest)
+
+    monkeypatch.setattr(simulation, "_evaluate_round", stop_in_round_3)
+    with pytest.raises(KeyboardInterrupt):
+        run(b, store, progress=False)
+    monkeypatch.setattr(simulation, "_evaluate_round", real)
+    order, real_train = [], runner.train
+    monkeypatch.setattr(runner, "train", lambda cfg, *a, **k: order.append(cfg.seed) or real_train(cfg, *a, **k))
+    table = runner.run_configs([a, b], store, progress=False)
+    assert order == [1, 0] and list(table.seed) == [0, 1]  # b first; the table keeps the order given
+    assert [r["round"] for r in store.load(b).meta["resumed"]] == [2]

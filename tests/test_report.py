@@ -81,6 +81,12 @@ def test_experiments_cli_dry_run_and_filter(monkeypatch, tmp_path, capsys):
     assert table.loc["fedmcsa_sigma", "resumable (round/T)"] == f"412/{sigma_cfgs[0].rounds}"
     assert table.loc["fedmcsa_table1", "resumable (round/T)"] == ""
     assert experiments.main(["status", "--profile", "smoke"]) == 0 and "fedmcsa_sigma" in capsys.readouterr().out
+    # several experiments are one queue, a config they share counted once
+    assert experiments.main(["fedmcsa_sigma", "fedmcsa_sigma", "--profile", "smoke", "--dry-run"]) == 0
+    assert "8 configs, 0 stored" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        experiments.main(["status", "fedmcsa_sigma", "--profile", "smoke"])
+    assert "'status' takes no experiment names" in capsys.readouterr().err
     # a filter on a field that does not exist is refused by name, not silently empty or an AttributeError
     for bad in ("sigmaa=1", "seed"):
         with pytest.raises(SystemExit):
