@@ -69,6 +69,7 @@ def run(cfg: RunConfig, store: Store | None = None, progress: bool = True, force
     if not force:
         hit = store.load(cfg)
         if hit is not None:
+            store.checkpoint(cfg).clear()  # a snapshot left by a stop between storing and cleaning up
             return hit
     checkpoint = store.checkpoint(cfg)
     if force:

@@ -121,6 +121,10 @@ def test_forced_rerun_starts_from_scratch(tmp_path, monkeypatch):
     ck.info_path.write_text(json.dumps({"round": 1, "rounds": 3, "elapsed": 0}))
     res = run(cfg, store, progress=False, force=True)
     assert "resumed" not in res.meta and not ck.path.exists() and not ck.info_path.exists()
+    # a snapshot left beside a stored run (stopped between storing and cleaning up) goes on the next read
+    ck.info_path.write_text(json.dumps({"round": 1, "rounds": 3, "elapsed": 0}))
+    run(cfg, store, progress=False)
+    assert not ck.info_path.exists()
 
 
 def test_grid_finishes_stopped_runs_first(tmp_path, monkeypatch):
