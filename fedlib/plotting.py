@@ -425,3 +425,31 @@ def pfedla_gain_intervals(gains: pd.DataFrame, title: str = ""):
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
+
+
+def accuracy_vs_cost(frame: pd.DataFrame, hue: str = "method", metric: str = "global_test_acc",
+                     targets=(0.95, 0.96), title: str = ""):
+    """AdaFL's cost argument as a picture: accuracy against cumulative uploads (the communication cost, log
+    scale), mean over seeds, one line per ``hue``, with dotted lines at ``targets``. A curve further left at a
+    target reaches it for fewer uploads. ``frame`` is ``runner.results_frame`` with a ``hue`` column."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for name, g in frame.groupby(hue, sort=False):
+        curve = g.groupby("round")[[metric, "uploads"]].mean()
+        ax.plot(curve.uploads, curve[metric], label=name, linewidth=1)
+    for t in targets:
+        ax.axhline(t, color="0.5", linestyle=":", linewidth=0.8)
+    bottom = max(frame[metric].quantile(0.2), min(targets) - 0.05)
+    ax.set_ylim(bottom, frame[metric].max() + 0.005)
+    ax.set_xscale("log")
+    shown = frame.uploads[(frame[metric] >= bottom) & (frame.uploads > 0)]
+    if len(shown):
+        ax.set_xlim(shown.min() / 1.5, frame.uploads.max() * 1.5)
+    ax.set_xlabel("cumulative uploads (models sent to the server)")
+    ax.set_ylabel("global test accuracy" if metric == "global_test_acc" else metric)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig

@@ -299,3 +299,18 @@ def test_pfedla_paired_gains_golden():
         pfedla_gains(frame, metric="avg")
     fig = pfedla_gain_intervals(pfedla_gains(frame))
     assert [ax.get_title() for ax in fig.axes] == ["usps", "mnist"]
+
+
+def test_accuracy_vs_cost_draws_mean_curves_over_uploads():
+    """One line per method: the seeds' mean accuracy at each round against the mean uploads of that round."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from fedlib.plotting import accuracy_vs_cost
+
+    rows = [("A", 0, 1, 10, 0.90), ("A", 0, 2, 20, 0.96), ("A", 1, 1, 10, 0.92), ("A", 1, 2, 20, 0.98),
+            ("B", 0, 1, 50, 0.94), ("B", 0, 2, 100, 0.97)]
+    frame = pd.DataFrame(rows, columns=["method", "seed", "round", "uploads", "global_test_acc"])
+    fig = accuracy_vs_cost(frame)
+    lines = {l.get_label(): l for l in fig.axes[0].get_lines() if not l.get_label().startswith("_")}
+    assert list(lines["A"].get_xdata()) == [10, 20] and list(lines["A"].get_ydata()) == pytest.approx([0.91, 0.97])
+    assert list(lines["B"].get_xdata()) == [50, 100] and fig.axes[0].get_xscale() == "log"
