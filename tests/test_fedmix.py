@@ -137,6 +137,23 @@ def _image_data(sizes=(9, 14, 5)) -> Split:
     return Split(x, y, torch.cumsum(sizes, 0) - sizes, sizes)
 
 
+def _against_loop(path: str, model, split, n_classes: int, taylor: bool):
+    """Three clients, two masked or full epochs of batch 4: ``MixClient.<path>`` ('train_vmap' or 'train_chain')
+    in one group of 3 and in groups of 2 + 1 equals the per-client reference to 1e-10. Returns the plan and what
+    the reference ran with (start, means, pairs, client) for further checks."""
+    plan = sample_epochs(split.layout(), torch.arange(3), 2, 4, torch.Generator().manual_seed(7))
+    mx, my = mean_dataset(split, n_classes, 3)
+    pair = pairing(5, plan, len(my))
+    client = MixClient(LocalSGD(lr=0.05, momentum=0.5, weight_decay=1e-3), 0.2, 3, taylor)
+    start = _stack(model, 3)
+    ref = client.train_loop(model, start, plan, split, mx, my, pair, client.opt)
+    for ex in (None, StackedExecutor(max_group=2)):
+        got = getattr(client, path)(model, start, plan, split, mx, my, pair, client.opt, ex)
+        assert _max_diff(got, ref) < 1e-10
+    assert _max_diff(ref, start) > 1e-3
+    return plan, ref, (start, mx, my, pair, client)
+
+
 @pytest.mark.parametrize("taylor", [True, False])
 @pytest.mark.parametrize("which", ["dnn", "conv"])
 def test_loop_matches_vmap(taylor, which):
@@ -149,17 +166,8 @@ def test_loop_matches_vmap(taylor, which):
         torch.manual_seed(0)
         model = _SmallConv().to(F64)
         n_classes = 4
-    plan = sample_epochs(split.layout(), torch.arange(3), 2, 4, torch.Generator().manual_seed(7))
+    plan, _, _ = _against_loop("train_vmap", model, split, n_classes, taylor)
     assert plan.weight is not None and not bool(plan.active.all())
-    mx, my = mean_dataset(split, n_classes, 3)
-    pair = pairing(5, plan, len(my))
-    client = MixClient(LocalSGD(lr=0.05, momentum=0.5, weight_decay=1e-3), 0.2, 3, taylor)
-    start = _stack(model, 3)
-    ref = client.train_loop(model, start, plan, split, mx, my, pair, client.opt)
-    for ex in (None, StackedExecutor(max_group=2)):  # one group of 3; groups of 2 + 1
-        got = client.train_vmap(model, start, plan, split, mx, my, pair, client.opt, ex)
-        assert _max_diff(got, ref) < 1e-10
-    assert _max_diff(ref, start) > 1e-3
 
 
 @pytest.mark.parametrize("taylor", [True, False])
@@ -168,20 +176,10 @@ def test_loop_matches_vmap(taylor, which):
 def test_loop_matches_chain(taylor, hidden, masked):
     """The hand-written chain path (tangent pass beside the primal one) equals the reference on one and two
     hidden layers, with momentum and weight decay, on masked epochs (unequal clients) and on full batches."""
-    rows = (23, 41, 60) if masked else (40, 40, 40)
-    split = _unequal_synthetic(rows).train
+    split = _unequal_synthetic((23, 41, 60) if masked else (40, 40, 40)).train
     model = build_model("dnn" if len(hidden) == 1 else "mlp", (60,), 10, hidden, seed=0, dtype=F64)
-    plan = sample_epochs(split.layout(), torch.arange(3), 2, 4, torch.Generator().manual_seed(7))
+    plan, ref, (start, mx, my, pair, client) = _against_loop("train_chain", model, split, 10, taylor)
     assert (plan.active is not None) == masked
-    mx, my = mean_dataset(split, 10, 3)
-    pair = pairing(5, plan, len(my))
-    client = MixClient(LocalSGD(lr=0.05, momentum=0.5, weight_decay=1e-3), 0.2, 3, taylor)
-    start = _stack(model, 3)
-    ref = client.train_loop(model, start, plan, split, mx, my, pair, client.opt)
-    for ex in (None, StackedExecutor(max_group=2)):  # one group of 3; groups of 2 + 1
-        got = client.train_chain(model, start, plan, split, mx, my, pair, client.opt, ex)
-        assert _max_diff(got, ref) < 1e-10
-    assert _max_diff(ref, start) > 1e-3
     plain = MixClient(client.opt, 0.0, 3, taylor).train_chain(model, start, plan, split, mx, my, pair, client.opt)
     assert _max_diff(plain, ref) > 1e-4  # lam matters: the mixing terms are in the step
 
