@@ -72,6 +72,30 @@ def sgemm_rate(device: str = "cpu", n: int = 2000, repeats: int = 5) -> float:
     return 2 * n ** 3 / statistics.median(times)
 
 
+def _alternating(ways: dict, new_round, repeats: int, device: str) -> dict:
+    """Seconds of ``ways[name](*args)`` for each name over ``repeats`` rounds, ``args = new_round(r)`` made fresh
+    each round (untimed) and shared by all ways. The first round warms up and is dropped; the order alternates
+    between rounds, so that no way always meets a cold cache."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    order, times = list(ways), {name: [] for name in ways}
+    for r in range(repeats + 1):
+        args = new_round(r)
+        for name in order[::-1] if r % 2 else order:
+            sync()
+            t0 = time.perf_counter()
+            ways[name](*args)
+            sync()
+            if r:
+                times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def _plan(split, clients: int, steps: int, batch: int, gen, device: str):
+    plan = sample_steps(split.layout(), torch.arange(clients), steps, batch, gen)
+    plan.index = plan.index.to(device)
+    return plan
+
+
 def bench_case(case: str, repeats: int = 5, device: str = "cpu", steps: int = 20, lr: float = 0.02,
                momentum: float = 0.0) -> dict:
     data, model_name, hidden, batch = _case_data(case)
@@ -81,21 +105,10 @@ def bench_case(case: str, repeats: int = 5, device: str = "cpu", steps: int = 20
     params = {k: v.unsqueeze(0).repeat(n, *([1] * v.dim())) for k, v in model.state_dict().items()}
     opt = LocalSGD(lr=lr, momentum=momentum)
     gen = torch.Generator().manual_seed(0)
-    layout = data.train.layout()
-    times = {"stacked": [], "loop": []}
     execs = {"stacked": StackedExecutor(), "loop": LoopExecutor()}
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    order = list(execs)
-    for r in range(repeats + 1):  # the first repeat warms up and is dropped
-        plan = sample_steps(layout, torch.arange(n), steps, batch, gen)
-        plan.index = plan.index.to(device)
-        for name in order[::-1] if r % 2 else order:  # alternate who goes first: neither always meets a cold cache
-            sync()
-            t0 = time.perf_counter()
-            execs[name].train(model, params, plan, data.train, opt)
-            sync()
-            if r:
-                times[name].append(time.perf_counter() - t0)
+    times = _alternating({name: (lambda plan, ex=ex: ex.train(model, params, plan, data.train, opt))
+                          for name, ex in execs.items()},
+                         lambda r: (_plan(data.train, n, steps, batch, gen, device),), repeats, device)
     # The ratio is the median of per-repeat ratios: the two runs of a repeat are seconds apart, so
     # a slow spell of this shared VM (loop times here vary 0.2-0.4 s between runs) hits both alike.
     ratios = [l / s for l, s in zip(times["loop"], times["stacked"])]
@@ -118,20 +131,14 @@ def bench_fedmix(repeats: int = 5, device: str = "cpu", clients: int = 10, steps
     client = MixClient(LocalSGD(lr=0.01, momentum=0.5), lam=0.05, mean_size=10)
     mx, my = mean_dataset(split, 10, client.mean_size)
     gen = torch.Generator().manual_seed(0)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     ways = {"loop": client.train_loop, "vmap": client.train_vmap, "chain": client.train_chain}
-    times = {k: [] for k in ways}
-    for r in range(repeats + 1):  # the first repeat warms up and is dropped
-        plan = sample_steps(split.layout(), torch.arange(clients), steps, batch, gen)
-        plan.index = plan.index.to(device)
-        pair = pairing(r, plan, len(my))
-        for name in list(ways)[::-1] if r % 2 else list(ways):
-            sync()
-            t0 = time.perf_counter()
-            ways[name](model, params, plan, split, mx, my, pair, client.opt)
-            sync()
-            if r:
-                times[name].append(time.perf_counter() - t0)
+
+    def new_round(r):
+        plan = _plan(split, clients, steps, batch, gen, device)
+        return plan, pairing(r, plan, len(my))
+
+    times = _alternating({name: (lambda plan, pair, f=f: f(model, params, plan, split, mx, my, pair, client.opt))
+                          for name, f in ways.items()}, new_round, repeats, device)
     return {k: statistics.median(v) for k, v in times.items()} | {"clients": clients, "steps": steps, "batch": batch}
 
 

@@ -42,7 +42,7 @@ def status(profile: str | None = None, where: dict | None = None):
         cfgs, missing = configs(name, profile, where)
         done = [c for c in cfgs if store.has(c)]
         hours = sum(store.meta(c).get("wall_seconds", 0) for c in done) / 3600
-        going = [i for c in cfgs if not store.has(c) and (i := store.checkpoint(c).info())]
+        going = [i for c in cfgs if c not in done and (i := store.checkpoint(c).info())]
         rows.append({"experiment": name, "configs": len(cfgs), "stored": len(done), "to run": len(cfgs) - len(done),
                      "resumable (round/T)": ", ".join(f"{i['round']}/{i['rounds']}" for i in going),
                      "stored wall h": round(hours, 1), "absent data": ", ".join(missing) or ("" if cfgs else "all (no cells)")})

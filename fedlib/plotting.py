@@ -401,8 +401,7 @@ def pfedla_gain_intervals(gains: pd.DataFrame, title: str = ""):
     import matplotlib.pyplot as plt
 
     domains = [d for d in dict.fromkeys(gains.domain) if d != "avg"] + (["avg"] if "avg" in set(gains.domain) else [])
-    rows = list(dict.fromkeys(zip(gains.algorithm, gains.attention)))
-    rows.sort(key=lambda r: (r[0], ["se", "eca", "ca", "hybrid"].index(r[1]) if r[1] in ("se", "eca", "ca", "hybrid") else 9))
+    rows = list(dict.fromkeys(zip(gains.algorithm, gains.attention)))  # pfedla_gains' order: method, then attention
     fig, axes = plt.subplots(1, len(domains), figsize=(2.6 * len(domains) + 1.6, 0.28 * len(rows) + 1.4),
                              sharey=True, squeeze=False)
     for ax, dom in zip(axes[0], domains):

@@ -120,11 +120,12 @@ def run_configs(cfgs: list[RunConfig], store: Store | None = None, progress: boo
     store = store or Store()
     todo = [c for c in cfgs if not store.has(c)]
     # runs that were stopped part-way first: they continue from their snapshot (see ``Store.checkpoint``)
-    todo.sort(key=lambda c: store.checkpoint(c).info() is None)
+    stopped = [c for c in todo if store.checkpoint(c).info() is not None]
+    todo = stopped + [c for c in todo if c not in stopped]
     if jobs > 1 and len(todo) > 1:
         _run_parallel(todo, store, jobs, progress, data_root)
     else:
-        for cfg in [c for c in todo if store.checkpoint(c).info() is not None]:
+        for cfg in stopped:
             run(cfg, store, progress=progress, data_root=data_root)
     bar = tqdm(cfgs, desc=f"grid ({len(todo)} to run, {len(cfgs) - len(todo)} stored)", disable=not progress)
     # columns: every field the grid varies (even where a value equals the default), then the summary

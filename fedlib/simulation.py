@@ -194,7 +194,7 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
         sel_t = torch.as_tensor(sel, device=dev)
         if mixing.to_personal is not None:
             attention.add(t, sel, mixing.to_personal)
-            for name, v in mix(_to_dev(mixing.to_personal, dev), up).items():
+            for name, v in mix(_moved(mixing.to_personal, dev), up).items():
                 state.sent[name][sel_t] = v
             state.fresh[sel_t] = True
         observe = getattr(alg.select, "observe", None)
@@ -377,7 +377,3 @@ def _moved(obj, dev):
     if isinstance(obj, torch.Tensor):
         return obj.to(dev)
     return {k: _moved(v, dev) for k, v in obj.items()} if isinstance(obj, dict) else obj
-
-
-def _to_dev(w, dev):
-    return {k: v.to(dev) for k, v in w.items()} if isinstance(w, dict) else w.to(dev)

@@ -83,6 +83,21 @@ def test_checkpoint_of_another_length_is_ignored(tmp_path):
         Checkpoint(tmp_path / "x.pt", every_seconds=-1)
 
 
+def _killed_once_in_round(monkeypatch, t_stop: int) -> list:
+    """The first evaluation of round ``t_stop`` raises KeyboardInterrupt (a kill), later ones run; returns the
+    list of evaluated rounds, in order."""
+    real, calls = simulation._evaluate_round, []
+
+    def evaluate(alg, state, data, model, t, *rest):
+        calls.append(t)
+        if t == t_stop and calls.count(t_stop) == 1:
+            raise KeyboardInterrupt
+        return real(alg, state, data, model, t, *rest)
+
+    monkeypatch.setattr(simulation, "_evaluate_round", evaluate)
+    return calls
+
+
 def test_run_continues_after_a_kill_and_cleans_up(tmp_path, monkeypatch):
     """Through the store: a run stopped in round 5 keeps a snapshot of round 4; running it again trains only
     rounds 5-6, stores what a run never stopped stores, records the resumption, and removes the snapshot."""
@@ -90,15 +105,7 @@ def test_run_continues_after_a_kill_and_cleans_up(tmp_path, monkeypatch):
     reference = run(cfg, Store(tmp_path / "ref"), progress=False)
     store = Store(tmp_path / "r")
     monkeypatch.setattr(Store, "checkpoint_seconds", 0.0)
-    real, calls = simulation._evaluate_round, []
-
-    def killed_in_round_5(alg, state, data, model, t, *a):
-        calls.append(t)
-        if t == 5 and len(calls) == 5:
-            raise KeyboardInterrupt
-        return real(alg, state, data, model, t, *a)
-
-    monkeypatch.setattr(simulation, "_evaluate_round", killed_in_round_5)
+    calls = _killed_once_in_round(monkeypatch, 5)
     with pytest.raises(KeyboardInterrupt):
         run(cfg, store, progress=False)
     assert not store.has(cfg) and store.checkpoint(cfg).info()["round"] == 4
@@ -135,17 +142,9 @@ def test_grid_finishes_stopped_runs_first(tmp_path, monkeypatch):
     b = a.replace(seed=1)
     store = Store(tmp_path)
     monkeypatch.setattr(Store, "checkpoint_seconds", 0.0)
-    real = simulation._evaluate_round
-
-    def stop_in_round_3(alg, state, data, model, t, *rest):
-        if t == 3:
-            raise KeyboardInterrupt
-        return real(alg, state, data, model, t, *rest)
-
-    monkeypatch.setattr(simulation, "_evaluate_round", stop_in_round_3)
+    _killed_once_in_round(monkeypatch, 3)
     with pytest.raises(KeyboardInterrupt):
         run(b, store, progress=False)
-    monkeypatch.setattr(simulation, "_evaluate_round", real)
     order, real_train = [], runner.train
     monkeypatch.setattr(runner, "train", lambda cfg, *a, **k: order.append(cfg.seed) or real_train(cfg, *a, **k))
     table = runner.run_configs([a, b], store, progress=False)

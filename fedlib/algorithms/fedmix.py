@@ -293,8 +293,8 @@ class MixClient:
                     z[:, :B] += b[li].unsqueeze(1)  # biases on the primal rows only: the tangent is linear
                     if li < len(W) - 1:
                         keep = z[:, :B] > 0  # the primal ReLU mask, for both passes
-                        masks.append(keep)
-                        z = z * (keep.repeat(1, 2, 1) if taylor else keep)
+                        masks.append(keep.repeat(1, 2, 1) if taylor else keep)
+                        z = z * masks[-1]
                     hs.append(z)
                 zl = hs.pop()
                 p = torch.softmax(zl[:, :B], dim=2)
@@ -323,8 +323,7 @@ class MixClient:
                         _sgd_update(W[li], torch.bmm(dz.transpose(1, 2), hin), bw, None, opt, act)
                     _sgd_update(b[li], dz[:, :B].sum(1), bb, None, opt, act)
                     if dh is not None:
-                        keep = masks[li - 1]
-                        dz = dh * (keep.repeat(1, 2, 1) if taylor else keep)
+                        dz = dh * masks[li - 1]
         return out
 
 
