@@ -36,7 +36,8 @@ EXECUTORS = ("auto", "stacked", "loop")
 NORMALIZE = ("standardize", "unit")
 ATTENTIONS = ("none", "se", "eca", "ca", "hybrid")
 ALGORITHM_FIELDS = ("mu", "sigma", "lam", "amp_self_weight", "mcsa_code", "beta", "personal_lr", "inner_steps", "hf_delta",
-                    "mix_lam", "mix_mean_size", "server_lr", "lr_decay")
+                    "mix_lam", "mix_mean_size", "mix_taylor_scale", "server_lr", "lr_decay")
+MIX_TAYLOR_SCALES = ("sample", "batch")
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class RunConfig:
     server_lr: float = 1.0              # SCAFFOLD global step size eta_g
     mix_lam: float = 0.05               # FedMix / NaiveMix mixing ratio lambda
     mix_mean_size: int = 10             # FedMix M_k: samples per shared mean (averaged) data point
+    mix_taylor_scale: str = "sample"    # FedMix Taylor term: "sample" (the equation) | "batch" (x (1 - lam) / B, public codes)
     attention: str = "none"             # pFedLA module after each conv layer: none | se | eca | ca | hybrid
     attention_local: bool = True        # pFedLA: attention parameters stay on the client (False: the "non-local" ablation)
     # -- execution -------------------------------------------------------------------------
@@ -138,6 +140,7 @@ class RunConfig:
         choice("normalize", NORMALIZE)
         choice("selection", SELECTIONS)
         choice("attention", ATTENTIONS)
+        choice("mix_taylor_scale", MIX_TAYLOR_SCALES)
         for name in ("n_clients", "rounds", "batch_size", "eval_every", "labels_per_client", "shard_size", "inner_steps",
                      "mix_mean_size"):
             at_least(name, 1)

@@ -46,7 +46,7 @@ def _softmax(u):
     return e / e.sum()
 
 
-def _closed_form_step(W, b, xs, ys, xbar, ybar, lam, taylor):
+def _closed_form_step(W, b, xs, ys, xbar, ybar, lam, taylor, tscale=1.0):
     """One SGD step (lr = 1) on the mean over the batch of the per-sample FedMix / NaiveMix loss of
     u = W z + b, written out by hand:
       FedMix, z = (1 - lam) x, p = softmax(u), g = p - e_y the logit gradient of CE, so dl/dz = W^T g and
@@ -54,6 +54,7 @@ def _closed_form_step(W, b, xs, ys, xbar, ybar, lam, taylor):
         dL/du (through p)   = (1 - lam) g + lam (p - ybar) + lam J v,  J = diag(p) - p p^T, v = W xbar
         dL/dW = dL/du z^T + lam g xbar^T          (the last: W's explicit appearance in W^T g)
       NaiveMix, z = (1 - lam) x + lam xbar: dL/du = p - (1 - lam) e_y - lam ybar, dL/dW = dL/du z^T.
+    ``tscale`` multiplies the Taylor term (both of its gradient parts): 1, or (1 - lam) / B for the batch scale.
     """
     gW, gb = np.zeros_like(W), np.zeros_like(b)
     for x, y, xm, ym in zip(xs, ys, xbar, ybar):
@@ -63,8 +64,8 @@ def _closed_form_step(W, b, xs, ys, xbar, ybar, lam, taylor):
             p = _softmax(W @ z + b)
             g = p - e
             J = np.diag(p) - np.outer(p, p)
-            du = (1 - lam) * g + lam * (p - ym) + lam * J @ (W @ xm)
-            gW += np.outer(du, z) + lam * np.outer(g, xm)
+            du = (1 - lam) * g + lam * (p - ym) + tscale * lam * J @ (W @ xm)
+            gW += np.outer(du, z) + tscale * lam * np.outer(g, xm)
         else:
             z = (1 - lam) * x + lam * xm
             p = _softmax(W @ z + b)
@@ -74,8 +75,8 @@ def _closed_form_step(W, b, xs, ys, xbar, ybar, lam, taylor):
     return W - gW / len(xs), b - gb / len(xs)
 
 
-@pytest.mark.parametrize("taylor", [True, False])
-def test_golden_softmax_regression(taylor):
+@pytest.mark.parametrize("taylor, scale", [(True, "sample"), (True, "batch"), (False, "sample")])
+def test_golden_softmax_regression(taylor, scale):
     W = np.array([[0.5, -1.0], [0.25, 0.75], [-0.5, 0.5]])
     b = np.array([0.1, -0.2, 0.3])
     xs = np.array([[1.0, 2.0], [-1.0, 0.5]])
@@ -84,13 +85,14 @@ def test_golden_softmax_regression(taylor):
     means_y = np.array([[0.5, 0.5, 0.0], [0.0, 0.25, 0.75]])
     pair = torch.tensor([[[1, 0]]])            # sample 0 pairs with mean 1, sample 1 with mean 0
     lam = 0.2
-    want_W, want_b = _closed_form_step(W, b, xs, ys, means_x[[1, 0]], means_y[[1, 0]], lam, taylor)
+    tscale = 1.0 if scale == "sample" else (1 - lam) / 2  # batch scale: (1 - lam) / B, B = 2
+    want_W, want_b = _closed_form_step(W, b, xs, ys, means_x[[1, 0]], means_y[[1, 0]], lam, taylor, tscale)
 
     model = build_model("mlr", (2,), 3, dtype=F64)
     params = {"1.weight": torch.tensor(W)[None], "1.bias": torch.tensor(b)[None]}
     split = Split(torch.tensor(xs), torch.tensor(ys), torch.tensor([0]), torch.tensor([2]))
     plan = BatchPlan(torch.tensor([[[0, 1]]]))
-    client = MixClient(LocalSGD(lr=1.0), lam, 1, taylor)
+    client = MixClient(LocalSGD(lr=1.0), lam, 1, taylor, scale)
     mx, my = torch.tensor(means_x), torch.tensor(means_y)
     for got in (client.train_loop(model, params, plan, split, mx, my, pair, client.opt),
                 client.train_vmap(model, params, plan, split, mx, my, pair, client.opt),
@@ -137,14 +139,14 @@ def _image_data(sizes=(9, 14, 5)) -> Split:
     return Split(x, y, torch.cumsum(sizes, 0) - sizes, sizes)
 
 
-def _against_loop(path: str, model, split, n_classes: int, taylor: bool):
+def _against_loop(path: str, model, split, n_classes: int, taylor: bool, scale: str = "sample"):
     """Three clients, two masked or full epochs of batch 4: ``MixClient.<path>`` ('train_vmap' or 'train_chain')
     in one group of 3 and in groups of 2 + 1 equals the per-client reference to 1e-10. Returns the plan and what
     the reference ran with (start, means, pairs, client) for further checks."""
     plan = sample_epochs(split.layout(), torch.arange(3), 2, 4, torch.Generator().manual_seed(7))
     mx, my = mean_dataset(split, n_classes, 3)
     pair = pairing(5, plan, len(my))
-    client = MixClient(LocalSGD(lr=0.05, momentum=0.5, weight_decay=1e-3), 0.2, 3, taylor)
+    client = MixClient(LocalSGD(lr=0.05, momentum=0.5, weight_decay=1e-3), 0.2, 3, taylor, scale)
     start = _stack(model, 3)
     ref = client.train_loop(model, start, plan, split, mx, my, pair, client.opt)
     for ex in (None, StackedExecutor(max_group=2)):
@@ -182,6 +184,18 @@ def test_loop_matches_chain(taylor, hidden, masked):
     assert (plan.active is not None) == masked
     plain = MixClient(client.opt, 0.0, 3, taylor).train_chain(model, start, plan, split, mx, my, pair, client.opt)
     assert _max_diff(plain, ref) > 1e-4  # lam matters: the mixing terms are in the step
+
+
+@pytest.mark.parametrize("path", ["train_vmap", "train_chain"])
+def test_batch_scale_matches_loop_on_masked_epochs(path):
+    """The batch scale ((1 - lam) / B on the Taylor term, B = a client's real rows that step: masked rows do not
+    count) agrees across the three paths on unequal clients, and it is a different step from the per-sample one."""
+    split = _unequal_synthetic((23, 41, 60)).train
+    model = build_model("mlp", (60,), 10, (7, 5), seed=0, dtype=F64)
+    plan, ref, (start, mx, my, pair, client) = _against_loop(path, model, split, 10, True, "batch")
+    assert plan.weight is not None and not bool(plan.weight.all())  # padded rows in some steps
+    per_sample = MixClient(client.opt, client.lam, 3, True).train_loop(model, start, plan, split, mx, my, pair, client.opt)
+    assert _max_diff(per_sample, ref) > 1e-6
 
 
 def test_engine_dispatch_and_lr_scale():
@@ -243,6 +257,11 @@ def test_registered_with_their_fields():
         assert alg.local_update.lam == 0.1 and alg.local_update.taylor == (name == "fedmix")
     with pytest.raises(ValueError, match="mix_lam"):
         RunConfig(algorithm="fedavg", mix_lam=0.1).validate()
+    assert build_algorithm(RunConfig(algorithm="fedmix", mix_taylor_scale="batch")).local_update.taylor_scale == "batch"
+    with pytest.raises(ValueError, match="mix_taylor_scale.*sample, batch"):
+        RunConfig(algorithm="fedmix", mix_taylor_scale="mean").validate()
+    with pytest.raises(ValueError, match="mix_taylor_scale"):
+        RunConfig(algorithm="fedavg", mix_taylor_scale="batch").validate()
 
 
 def test_end_to_end_tiny():
