@@ -316,14 +316,14 @@ class MixClient:
                 onehot = F.one_hot(y, p.shape[2]).to(dtype)
                 du = p - (1 - lam) * onehot - lam * ym
                 if sub.weight is None:
+                    n_rows = B
                     scale = torch.full((G, B, 1), 1.0 / B, dtype=dtype, device=dev)
                 else:
                     w = sub.weight[s].to(dtype)
-                    scale = (w / w.sum(1, keepdim=True).clamp_min(1)).unsqueeze(2)
+                    n_rows = w.sum(1, keepdim=True).clamp_min(1).unsqueeze(2)  # (G, 1, 1): each client's real rows
+                    scale = w.unsqueeze(2) / n_rows
                 if taylor:
-                    # the Taylor term's factor per client: 1, or (1 - lam) / (its real rows this step)
-                    tl = lam if self.taylor_scale == "sample" else lam * self._tscale(
-                        B if sub.weight is None else sub.weight[s].to(dtype).sum(1).clamp_min(1).view(G, 1, 1))
+                    tl = lam * self._tscale(n_rows)  # the Taylor term's factor: lam, or lam (1 - lam) / n_rows
                     v = zl[:, B:]
                     pv = p * v
                     du = du + tl * (pv - p * pv.sum(2, keepdim=True))
