@@ -35,15 +35,19 @@ ADAFL_TARGETS = {"mnist": (90.0, 91.0), "cifar10": (73.0,)}  # Table 2's targets
 
 
 def adafl_run_metrics(metrics: pd.DataFrame, targets=(), acc: str = "global_test_acc", last: int = 10,
-                      window: int = 5) -> dict:
+                      window: int = 5, tail: int | None = None) -> dict:
     """AdaFL's metrics of one run, in %: best accuracy over rounds, the average of the last ``last`` rounds
     (Table 1's "Average"), and for each target the rounds T* until the mean of the last ``window`` rounds
     exceeds it (Table 2's stopping rule) with the communication cost sum_{t <= T*} gamma^(t) M (uploads so far).
-    A target never reached gives NaN (the run was too short, or never got there)."""
+    A target never reached gives NaN (the run was too short, or never got there). ``tail`` (not in the paper)
+    adds how steady the run ends: the minimum and the (population) std over its last ``tail`` evaluated rounds."""
     from .metrics import last_mean, rounds_to_target
 
     s = metrics[acc].to_numpy(dtype=float) * 100
     out = {"best": float(np.nanmax(s)), "average": last_mean(s, last)}
+    if tail is not None:
+        end = s[~np.isnan(s)][-tail:]
+        out[f"min_last{tail}"], out[f"std_last{tail}"] = float(end.min()), float(end.std())
     for tg in targets:
         r = rounds_to_target(s, tg, window)
         out[f"rounds@{tg:g}"] = float(r) if r is not None else np.nan
@@ -51,9 +55,10 @@ def adafl_run_metrics(metrics: pd.DataFrame, targets=(), acc: str = "global_test
     return out
 
 
-def adafl_frame(cfgs, label, store=None, targets=None, max_rounds: int | None = None) -> pd.DataFrame:
-    """One row per stored run: dataset, method (``label(cfg)``), seed, rounds and ``adafl_run_metrics``.
-    ``max_rounds`` cuts runs to their first rounds (Figure 3 draws 500 rounds of T = 1000 runs)."""
+def adafl_frame(cfgs, label, store=None, targets=None, max_rounds: int | None = None,
+                tail: int | None = None) -> pd.DataFrame:
+    """One row per stored run: dataset, method (``label(cfg)``), seed, rounds and ``adafl_run_metrics`` (with
+    ``tail``). ``max_rounds`` cuts runs to their first rounds (Figure 3 draws 500 rounds of T = 1000 runs)."""
     from .store import Store
 
     store = store or Store()
@@ -62,7 +67,7 @@ def adafl_frame(cfgs, label, store=None, targets=None, max_rounds: int | None = 
         m = res.metrics if max_rounds is None else res.metrics[res.metrics["round"] <= max_rounds]
         tg = ADAFL_TARGETS.get(cfg.dataset, ()) if targets is None else targets
         rows.append({"dataset": cfg.dataset, "method": label(cfg), "seed": cfg.seed, "rounds": int(m["round"].max()),
-                     **adafl_run_metrics(m, tg)})
+                     **adafl_run_metrics(m, tg, tail=tail)})
     return pd.DataFrame(rows)
 
 

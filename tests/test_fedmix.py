@@ -312,3 +312,20 @@ def test_fedmix_trains_the_cnn_vectorised():
     got = client.train_vmap(model, start, plan, split, mx, my, pairing(1, plan, len(my)), client.opt)
     assert all(torch.isfinite(t).all() for t in got.values())
     assert _max_diff(got, start) > 0
+
+
+@pytest.mark.parametrize("profile", ["smoke", "quick", "paper"])
+def test_adafl_fedmix_cells_take_the_batch_scale_and_the_ablation_differs_only_there(profile):
+    """AdaFL Table 3's FedMix cells use the batch-scale Taylor term; the scale ablation's cells are the same
+    AdaFL+FedMix and FedMix-0.1 configs with the per-sample term, nothing else changed."""
+    from fedlib import profiles
+    from fedlib.runner import expand
+    table3 = expand(*profiles.get("adafl_table3", profile))
+    mix = {profiles.adafl_label(c): c for c in table3 if c.algorithm == "fedmix" and c.dataset == "mnist" and c.seed == 0}
+    assert set(mix) == {"AdaFL+FedMix", "FedMix-0.1", "FedMix-0.5"}
+    assert {c.mix_taylor_scale for c in mix.values()} == {"batch"}
+    ablation = expand(*profiles.get("adafl_fedmix_scale", profile))
+    assert sorted(profiles.adafl_label(c) for c in ablation) == ["AdaFL+FedMix", "FedMix-0.1"]
+    for c in ablation:
+        assert c.mix_taylor_scale == "sample"
+        assert c.replace(mix_taylor_scale="batch") == mix[profiles.adafl_label(c)]

@@ -143,6 +143,10 @@ def test_adafl_run_metrics_golden():
     # 5-round means: r5 81.0, r6 90.0 (not > 90), r7 93.2 -> T* = 7, cost = 60 + 20 = 80
     assert out["rounds@90"] == 7 and out["cost@90"] == 80
     assert np.isnan(out["rounds@99.5"]) and np.isnan(out["cost@99.5"])
+    assert "min_last4" not in out
+    # tail: the last 4 rounds 97, 98, 99, 97 -> min 97, std sqrt(((-.75)^2 + .25^2 + 1.25^2 + (-.75)^2) / 4)
+    end = adafl_run_metrics(m, tail=4)
+    assert np.isclose(end["min_last4"], 97.0) and np.isclose(end["std_last4"], np.sqrt(2.75 / 4))
 
 
 def test_pfedla_arrows_against_the_base_method():
