@@ -28,8 +28,23 @@ def savefig(fig, name: str, profile: str) -> Path:
     return path
 
 
-def accuracy_curves(frame: pd.DataFrame, hue: str = "algorithm", metrics=("test_acc", "test_acc_mean"), title: str = ""):
-    """Mean test accuracy per round (one panel per metric), mean over seeds with a band."""
+ACCURACIES = ("test_acc", "test_acc_mean", "global_test_acc")
+
+
+def late_range(frame: pd.DataFrame, metric: str, skip: float = 0.1, pad: float = 0.01) -> tuple[float, float]:
+    """y-limits that zoom on where long runs differ: the range of ``metric`` after the first ``skip`` of the
+    rounds, widened by ``pad`` below and ``pad / 2`` above, within [0, 1]. (Accuracies of 1000-round runs
+    otherwise sit in the top few percent of a 0-1 axis, set by the first rounds.)"""
+    late = frame.loc[frame["round"] > frame["round"].max() * skip, metric].dropna()
+    if late.empty:
+        late = frame[metric].dropna()
+    return max(0.0, float(late.min()) - pad), min(1.0, float(late.max()) + pad / 2)
+
+
+def accuracy_curves(frame: pd.DataFrame, hue: str = "algorithm", metrics=("test_acc", "test_acc_mean"), title: str = "",
+                    zoom: bool = False):
+    """Mean test accuracy per round (one panel per metric), mean over seeds with a band. ``zoom``: accuracy
+    panels show only the range after the first tenth of the rounds (``late_range``)."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -37,8 +52,10 @@ def accuracy_curves(frame: pd.DataFrame, hue: str = "algorithm", metrics=("test_
               "global_test_acc": "global test accuracy"}
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 3.8), squeeze=False)
     for ax, m in zip(axes[0], metrics):
-        sns.lineplot(data=frame, x="round", y=m, hue=hue, errorbar=("sd", 1), ax=ax)
+        sns.lineplot(data=frame, x="round", y=m, hue=hue, errorbar=("sd", 1), ax=ax, **({"linewidth": 0.8} if zoom else {}))
         ax.set_ylabel(labels.get(m, m))
+        if zoom and m in ACCURACIES:
+            ax.set_ylim(*late_range(frame, m))
         ax.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()

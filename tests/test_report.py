@@ -318,3 +318,15 @@ def test_accuracy_vs_cost_draws_mean_curves_over_uploads():
     lines = {l.get_label(): l for l in fig.axes[0].get_lines() if not l.get_label().startswith("_")}
     assert list(lines["A"].get_xdata()) == [10, 20] and list(lines["A"].get_ydata()) == pytest.approx([0.91, 0.97])
     assert list(lines["B"].get_xdata()) == [50, 100] and fig.axes[0].get_xscale() == "log"
+
+
+def test_late_range_zooms_past_the_first_rounds():
+    from fedlib.plotting import late_range
+    # 20 rounds: the first two (0.1, 0.5) are the first tenth and are left out; later ones span 0.90-0.97
+    acc = [0.1, 0.5] + [0.90 + 0.07 * i / 17 for i in range(18)]
+    frame = pd.DataFrame({"round": np.arange(1, 21), "global_test_acc": acc})
+    lo, hi = late_range(frame, "global_test_acc")
+    assert np.isclose(lo, 0.89) and np.isclose(hi, 0.975)
+    # clipped to [0, 1]
+    lo, hi = late_range(frame.assign(global_test_acc=[0.0] * 2 + [0.005] + [0.999] * 17), "global_test_acc")
+    assert lo == 0.0 and hi == 1.0
