@@ -28,7 +28,8 @@ def savefig(fig, name: str, profile: str) -> Path:
     return path
 
 
-ACCURACIES = ("test_acc", "test_acc_mean", "global_test_acc")
+ACCURACY_LABELS = {"test_acc": "sample-weighted mean test accuracy", "test_acc_mean": "unweighted mean test accuracy",
+                   "global_test_acc": "global test accuracy"}
 
 
 def late_range(frame: pd.DataFrame, metric: str, skip: float = 0.1, pad: float = 0.01) -> tuple[float, float]:
@@ -42,19 +43,24 @@ def late_range(frame: pd.DataFrame, metric: str, skip: float = 0.1, pad: float =
 
 
 def accuracy_curves(frame: pd.DataFrame, hue: str = "algorithm", metrics=("test_acc", "test_acc_mean"), title: str = "",
-                    zoom: bool = False):
+                    zoom: bool = False, panels: str | None = None):
     """Mean test accuracy per round (one panel per metric), mean over seeds with a band. ``zoom``: accuracy
-    panels show only the range after the first tenth of the rounds (``late_range``)."""
+    panels show only the range after the first tenth of the rounds (``late_range``, over the whole frame, so
+    panels of one metric share it). ``panels``: a column of ``frame``; one panel per metric and value of it
+    (in order of appearance), titled with the value."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    labels = {"test_acc": "sample-weighted mean test accuracy", "test_acc_mean": "unweighted mean test accuracy",
-              "global_test_acc": "global test accuracy"}
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 3.8), squeeze=False)
-    for ax, m in zip(axes[0], metrics):
-        sns.lineplot(data=frame, x="round", y=m, hue=hue, errorbar=("sd", 1), ax=ax, **({"linewidth": 0.8} if zoom else {}))
-        ax.set_ylabel(labels.get(m, m))
-        if zoom and m in ACCURACIES:
+    values = [None] if panels is None else list(pd.unique(frame[panels]))
+    cells = [(m, v) for m in metrics for v in values]
+    fig, axes = plt.subplots(1, len(cells), figsize=(5.5 * len(cells), 3.8), squeeze=False)
+    for ax, (m, v) in zip(axes[0], cells):
+        data = frame if v is None else frame[frame[panels] == v]
+        sns.lineplot(data=data, x="round", y=m, hue=hue, errorbar=("sd", 1), ax=ax, **({"linewidth": 0.8} if zoom else {}))
+        ax.set_ylabel(ACCURACY_LABELS.get(m, m))
+        if v is not None:
+            ax.set_title(str(v))
+        if zoom and m in ACCURACY_LABELS:
             ax.set_ylim(*late_range(frame, m))
         ax.grid(alpha=0.3)
     fig.suptitle(title)

@@ -330,3 +330,17 @@ def test_late_range_zooms_past_the_first_rounds():
     # clipped to [0, 1]
     lo, hi = late_range(frame.assign(global_test_acc=[0.0] * 2 + [0.005] + [0.999] * 17), "global_test_acc")
     assert lo == 0.0 and hi == 1.0
+
+
+def test_accuracy_curves_panels_split_by_a_column_and_share_the_zoom():
+    from fedlib.plotting import accuracy_curves, late_range
+    rounds = np.arange(1, 21)
+    frame = pd.concat([pd.DataFrame({"round": rounds, "global_test_acc": np.linspace(lo, hi, 20), "method": m,
+                                     "family": fam})
+                       for m, fam, lo, hi in (("A", "X", 0.2, 0.9), ("B", "X", 0.3, 0.95), ("C", "Y", 0.1, 0.8))])
+    fig = accuracy_curves(frame, hue="method", metrics=("global_test_acc",), panels="family", zoom=True)
+    assert [ax.get_title() for ax in fig.axes[:2]] == ["X", "Y"]
+    assert {ln.get_label() for ln in fig.axes[1].get_lines() if not ln.get_label().startswith("_")} == {"C"}
+    want = late_range(frame, "global_test_acc")
+    assert fig.axes[0].get_ylim() == pytest.approx(want) and fig.axes[1].get_ylim() == pytest.approx(want)
+    assert len(accuracy_curves(frame, hue="method", metrics=("global_test_acc",)).axes) == 1
