@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from fedlib.bench import chain_flops, main
+from fedlib.bench import ceiling, chain_flops, main
 from fedlib.models import build_model
 
 
@@ -23,6 +23,15 @@ def test_chain_flops_matches_torch_flop_counter(name, hidden):
         F.cross_entropy(model(x), y).backward()
     dims = [12, *(hidden or ()), 4]
     assert counter.get_total_flops() == chain_flops(dims, clients=1, batch=6, steps=1)
+
+
+def test_ceiling_golden():
+    # a loop of 0.1 s against 2e9 FLOPs at 1e11 FLOP/s (0.02 s at best): no stacked round beats 5x
+    assert ceiling(0.1, 2_000_000_000, 1e11) == pytest.approx(5.0)
+    # twice the loop time or twice the rate doubles it; twice the FLOPs halves it
+    assert ceiling(0.2, 2_000_000_000, 1e11) == pytest.approx(10.0)
+    assert ceiling(0.1, 2_000_000_000, 2e11) == pytest.approx(10.0)
+    assert ceiling(0.1, 4_000_000_000, 1e11) == pytest.approx(2.5)
 
 
 def test_bench_rejects_unknown_case(capsys):
