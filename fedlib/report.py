@@ -72,8 +72,9 @@ def adafl_frame(cfgs, label, store=None, targets=None, max_rounds: int | None = 
 
 
 def adafl_paper_vs_ours(frame: pd.DataFrame, which: str) -> pd.DataFrame:
-    """Long table: dataset, method, metric, target, paper, ours (mean over seeds), diff, runs -- for every
-    cell of the paper's ``which`` table ('table1' ... 'table4') that we ran."""
+    """Long table: dataset, method, metric, target, paper, ours (mean over seeds), sd (sample std over seeds,
+    NaN for one seed), diff, runs, reached -- for every cell of the paper's ``which`` table ('table1' ...
+    'table4') that we ran. A target that some seed never reached has no mean (``reached`` < ``runs``)."""
     ref = paper_data.load("adafl")
     ref = ref[ref.table == which].drop(columns="table")
     rows = []
@@ -81,9 +82,10 @@ def adafl_paper_vs_ours(frame: pd.DataFrame, which: str) -> pd.DataFrame:
         for _, r in ref[(ref.dataset == dataset) & (ref.method == method)].iterrows():
             col = r.metric if pd.isna(r.target) else f"{r.metric}@{r.target:g}"
             vals = g[col] if col in g else pd.Series(dtype=float)
-            ours = vals.mean() if vals.notna().all() else np.nan  # a seed that never reached the target: no mean
+            whole = vals.notna().all()  # a seed that never reached the target: no mean
+            ours, sd = (vals.mean(), vals.std()) if whole else (np.nan, np.nan)
             rows.append({"dataset": dataset, "method": method, "metric": r.metric, "target": r.target,
-                         "paper": r.value, "ours": ours, "diff": ours - r.value, "runs": len(g),
+                         "paper": r.value, "ours": ours, "sd": sd, "diff": ours - r.value, "runs": len(g),
                          "reached": int(vals.notna().sum())})
     return pd.DataFrame(rows).round(2)
 

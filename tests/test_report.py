@@ -149,6 +149,29 @@ def test_adafl_run_metrics_golden():
     assert np.isclose(end["min_last4"], 97.0) and np.isclose(end["std_last4"], np.sqrt(2.75 / 4))
 
 
+def test_adafl_paper_vs_ours_golden():
+    """Mean and sample sd over seeds beside the paper's value; a target one seed missed has no mean."""
+    from fedlib.report import adafl_paper_vs_ours
+    frame = pd.DataFrame({"dataset": ["mnist", "mnist"], "method": ["FedAvg-0.1", "FedAvg-0.1"], "seed": [0, 1],
+                          "best": [97.0, 96.0], "average": [96.5, 96.5],
+                          "rounds@90": [100.0, 140.0], "cost@90": [1000.0, 1400.0],
+                          "rounds@91": [200.0, np.nan], "cost@91": [2000.0, np.nan]})
+    t1 = adafl_paper_vs_ours(frame, "table1").set_index("metric")
+    # paper: best 91.05, average 88.68; ours: mean 96.5 (sd sqrt(0.5)) and 96.5 (sd 0)
+    assert t1.loc["best", "ours"] == 96.5 and t1.loc["best", "sd"] == pytest.approx(0.71, abs=0.005)
+    assert t1.loc["best", "diff"] == pytest.approx(96.5 - 91.05)
+    assert t1.loc["average", "sd"] == 0 and t1.loc["average", "diff"] == pytest.approx(96.5 - 88.68)
+    assert (t1.runs == 2).all() and (t1.reached == 2).all()
+    t2 = adafl_paper_vs_ours(frame, "table2").set_index(["metric", "target"])
+    # 90%: both seeds, rounds 120 +- sqrt(800) against the paper's 1008; 91%: one seed missed it
+    assert t2.loc[("rounds", 90.0), "ours"] == 120 and t2.loc[("rounds", 90.0), "sd"] == pytest.approx(28.28, abs=0.005)
+    assert t2.loc[("cost", 90.0), "diff"] == 1200 - 10080
+    assert np.isnan(t2.loc[("rounds", 91.0), "ours"]) and np.isnan(t2.loc[("rounds", 91.0), "sd"])
+    assert t2.loc[("rounds", 91.0), "reached"] == 1 and t2.loc[("rounds", 91.0), "runs"] == 2
+    # a single seed has no sd
+    assert np.isnan(adafl_paper_vs_ours(frame[frame.seed == 0], "table1").sd).all()
+
+
 def test_pfedla_arrows_against_the_base_method():
     from fedlib.report import pfedla_paper_vs_ours
     rows = []
