@@ -71,6 +71,22 @@ def adafl_frame(cfgs, label, store=None, targets=None, max_rounds: int | None = 
     return pd.DataFrame(rows)
 
 
+def adafl_blocks(frame: pd.DataFrame, block: int = 100, acc: str = "global_test_acc", by: str = "method") -> pd.DataFrame:
+    """Accuracy per block of ``block`` rounds, the way AdaFL's Figure 3 is read: for each ``by`` value and block, the
+    mean accuracy (%) and the mean absolute round-to-round change (%, how much the curve swings; the change into a
+    block's first round counts in that block), each taken per seed and then averaged over the seeds (``seeds``).
+    ``frame``: per-round metrics with ``by``, ``seed`` and ``round`` columns (``fedlib.results_frame``)."""
+    f = frame.sort_values([by, "seed", "round"]).copy()
+    f["change"] = f.groupby([by, "seed"])[acc].diff().abs()
+    f["block"] = (f["round"] - 1) // block
+    per_seed = f.groupby([by, "seed", "block"]).agg(acc=(acc, "mean"), change=("change", "mean"))
+    out = per_seed.groupby([by, "block"]).agg(acc=("acc", "mean"), change=("change", "mean"), seeds=("acc", "size"))
+    out[["acc", "change"]] *= 100
+    out = out.reset_index()
+    out.insert(1, "rounds", [f"{b * block + 1}-{(b + 1) * block}" for b in out.block])
+    return out.drop(columns="block")
+
+
 def adafl_paper_vs_ours(frame: pd.DataFrame, which: str) -> pd.DataFrame:
     """Long table: dataset, method, metric, target, paper, ours (mean over seeds), sd (sample std over seeds,
     NaN for one seed), diff, runs, reached -- for every cell of the paper's ``which`` table ('table1' ...

@@ -172,6 +172,18 @@ def test_adafl_paper_vs_ours_golden():
     assert np.isnan(adafl_paper_vs_ours(frame[frame.seed == 0], "table1").sd).all()
 
 
+def test_adafl_blocks_golden():
+    """Per block: mean accuracy and mean |round-to-round change| per seed, then averaged over seeds."""
+    from fedlib.report import adafl_blocks
+    # seed 0: 50 70 | 60 80 -> block means 60, 70; changes (-, 20) | (10, 20) -> 20, 15
+    # seed 1: 40 40 | 90 90 -> block means 40, 90; changes (-, 0) | (50, 0) -> 0, 25
+    frame = pd.DataFrame({"method": "A", "seed": [0] * 4 + [1] * 4, "round": [1, 2, 3, 4] * 2,
+                          "global_test_acc": [0.5, 0.7, 0.6, 0.8, 0.4, 0.4, 0.9, 0.9]})
+    out = adafl_blocks(frame.sample(frac=1, random_state=0), block=2)  # row order must not matter
+    assert out.rounds.tolist() == ["1-2", "3-4"] and out.seeds.tolist() == [2, 2]
+    assert np.allclose(out.acc, [50, 80]) and np.allclose(out.change, [10, 20])
+
+
 def test_pfedla_arrows_against_the_base_method():
     from fedlib.report import pfedla_paper_vs_ours
     rows = []
