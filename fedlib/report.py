@@ -1,6 +1,8 @@
 """Paper-vs-ours tables: our best mean test accuracy (mean ± std over seeds) beside the published number."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 
@@ -85,6 +87,43 @@ def adafl_blocks(frame: pd.DataFrame, block: int = 100, acc: str = "global_test_
     out = out.reset_index()
     out.insert(1, "rounds", [f"{b * block + 1}-{(b + 1) * block}" for b in out.block])
     return out.drop(columns="block")
+
+
+def adafl_pairs(frame: pd.DataFrame, pairs, targets=()) -> pd.DataFrame:
+    """Paired comparisons of methods, the numbers the readings of notebooks 22-23 quote: one row per ``(A, B)`` in
+    ``pairs`` (and dataset, if the frame has several), over the seeds both have (``seeds``; with one method's extra seeds left out, a difference is not
+    confounded by which seeds each has). ``frame``: ``adafl_frame`` rows (with ``tail`` for the std columns).
+
+    Columns: ``best A-B``, ``last10 A-B`` (mean over the common seeds of A's minus B's, points); ``std A``,
+    ``std B`` (how steady each ends: mean std over the last rounds, if the frame has it); for each target t,
+    ``rounds A@t`` and ``rounds B@t`` (mean over the common seeds) and ``fewer rounds %@t`` and ``fewer uploads %@t``
+    (100 (1 - mean_A / mean_B): how much less A needs; negative: more). A target that A or B missed at some common
+    seed has no means (NaN) and ``reached@t`` says how often each got there, as "a/b of n"."""
+    rows = []
+    by_dataset = frame.groupby("dataset") if "dataset" in frame else [(None, frame)]
+    for (dataset, fr), (a, b) in itertools.product(by_dataset, pairs):
+        A = fr[fr.method == a].set_index("seed")
+        B = fr[fr.method == b].set_index("seed")
+        seeds = sorted(set(A.index) & set(B.index))
+        if not seeds:
+            continue
+        A, B = A.loc[seeds], B.loc[seeds]
+        row = {"dataset": dataset} if dataset is not None else {}
+        row |= {"A": a, "B": b, "seeds": ",".join(map(str, seeds)),
+               "best A-B": (A.best - B.best).mean(), "last10 A-B": (A.average - B.average).mean()}
+        std = [c for c in frame.columns if c.startswith("std_last")]
+        if std:
+            row["std A"], row["std B"] = A[std[0]].mean(), B[std[0]].mean()
+        for t in targets:
+            ra, rb, ca, cb = A[f"rounds@{t:g}"], B[f"rounds@{t:g}"], A[f"cost@{t:g}"], B[f"cost@{t:g}"]
+            whole = ra.notna().all() and rb.notna().all()
+            row[f"rounds A@{t:g}"] = ra.mean() if whole else np.nan
+            row[f"rounds B@{t:g}"] = rb.mean() if whole else np.nan
+            row[f"fewer rounds %@{t:g}"] = 100 * (1 - ra.mean() / rb.mean()) if whole else np.nan
+            row[f"fewer uploads %@{t:g}"] = 100 * (1 - ca.mean() / cb.mean()) if whole else np.nan
+            row[f"reached@{t:g}"] = f"{int(ra.notna().sum())}/{int(rb.notna().sum())} of {len(seeds)}"
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def adafl_paper_vs_ours(frame: pd.DataFrame, which: str) -> pd.DataFrame:

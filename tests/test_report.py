@@ -184,6 +184,32 @@ def test_adafl_blocks_golden():
     assert np.allclose(out.acc, [50, 80]) and np.allclose(out.change, [10, 20])
 
 
+def test_adafl_pairs_golden():
+    """Paired over the common seeds only; % fewer from the means; a target missed at a common seed gives no mean."""
+    from fedlib.report import adafl_pairs
+    nan = np.nan
+    frame = pd.DataFrame({
+        "method": ["A", "A", "B", "B", "B", "C"], "seed": [0, 1, 0, 1, 2, 5],
+        "best": [97.0, 97.2, 96.5, 96.9, 99.0, 90.0], "average": [96.0, 96.4, 96.2, 96.0, 99.0, 90.0],
+        "std_last100": [0.1, 0.3, 0.5, 0.7, 9.0, 1.0],
+        "rounds@95": [100, 200, 300, 100, 1, 1], "cost@95": [1000, 3000, 15000, 5000, 1, 1],
+        "rounds@97": [500, nan, 600, 700, 1, 1], "cost@97": [9000, nan, 20000, 30000, 1, 1]})
+    out = adafl_pairs(frame, [("A", "B"), ("A", "C")], targets=(95.0, 97.0))
+    assert len(out) == 1  # A and C share no seed: no row
+    r = out.iloc[0]
+    assert r["seeds"] == "0,1"  # B's seed 2 (best 99) is left out
+    # best: (97.0-96.5 + 97.2-96.9)/2 = 0.4; last10: (-0.2 + 0.4)/2 = 0.1; std: (0.1+0.3)/2, (0.5+0.7)/2
+    assert np.allclose([r["best A-B"], r["last10 A-B"], r["std A"], r["std B"]], [0.4, 0.1, 0.2, 0.6])
+    # to 95%: rounds 150 vs 200 -> 25% fewer; uploads 2000 vs 10000 -> 80% fewer
+    assert np.allclose([r["rounds A@95"], r["rounds B@95"], r["fewer rounds %@95"], r["fewer uploads %@95"]],
+                       [150, 200, 25, 80])
+    assert r["reached@95"] == "2/2 of 2" and r["reached@97"] == "1/2 of 2"
+    assert np.isnan([r["rounds A@97"], r["fewer rounds %@97"], r["fewer uploads %@97"]]).all()
+    # per dataset: the same runs under a second dataset pair only among themselves
+    two = pd.concat([frame.assign(dataset="mnist"), frame[frame.method == "B"].assign(dataset="cifar10")])
+    assert adafl_pairs(two, [("A", "B")]).dataset.tolist() == ["mnist"]
+
+
 def test_pfedla_arrows_against_the_base_method():
     from fedlib.report import pfedla_paper_vs_ours
     rows = []
