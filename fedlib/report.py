@@ -91,8 +91,9 @@ def adafl_blocks(frame: pd.DataFrame, block: int = 100, acc: str = "global_test_
 
 def adafl_pairs(frame: pd.DataFrame, pairs, targets=()) -> pd.DataFrame:
     """Paired comparisons of methods, the numbers the readings of notebooks 22-23 quote: one row per ``(A, B)`` in
-    ``pairs`` (and dataset, if the frame has several), over the seeds both have (``seeds``; with one method's extra seeds left out, a difference is not
-    confounded by which seeds each has). ``frame``: ``adafl_frame`` rows (with ``tail`` for the std columns).
+    ``pairs`` (and dataset, if the frame has several), over the seeds both have (``seeds``; with one method's extra
+    seeds left out, a difference is not confounded by which seeds each has). ``frame``: ``adafl_frame`` rows (with
+    ``tail`` for the std columns).
 
     Columns: ``best A-B``, ``last10 A-B`` (mean over the common seeds of A's minus B's, points); ``std A``,
     ``std B`` (how steady each ends: mean std over the last rounds, if the frame has it); for each target t,
