@@ -14,6 +14,9 @@ The loop executor is the reference the stacked one is tested against (float64, 1
       the per-client loop (``train_loop``), the vmap/second-order path (``train_vmap``, any model) and
       the hand-written chain path (``train_chain``, Linear/ReLU chains), side by side.
 
+Both executors run with ``fedlib.malloc.keep_freed_memory`` as training runs do (``FEDLIB_MALLOC=default``
+leaves glibc's allocator as it is, to compare).
+
 To tell how far the stacked path is from this machine's floor, each case also prints the stacked
 executor's arithmetic rate (the matmul FLOPs of a round, ``chain_flops``, over its median time), the
 rate of one large float32 matmul (``sgemm_rate``, measured first), the most this CPU gives, and the
@@ -33,6 +36,7 @@ import torch
 from .data.federated import FederatedData, sample_steps
 from .data.synthetic import synthetic
 from .executors import LocalSGD, LoopExecutor, StackedExecutor
+from .malloc import keep_freed_memory
 from .models import build_model
 
 
@@ -169,12 +173,14 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    reuse = keep_freed_memory()  # as in training runs; applies to both executors alike
     cases = [c.strip() for c in args.only.split(",") if c.strip()]
     bad = [c for c in cases if c not in CASES]
     if bad:
         ap.error(f"--only: unknown case(s) {bad}; allowed: {', '.join(CASES)}")
     print(f"torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}, "
-          f"momentum {args.momentum}, median of {args.repeats} rounds (ratio: median of paired rounds)")
+          f"momentum {args.momentum}, median of {args.repeats} rounds (ratio: median of paired rounds), "
+          f"glibc malloc: {'freed memory reused' if reuse else 'default'} (fedlib.malloc)")
     rate = sgemm_rate(args.device)
     print(f"one 2000x2000x2000 float32 matmul on this {args.device}: {rate / 1e9:.0f} GFLOP/s (the most the stacked "
           "rates below could reach; ceiling: the loop's time over the round's FLOPs at this rate)")

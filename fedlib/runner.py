@@ -19,6 +19,7 @@ from .algorithms import build_algorithm
 from .config import RunConfig
 from .data import load_federated
 from .executors import make_executor
+from .malloc import keep_freed_memory
 from .models import build_model
 from .simulation import Checkpoint, RunResult, git_commit, simulate
 from .store import Store
@@ -40,6 +41,8 @@ def train(cfg: RunConfig, progress: bool = True, data_root=None, checkpoint: Che
     from its snapshot if there is one (same result) and snapshot while training."""
     cfg.validate()
     device = cfg.resolved_device()
+    if device == "cpu":
+        keep_freed_memory()  # each round's large stacked tensors reuse freed memory (see fedlib.malloc)
     dtype = getattr(torch, cfg.dtype)
     data = load_federated(cfg, data_root).to(device, dtype)
     model = build_model(cfg.model, data.input_shape, data.n_classes, cfg.hidden, seed=cfg.seed, dtype=dtype,
