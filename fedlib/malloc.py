@@ -5,7 +5,8 @@ to the kernel on ``free``. A stacked round allocates its clients' parameters ane
 output; AdaFL's MLP for 100 clients: a 100 x 200 x 784 first-layer weight, 63 MB), so that tensor is faulted in
 page by page every round: 15,300 minor faults, which took 12-95 ms on this project's 2-core VM, where a copy of
 the same 63 MB into memory already touched takes 3 ms. With mmap switched off and the heap's top kept (trim
-threshold 1 GiB), a freed block is reused by the next round's allocation of the same size without faults.
+threshold 1 GiB), a freed block is reused by a later round's allocation of the same size without faults (after
+the first one or two rounds, which grow the heap; ``tests/test_malloc.py`` counts the faults).
 Measured with ``python -m fedlib.bench --only c --repeats 9``, runs alternating with and without: stacked
 0.149-0.150 s a round against 0.161-0.197 s (ratios 4.4-4.6x against 4.0-4.1x); cases (a) and (b), whose tensors
 stay below the threshold, unchanged. The cost: a process's resident memory stays at its peak.
