@@ -98,8 +98,17 @@ class RunConfig:
     eval_every: int = 1                 # evaluate every k rounds (and always at the last)
     eval_train: bool = False            # also compute training loss/accuracy
 
+    @classmethod
+    def of(cls, **fields_) -> "RunConfig":
+        """A config from field names (flat names such as ``lr``, ``sigma``; dotted ones come with the typed parts)."""
+        return cls(**fields_)
+
     def replace(self, **changes) -> "RunConfig":
         return dataclasses.replace(self, **changes)
+
+    def flat(self) -> dict:
+        """Every field under its flat name (what ``config.json`` and results frames carry)."""
+        return dataclasses.asdict(self)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

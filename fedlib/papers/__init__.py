@@ -1,0 +1,1 @@
+"""One module per paper: its grids, published numbers, reports and figures."""
