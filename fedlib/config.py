@@ -110,6 +110,10 @@ class RunConfig:
         """Every field under its flat name (what ``config.json`` and results frames carry)."""
         return dataclasses.asdict(self)
 
+    def get(self, name: str):
+        """A field's value by flat (``mu``) or dotted (``method.mu``) name."""
+        return self.flat()[name.rsplit(".", 1)[-1]]
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -252,6 +256,11 @@ class RunConfig:
     def label(self) -> str:
         """A short human label: the fields that differ from the defaults."""
         return " ".join(f"{k}={v}" for k, v in self.changed().items()) or "defaults"
+
+
+def flat_field_names() -> tuple[str, ...]:
+    """Every flat field name a config, grid cell or ``--where`` filter may use."""
+    return tuple(f.name for f in fields(RunConfig))
 
 
 def _jsonable(d: dict) -> dict:
