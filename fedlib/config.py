@@ -1,12 +1,31 @@
-"""A run is a pure function of a frozen ``RunConfig``.
+"""A run is a pure function of a frozen ``RunConfig``, made of typed parts.
 
-Every field has a commented default; ``validate()`` checks all of them before any data is
-loaded or any training starts, naming the field and the allowed values. ``key()`` hashes
-the config for the results store.
+    RunConfig
+      data:      DataConfig       data set, partition, clients, data seed, the data set's own options
+      model:     ModelConfig      registry name, hidden widths (checked against the model), pFedLA attention
+      local:     LocalConfig      local optimisation: lr and its schedule, momentum, weight decay, steps/epochs, batch
+      selection: SelectionConfig  uniform or AdaFL attention; clients per round, fraction or fraction schedule
+      method:    MethodOptions    the method's own options, a class each algorithm module defines and registers
+      rounds, seed, executor, device, dtype, eval_every, eval_train
 
-Key stability: the key hashes only the fields that differ from their defaults (plus a
-schema version), so adding a new field with a default keeps every stored result's key.
-Changing an existing default changes what old keys mean: bump ``SCHEMA`` when you do.
+Every field carries its bounds (``fedlib.options.option``); ``validate()`` checks all of them
+before any data is loaded or any training starts, naming the field and what is allowed. What a
+method accepts follows from its options class: ``RunConfig(algorithm="fedmcsa-mcsa", sigma=7.0)``
+is refused because FedMCSA^{-MCSA} has no sigma.
+
+Names. Every field has a flat name (``lr``, ``sigma``, ``dataset``; ``model`` is the model's name,
+``selection`` the selection rule, ``algorithm`` the method) and a dotted one (``local.lr``,
+``method.sigma``, ``data.dataset``, ``model.name``, ``selection.rule``, ``method.name``).
+``RunConfig(**names)``, ``replace(**names)``, grid cells and ``--where`` take either; a flat name
+read as an attribute (``cfg.lr``) is a shortcut for ``cfg.get("lr")``. Setting a method option
+the method does not have is an error, except at its default value (a no-op: old ``config.json``
+files list every field).
+
+Key stability (``key()``). The key hashes the flat fields that differ from the schema-1 defaults
+(``LEGACY``, the flat config this project stored its first 634 runs under) plus ``SCHEMA``, so
+every stored run keeps its key (``tests/test_store_keys.py`` recomputes all of them). A new
+field's default is left out of the key; changing an existing default orphans stored runs: bump
+``SCHEMA`` on purpose if you must. ``config.json`` stays flat (``to_dict()``), in ``LEGACY`` order.
 """
 from __future__ import annotations
 
@@ -14,12 +33,17 @@ import dataclasses
 import hashlib
 import json
 import os
-from dataclasses import dataclass, fields
+from collections import defaultdict
+from dataclasses import dataclass, field, fields
+
+from . import algorithms  # noqa: F401  (registers every method's options class)
+from .data.domains import DOMAINS
+from .models import MODELS, check_attention
+from .options import METHODS, MethodOptions, Part, option
 
 SCHEMA = 1
 
 DATASETS = ("synthetic", "mnist", "fmnist", "cifar10", "digits", "office31", "officehome", "domainnet")
-SELECTIONS = ("uniform", "attention")
 PARTITIONS = {  # which partitions make sense for which data sets
     "synthetic": ("natural",),
     "mnist": ("labels", "shards", "iid", "dirichlet"),
@@ -30,222 +54,331 @@ PARTITIONS = {  # which partitions make sense for which data sets
     "officehome": ("domains",),
     "domainnet": ("domains",),
 }
-DEVICES = ("auto", "cpu", "cuda")
-DTYPES = ("float32", "float64")
-EXECUTORS = ("auto", "stacked", "loop")
-NORMALIZE = ("standardize", "unit")
-ATTENTIONS = ("none", "se", "eca", "ca", "hybrid")
-ALGORITHM_FIELDS = ("mu", "sigma", "lam", "amp_self_weight", "mcsa_code", "beta", "personal_lr", "inner_steps", "hf_delta",
-                    "mix_lam", "mix_mean_size", "mix_taylor_scale", "server_lr", "lr_decay")
-MIX_TAYLOR_SCALES = ("sample", "batch")
+from .local_attention import ATTENTIONS  # noqa: E402
+
+# The schema-1 flat config, field by field, in its order: the reference every key is computed against.
+# Never edit a value here (it would orphan stored runs); new fields go into the parts, not here.
+LEGACY = {
+    "dataset": "synthetic", "partition": "natural", "n_clients": 100, "synthetic_alpha": 0.5, "synthetic_beta": 0.5,
+    "labels_per_client": 2, "shard_size": 300, "dirichlet_alpha": 0.5, "train_frac": 0.75, "normalize": "standardize",
+    "data_seed": 0, "domains": None, "domain_percent": None, "model": "mlr", "hidden": None, "algorithm": "fedavg",
+    "rounds": 100, "clients_per_round": 20, "fraction": None, "fraction_schedule": None, "selection": "uniform",
+    "attn_decay": 0.9, "local_steps": 20, "local_epochs": None, "batch_size": 20, "lr": 0.02, "lr_decay": 1.0,
+    "momentum": 0.0, "weight_decay": 0.0, "mu": 0.0, "sigma": 50.0, "lam": 5.0, "amp_self_weight": 0.5,
+    "mcsa_code": False, "beta": 1.0, "hf_delta": 1e-3, "personal_lr": 0.01, "inner_steps": 5, "server_lr": 1.0,
+    "mix_lam": 0.05, "mix_mean_size": 10, "mix_taylor_scale": "sample", "attention": "none", "attention_local": True,
+    "seed": 0, "executor": "auto", "device": "auto", "dtype": "float32", "eval_every": 1, "eval_train": False,
+}
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    # -- data ------------------------------------------------------------------------------
-    dataset: str = "synthetic"          # synthetic | mnist | fmnist | cifar10
-    partition: str = "natural"          # natural (Synthetic's own clients) | labels | shards | iid | dirichlet
-    n_clients: int = 100                # N (FedMCSA), M (AdaFL)
-    synthetic_alpha: float = 0.5        # Synthetic(alpha, beta): model heterogeneity
-    synthetic_beta: float = 0.5         # ... and feature heterogeneity
-    labels_per_client: int = 2          # 'labels' partition: classes per client (pFedMe recipe)
-    shard_size: int = 300               # 'shards' partition: McMahan et al. shard size (2 per client)
-    dirichlet_alpha: float = 0.5        # 'dirichlet' partition concentration
-    train_frac: float = 0.75            # per-client train share (FedMCSA: 75/25)
-    normalize: str = "standardize"      # images: per-pixel standardisation (pFedMe) or x/255
-    data_seed: int = 0                  # partition/generation seed (0 reproduces pFedMe's Synthetic)
-    domains: tuple | None = None        # feature-shift data: which domains, one client each (None: all of the data set's)
-    domain_percent: float | None = None  # share of each domain's training set (None: the data set's own -- digits 10% as
-                                         # FedBN, Office/DomainNet 100%); pFedLA Figure 4(c) varies it
-    # -- model -----------------------------------------------------------------------------
-    model: str = "mlr"                  # mlr | dnn | mlp (see fedlib.models.MODELS)
-    hidden: tuple | None = None         # hidden sizes; None = the model's default
-    # -- algorithm -------------------------------------------------------------------------
-    algorithm: str = "fedavg"           # see fedlib.algorithms.ALGORITHMS
-    rounds: int = 100                   # T communication rounds
-    clients_per_round: int | None = 20  # S clients uploading per round (None with fraction=None: all)
-    fraction: float | None = None       # C (instead of clients_per_round)
-    fraction_schedule: tuple | None = None  # AdaFL dynamic fraction (gamma_1, gamma_T, F): F equal steps over T rounds
-    selection: str = "uniform"          # uniform | attention (AdaFL Eq. 1-2: probabilities from model divergence)
-    attn_decay: float = 0.9             # AdaFL alpha: decay of the previous attention score
-    local_steps: int | None = 20        # R local steps per round (fixed-step training)
-    local_epochs: int | None = None     # E local epochs (epoch-based training; overrides local_steps)
-    batch_size: int = 20                # |D| / B
-    lr: float = 0.02                    # eta
-    lr_decay: float = 1.0               # eta_t = eta * lr_decay^(t-1) (AdaFL CIFAR-10: 0.99 per round)
-    momentum: float = 0.0               # SGD momentum (AdaFL: 0.5)
-    weight_decay: float = 0.0           # l2 regularisation
-    mu: float = 0.0                     # FedProx proximal strength
-    sigma: float = 50.0                 # FedMCSA/HeurFedAMP attention scale sigma (FedMCSA default 50)
-    lam: float = 5.0                    # FedMCSA/HeurFedAMP client proximal strength lambda (FedMCSA default 5)
-    amp_self_weight: float = 0.5        # HeurFedAMP self-attention weight xi_ii
-    mcsa_code: bool = False             # FedMCSA "as in the authors' code" (data-size reweighting, no prox)
-    beta: float = 1.0                   # pFedMe server mixing beta (1: plain average); Per-FedAvg's outer step beta
-    hf_delta: float = 1e-3              # Per-FedAvg (HF) finite-difference step delta
-    personal_lr: float = 0.01           # pFedMe personal learning rate eta_p
-    inner_steps: int = 5                # pFedMe K steps solving the personalised problem
-    server_lr: float = 1.0              # SCAFFOLD global step size eta_g
-    mix_lam: float = 0.05               # FedMix / NaiveMix mixing ratio lambda
-    mix_mean_size: int = 10             # FedMix M_k: samples per shared mean (averaged) data point
-    mix_taylor_scale: str = "sample"    # FedMix Taylor term: "sample" (the equation) | "batch" (x (1 - lam) / B, public codes)
-    attention: str = "none"             # pFedLA module after each conv layer: none | se | eca | ca | hybrid
-    attention_local: bool = True        # pFedLA: attention parameters stay on the client (False: the "non-local" ablation)
-    # -- execution -------------------------------------------------------------------------
-    seed: int = 0                       # model init, client sampling, mini-batches
-    executor: str = "auto"              # auto | stacked | loop
-    device: str = "auto"                # auto | cpu | cuda
-    dtype: str = "float32"              # float32 | float64
-    eval_every: int = 1                 # evaluate every k rounds (and always at the last)
-    eval_train: bool = False            # also compute training loss/accuracy
+class DataConfig(Part):
+    dataset: str = option("synthetic", choices=DATASETS)
+    partition: str = option("natural", choices=tuple(dict.fromkeys(p for v in PARTITIONS.values() for p in v)),
+                            doc="natural (Synthetic's own clients) | labels | shards | iid | dirichlet | domains")
+    n_clients: int = option(100, ge=1, doc="N (FedMCSA), M (AdaFL)")
+    synthetic_alpha: float = option(0.5, ge=0, when=lambda d: d.dataset == "synthetic", when_doc="dataset='synthetic'",
+                                    doc="Synthetic(alpha, beta): model heterogeneity")
+    synthetic_beta: float = option(0.5, ge=0, when=lambda d: d.dataset == "synthetic", when_doc="dataset='synthetic'",
+                                   doc="... and feature heterogeneity")
+    labels_per_client: int = option(2, ge=1, when=lambda d: d.partition == "labels", when_doc="partition='labels'")
+    shard_size: int = option(300, ge=1, when=lambda d: d.partition == "shards", when_doc="partition='shards'")
+    dirichlet_alpha: float = option(0.5, gt=0, when=lambda d: d.partition == "dirichlet",
+                                    when_doc="partition='dirichlet'")
+    train_frac: float = option(0.75, gt=0, le=1, doc="per-client train share (FedMCSA: 75/25)")
+    normalize: str = option("standardize", choices=("standardize", "unit"))
+    data_seed: int = option(0, ge=0, doc="partition/generation seed (0 reproduces pFedMe's Synthetic)")
+    domains: tuple | None = option(None, doc="feature-shift data: which domains, one client each (None: all)")
+    domain_percent: float | None = option(None, doc="share of each domain's training set (None: the data set's own -- "
+                                                    "digits 10% as FedBN, Office/DomainNet 100%); pFedLA Figure 4(c)")
 
-    @classmethod
-    def of(cls, **fields_) -> "RunConfig":
-        """A config from field names (flat names such as ``lr``, ``sigma``; dotted ones come with the typed parts)."""
-        return cls(**fields_)
+    def check(self, where=None, rename=None) -> None:
+        self._check_domains()
+        super().check(where, rename)
+        if self.partition not in PARTITIONS[self.dataset]:
+            raise ValueError(f"RunConfig.partition={self.partition!r} is not one of: {', '.join(PARTITIONS[self.dataset])}")
 
-    def replace(self, **changes) -> "RunConfig":
-        return dataclasses.replace(self, **changes)
+    def _check_domains(self) -> None:
+        """Feature-shift data sets: known domains, percent in (0, 1], one client per domain."""
+        p = self.domain_percent
+        if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1):
+            raise ValueError(f"RunConfig.domain_percent={p!r} must be None or in (0, 1]")
+        if self.dataset not in DOMAINS:
+            if self.domains is not None or p is not None:
+                raise ValueError(f"RunConfig: domains/domain_percent set but dataset={self.dataset!r} has no domains "
+                                 f"(feature-shift data sets: {', '.join(DOMAINS)})")
+            return
+        allowed, d = DOMAINS[self.dataset], self.domains
+        if d is not None and (not isinstance(d, tuple) or not d or any(x not in allowed for x in d)
+                              or len(set(d)) != len(d)):
+            raise ValueError(f"RunConfig.domains={d!r} must be None or a tuple of distinct {self.dataset} domains "
+                             f"from: {', '.join(allowed)}")
+        n = len(d) if d is not None else len(allowed)
+        if self.n_clients != n:
+            raise ValueError(f"RunConfig.n_clients={self.n_clients!r} must equal the number of domains ({n}: one "
+                             f"client per domain, RunConfig.domains={d!r})")
 
-    def flat(self) -> dict:
-        """Every field under its flat name (what ``config.json`` and results frames carry)."""
-        return dataclasses.asdict(self)
 
-    def get(self, name: str):
-        """A field's value by flat (``mu``) or dotted (``method.mu``) name."""
-        return self.flat()[name.rsplit(".", 1)[-1]]
+@dataclass(frozen=True)
+class ModelConfig(Part):
+    name: str = option("mlr", choices=tuple(MODELS), doc="see fedlib.models.MODELS")
+    hidden: tuple | None = option(None, doc="hidden widths, one per hidden layer of the model; None = its default")
+    attention: str = option("none", choices=ATTENTIONS, doc="pFedLA module after each conv layer")
+    attention_local: bool = option(True, when=lambda m: m.attention != "none", when_doc="attention is not 'none'",
+                                   doc="pFedLA: attention parameters stay on the client (False: the non-local ablation)")
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+    def check(self, where=None, rename=None) -> None:
+        h = self.hidden
+        if h is not None and not (isinstance(h, tuple) and all(isinstance(x, int) and not isinstance(x, bool)
+                                                                and x > 0 for x in h)):
+            raise ValueError(f"RunConfig.hidden={h!r} must be None or a tuple of positive ints")
+        super().check(where, rename)
+        if self.hidden is not None:
+            want = len(MODELS[self.name].default_hidden)
+            if len(self.hidden) != want:
+                raise ValueError(f"RunConfig.hidden={self.hidden!r} has {len(self.hidden)} widths but model="
+                                 f"{self.name!r} has {want} hidden layer(s) (default {MODELS[self.name].default_hidden})")
+        check_attention(self.name, self.attention, prefix="RunConfig.")
 
-    def changed(self) -> dict:
-        """Fields that differ from the defaults (what a short label or the key needs)."""
-        base = RunConfig()
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != getattr(base, f.name)}
+    def __eq__(self, other):
+        # ``cfg.model == "dnn"`` (the flat config's spelling, in notebooks and user code) compares the name
+        if isinstance(other, str):
+            return self.name == other
+        return NotImplemented if type(other) is not ModelConfig else dataclasses.astuple(self) == dataclasses.astuple(other)
 
-    def key(self) -> str:
-        blob = json.dumps({"schema": SCHEMA, **_jsonable(self.changed())}, sort_keys=True)
-        return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
-    def validate(self) -> "RunConfig":
-        """Raise ValueError naming the field and its allowed values; returns self for chaining."""
-        from .algorithms import ALGORITHMS
-        from .models import MODELS, check_attention
+@dataclass(frozen=True)
+class LocalConfig(Part):
+    lr: float = option(0.02, gt=0, doc="eta")
+    lr_decay: float = option(1.0, gt=0, doc="eta_t = eta * lr_decay^(t-1) (AdaFL CIFAR-10: 0.99 per round)")
+    momentum: float = option(0.0, ge=0, lt=1, doc="SGD momentum (AdaFL: 0.5)")
+    weight_decay: float = option(0.0, ge=0, doc="l2 regularisation")
+    local_steps: int | None = option(20, ge=1, doc="R local steps per round")
+    local_epochs: int | None = option(None, ge=1, doc="E local epochs (epoch-based training; overrides local_steps)")
+    batch_size: int = option(20, ge=1, doc="|D| / B")
 
-        def choice(name, allowed):
-            v = getattr(self, name)
-            if v not in allowed:
-                raise ValueError(f"RunConfig.{name}={v!r} is not one of: {', '.join(map(str, allowed))}")
+    def check(self, where=None, rename=None) -> None:
+        super().check(where, rename)
+        if self.local_steps is None and self.local_epochs is None:
+            raise ValueError("RunConfig: local_steps or local_epochs must be set")
 
-        def at_least(name, lo, none_ok=False):
-            v = getattr(self, name)
-            if v is None and none_ok:
-                return
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < lo:
-                raise ValueError(f"RunConfig.{name}={v!r} must be a number >= {lo}")
 
-        choice("dataset", DATASETS)
-        choice("partition", PARTITIONS[self.dataset])
-        choice("model", tuple(MODELS))
-        choice("algorithm", tuple(ALGORITHMS))
-        choice("executor", EXECUTORS)
-        choice("device", DEVICES)
-        choice("dtype", DTYPES)
-        choice("normalize", NORMALIZE)
-        choice("selection", SELECTIONS)
-        choice("attention", ATTENTIONS)
-        choice("mix_taylor_scale", MIX_TAYLOR_SCALES)
-        for name in ("n_clients", "rounds", "batch_size", "eval_every", "labels_per_client", "shard_size", "inner_steps",
-                     "mix_mean_size"):
-            at_least(name, 1)
-            if not isinstance(getattr(self, name), int):
-                raise ValueError(f"RunConfig.{name}={getattr(self, name)!r} must be an integer")
-        at_least("clients_per_round", 1, none_ok=True)
-        at_least("local_steps", 1, none_ok=True)
-        at_least("local_epochs", 1, none_ok=True)
-        for name in ("lr", "synthetic_alpha", "synthetic_beta", "momentum", "weight_decay", "mu", "dirichlet_alpha",
-                     "sigma", "lam", "amp_self_weight", "beta", "personal_lr", "hf_delta", "mix_lam", "attn_decay"):
-            at_least(name, 0)
-        for name in ("lr_decay", "server_lr"):
-            at_least(name, 0)
-            if getattr(self, name) <= 0:
-                raise ValueError(f"RunConfig.{name}={getattr(self, name)!r} must be > 0")
-        if self.attn_decay >= 1:
-            raise ValueError(f"RunConfig.attn_decay={self.attn_decay!r} (AdaFL alpha) must be in [0, 1)")
-        if self.selection != "attention" and "attn_decay" in self.changed():
-            raise ValueError("RunConfig: attn_decay set but selection='uniform' does not use it (use selection='attention')")
-        if self.mix_lam > 1:
-            raise ValueError(f"RunConfig.mix_lam={self.mix_lam!r} (FedMix lambda) must be in [0, 1]")
-        if not isinstance(self.attention_local, bool):
-            raise ValueError(f"RunConfig.attention_local={self.attention_local!r} must be True or False")
-        check_attention(self.model, self.attention, prefix="RunConfig.")
-        if not self.attention_local and self.attention == "none":
-            raise ValueError("RunConfig: attention_local=False (the non-local ablation) needs attention in "
-                             "se | eca | ca | hybrid")
-        if self.fraction_schedule is not None:
-            fs = self.fraction_schedule
-            numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in fs) if isinstance(fs, tuple) else False
+@dataclass(frozen=True)
+class SelectionConfig(Part):
+    rule: str = option("uniform", choices=("uniform", "attention"),
+                       doc="uniform | attention (AdaFL Eq. 1-2: probabilities from model divergence)")
+    clients_per_round: int | None = option(20, ge=1, doc="S clients uploading per round")
+    fraction: float | None = option(None, gt=0, le=1, doc="C (instead of clients_per_round)")
+    fraction_schedule: tuple | None = option(None, doc="AdaFL dynamic fraction (gamma_1, gamma_T, F[, T])")
+    attn_decay: float = option(0.9, ge=0, lt=1, when=lambda s: s.rule == "attention", when_doc="selection='attention'",
+                               doc="AdaFL alpha: decay of the previous attention score")
+
+    def check(self, where=None, rename=None) -> None:
+        super().check(where, rename)
+        if self.fraction is not None and self.clients_per_round is not None:
+            raise ValueError("RunConfig: give clients_per_round or fraction, not both (set the other to None)")
+        fs = self.fraction_schedule
+        if fs is not None:
+            numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in fs)
             if not numbers or len(fs) not in (3, 4):
                 raise ValueError(f"RunConfig.fraction_schedule={fs!r} must be (gamma_1, gamma_T, F) or "
                                  "(gamma_1, gamma_T, F, T), e.g. AdaFL's (0.1, 0.5, 5)")
             if self.clients_per_round is not None or self.fraction is not None:
                 raise ValueError("RunConfig: fraction_schedule replaces clients_per_round and fraction; set both to None")
-            from .selection import StepFraction
-            # raises naming what is wrong
+
+    def __eq__(self, other):
+        # ``cfg.selection == "attention"`` (the flat config's spelling) compares the rule
+        if isinstance(other, str):
+            return self.rule == other
+        if type(other) is not SelectionConfig:
+            return NotImplemented
+        return dataclasses.astuple(self) == dataclasses.astuple(other)
+
+
+# flat name -> (part, field); "" is the top level, "method" the method's options
+_ALIASES = {"model": ("model", "name"), "selection": ("selection", "rule")}
+_PARTS = {"data": DataConfig, "model": ModelConfig, "local": LocalConfig, "selection": SelectionConfig}
+_TOP = ("rounds", "seed", "executor", "device", "dtype", "eval_every", "eval_train")
+
+
+def _flat_of(part: str, name: str) -> str:
+    return next((k for k, v in _ALIASES.items() if v == (part, name)), name)
+
+
+_FLAT = {_flat_of(p, f.name): (p, f.name) for p, cls in _PARTS.items() for f in fields(cls)}
+_FLAT.update({n: ("", n) for n in _TOP})
+
+
+def _default_method() -> MethodOptions:
+    return METHODS["fedavg"]()
+
+
+@dataclass(frozen=True, init=False)
+class RunConfig(Part):
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    local: LocalConfig = LocalConfig()
+    selection: SelectionConfig = SelectionConfig()
+    method: MethodOptions = field(default_factory=_default_method)
+    rounds: int = option(100, ge=1, doc="T communication rounds")
+    seed: int = option(0, ge=0, doc="model init, client sampling, mini-batches")
+    executor: str = option("auto", choices=("auto", "stacked", "loop"))
+    device: str = option("auto", choices=("auto", "cpu", "cuda"))
+    dtype: str = option("float32", choices=("float32", "float64"))
+    eval_every: int = option(1, ge=1, doc="evaluate every k rounds (and always at the last)")
+    eval_train: bool = option(False, doc="also compute training loss/accuracy")
+
+    def __init__(self, data=None, model=None, local=None, selection=None, method=None, **names):
+        """Parts (``data=DataConfig(...)``, ...) and/or flat or dotted names (``lr=0.1``, ``method.mu`` via
+        ``**{"method.mu": 0.1}``); names are applied over the parts."""
+        given = {"data": data, "model": model, "local": local, "selection": selection}
+        for p in ("model", "selection"):  # also flat names: the model's name, the selection rule
+            if given[p] is not None and not isinstance(given[p], _PARTS[p]):
+                names[p] = given.pop(p)
+        for p, cls in _PARTS.items():
+            given.setdefault(p, None)
+            object.__setattr__(self, p, given[p] if given[p] is not None else cls())
+        object.__setattr__(self, "method", method if method is not None else _default_method())
+        for f in fields(self):
+            if f.name in _TOP:
+                object.__setattr__(self, f.name, f.default)
+        if names:
+            new = self.replace(**names)
+            for f in fields(self):
+                object.__setattr__(self, f.name, getattr(new, f.name))
+
+    @classmethod
+    def of(cls, **names) -> "RunConfig":
+        """A config from flat or dotted names (the same as ``RunConfig(**names)``)."""
+        return cls(**names)
+
+    # -- names --------------------------------------------------------------------------------------
+    @property
+    def algorithm(self) -> str:
+        return self.method.NAME
+
+    def __getattr__(self, name):  # only called when normal lookup fails: flat names as read-only shortcuts
+        if name.startswith("_") or name not in _FLAT and name not in LEGACY:
+            raise AttributeError(f"RunConfig has no field {name!r}")
+        return self.get(name)
+
+    def get(self, name: str):
+        """A field's value by flat (``mu``) or dotted (``method.mu``) name; a method option the method does not
+        have reads as its schema-1 default (what the flat ``config.json`` holds)."""
+        flat = self.flat()
+        if name in flat:
+            return flat[name]
+        part, _, f = name.partition(".")
+        if part in _PARTS and hasattr(getattr(self, part), f):
+            return getattr(getattr(self, part), f)
+        if part == "method" and f == "name":
+            return self.method.NAME
+        if part == "method" and hasattr(self.method, f):
+            return getattr(self.method, f)
+        raise KeyError(f"RunConfig has no field {name!r}; flat names: {', '.join(flat_field_names())}")
+
+    def _resolve(self, name: str, method: MethodOptions) -> tuple[str, str]:
+        part, dot, f = name.partition(".")
+        if dot:
+            if part in _PARTS and f in {x.name for x in fields(_PARTS[part])}:
+                return part, f
+            if part == "method":
+                return "method", f
+            raise ValueError(f"unknown RunConfig field {name!r}; dotted names are data.*, model.*, local.*, "
+                             "selection.*, method.* (fields: " + ", ".join(flat_field_names()) + ")")
+        if name in _FLAT:
+            return _FLAT[name]
+        if name in LEGACY or name in {x.name for x in fields(method)}:
+            return "method", name
+        raise ValueError(f"unknown RunConfig field(s): {name}; known: {', '.join(sorted(flat_field_names()))}")
+
+    def replace(self, **changes) -> "RunConfig":
+        """A copy with fields changed by flat or dotted name (the method first, so its options can follow)."""
+        method = self.method
+        algs = [changes.pop(k) for k in ("algorithm", "method.name") if k in changes]
+        if algs:
+            if len(set(algs)) > 1:
+                raise ValueError(f"RunConfig: algorithm given twice with different values: {algs}")
+            method = _switch_method(method, algs[0])
+        updates: dict[str, dict] = defaultdict(dict)
+        for k, v in changes.items():
+            part, f = self._resolve(k, method)
+            updates[part][f] = v
+        m = updates.pop("method", {})
+        names = {x.name for x in fields(method)}
+        unused = {k: v for k, v in m.items() if k not in names}
+        bad = sorted(k for k, v in unused.items() if k not in LEGACY or v != LEGACY[k])
+        if bad:
+            own = ", ".join(sorted(names)) or "none"
+            raise ValueError(f"RunConfig: {', '.join(bad)} set but algorithm={method.NAME!r} does not use it "
+                             f"(its options: {own})")
+        method = dataclasses.replace(method, **{k: v for k, v in m.items() if k in names})
+        parts = {p: dataclasses.replace(getattr(self, p), **updates[p]) for p in _PARTS}
+        top = {f: updates[""][f] if f in updates[""] else getattr(self, f) for f in _TOP}
+        out = RunConfig(**parts, method=method)
+        for f, v in top.items():
+            object.__setattr__(out, f, _tuple(v))
+        return out
+
+    # -- views --------------------------------------------------------------------------------------
+    def flat(self) -> dict:
+        """Every field under its flat name, in ``LEGACY`` order then new fields; method options the method does not
+        have at their schema-1 defaults. This is ``config.json`` and the columns of results frames."""
+        out = dict(LEGACY)
+        for p in _PARTS:
+            for f in fields(_PARTS[p]):
+                out[_flat_of(p, f.name)] = getattr(getattr(self, p), f.name)
+        for f in _TOP:
+            out[f] = getattr(self, f)
+        out["algorithm"] = self.method.NAME
+        for f in fields(self.method):
+            out[f.name] = getattr(self.method, f.name)
+        return out
+
+    def to_dict(self) -> dict:
+        return self.flat()
+
+    def changed(self) -> dict:
+        """Flat fields that differ from their defaults (schema-1 ``LEGACY`` or, for newer fields, their own)."""
+        own = {f.name: f.default for f in fields(self.method)}
+        return {k: v for k, v in self.flat().items() if v != LEGACY.get(k, own.get(k))}
+
+    def key(self) -> str:
+        blob = json.dumps({"schema": SCHEMA, **_jsonable(self.changed())}, sort_keys=True)
+        return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+    def label(self) -> str:
+        """A short human label: the fields that differ from the defaults."""
+        return " ".join(f"{k}={v}" for k, v in self.changed().items()) or "defaults"
+
+    # -- checks -------------------------------------------------------------------------------------
+    def validate(self) -> "RunConfig":
+        """Raise ValueError naming the field and its allowed values; returns self for chaining."""
+        super().check("RunConfig")
+        for p in _PARTS:
+            getattr(self, p).check("RunConfig", rename=lambda f, p=p: _flat_of(p, f))
+        self.method.check("RunConfig")
+        m, s = self.method, self.selection
+        if not m.SELECTS and (s.rule != "uniform" or s.fraction_schedule is not None):
+            raise ValueError(f"RunConfig: algorithm={m.NAME!r} selects no clients, so selection and "
+                             "fraction_schedule do not apply")
+        if not m.SGD_EXTRAS:
+            extra = [k for k in ("momentum", "weight_decay") if getattr(self.local, k)]
+            if extra:
+                raise ValueError(f"RunConfig: {', '.join(extra)} set but algorithm={m.NAME!r} takes plain gradient "
+                                 "steps (its client procedure has no momentum or weight decay)")
+        if s.fraction_schedule is not None:
+            from .selection import StepFraction  # raises naming what is wrong
+            fs = s.fraction_schedule
             StepFraction(float(fs[0]), float(fs[1]), fs[2], fs[3] if len(fs) == 4 else self.rounds)
-        if self.amp_self_weight > 1:
-            raise ValueError(f"RunConfig.amp_self_weight={self.amp_self_weight!r} must be in [0, 1]")
-        if self.lr <= 0:
-            raise ValueError(f"RunConfig.lr={self.lr!r} must be > 0")
-        if self.momentum >= 1:
-            raise ValueError(f"RunConfig.momentum={self.momentum!r} must be in [0, 1)")
-        self._validate_domains()
-        if not 0 < self.train_frac <= 1:
-            raise ValueError(f"RunConfig.train_frac={self.train_frac!r} must be in (0, 1]")
-        if self.fraction is not None and not 0 < self.fraction <= 1:
-            raise ValueError(f"RunConfig.fraction={self.fraction!r} must be in (0, 1] or None")
-        if self.fraction is not None and self.clients_per_round is not None:
-            raise ValueError("RunConfig: give clients_per_round or fraction, not both (set the other to None)")
-        if self.local_steps is None and self.local_epochs is None:
-            raise ValueError("RunConfig: local_steps or local_epochs must be set")
-        if self.dirichlet_alpha <= 0:
-            raise ValueError(f"RunConfig.dirichlet_alpha={self.dirichlet_alpha!r} must be > 0")
         if self.device == "cuda":
             import torch
             if not torch.cuda.is_available():
                 raise ValueError("RunConfig.device='cuda' but no CUDA device is available; use 'auto' or 'cpu'")
-        widths_ok = isinstance(self.hidden, tuple) and all(isinstance(h, int) and h > 0 for h in self.hidden)
-        if self.hidden is not None and not widths_ok:
-            raise ValueError(f"RunConfig.hidden={self.hidden!r} must be None or a tuple of positive ints")
-        if "clients_per_round" not in ALGORITHMS[self.algorithm].USES and (
-                self.selection != "uniform" or self.fraction_schedule is not None):
-            raise ValueError(f"RunConfig: algorithm={self.algorithm!r} selects no clients, so selection and "
-                             "fraction_schedule do not apply")
-        # an algorithm-specific field set for an algorithm that ignores it is almost always a mistake
-        unused = {k for k in self.changed() if k in ALGORITHM_FIELDS} - set(ALGORITHMS[self.algorithm].USES)
-        if unused:
-            raise ValueError(f"RunConfig: {', '.join(sorted(unused))} set but algorithm={self.algorithm!r} does not use it")
         return self
 
-    def _validate_domains(self) -> None:
-        """Feature-shift data sets: known domains, percent in (0, 1], one client per domain."""
-        from .data.domains import DOMAINS
-        p = self.domain_percent
-        if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1):
-            raise ValueError(f"RunConfig.domain_percent={p!r} must be None or in (0, 1]")
-        if self.dataset not in DOMAINS:
-            if self.domains is not None or p != RunConfig.domain_percent:
-                raise ValueError(f"RunConfig: domains/domain_percent set but dataset={self.dataset!r} has no domains "
-                                 f"(feature-shift data sets: {', '.join(DOMAINS)})")
-            return
-        allowed = DOMAINS[self.dataset]
-        d = self.domains
-        if d is not None and (not isinstance(d, tuple) or not d or any(x not in allowed for x in d) or len(set(d)) != len(d)):
-            raise ValueError(f"RunConfig.domains={d!r} must be None or a tuple of distinct {self.dataset} domains from: "
-                             f"{', '.join(allowed)}")
-        n = len(d) if d is not None else len(allowed)
-        if self.n_clients != n:
-            raise ValueError(f"RunConfig.n_clients={self.n_clients!r} must equal the number of domains ({n}: one client "
-                             f"per domain, RunConfig.domains={d!r})")
+    def check(self, where=None, rename=None) -> None:
+        self.validate()
 
     def resolved_device(self) -> str:
         if self.device != "auto":
@@ -253,14 +386,31 @@ class RunConfig:
         import torch
         return "cuda" if torch.cuda.is_available() else "cpu"
 
-    def label(self) -> str:
-        """A short human label: the fields that differ from the defaults."""
-        return " ".join(f"{k}={v}" for k, v in self.changed().items()) or "defaults"
+
+def _tuple(v):
+    return tuple(v) if isinstance(v, list) else v
+
+
+def _switch_method(old: MethodOptions, name: str) -> MethodOptions:
+    """The options of method ``name``, carrying over the old method's changed options that it has too."""
+    if name not in METHODS:
+        raise ValueError(f"RunConfig.algorithm={name!r} is not one of: {', '.join(METHODS)}")
+    cls = METHODS[name]
+    if cls is type(old):
+        return old
+    names = {f.name for f in fields(cls)}
+    carried = old.changed()
+    dropped = sorted(set(carried) - names)
+    if dropped:
+        raise ValueError(f"RunConfig: switching algorithm {old.NAME!r} -> {name!r} would drop "
+                         + ", ".join(f"{k}={carried[k]!r}" for k in dropped) + f" ({name!r} does not use it)")
+    return cls(**carried)
 
 
 def flat_field_names() -> tuple[str, ...]:
-    """Every flat field name a config, grid cell or ``--where`` filter may use."""
-    return tuple(f.name for f in fields(RunConfig))
+    """Every flat field name a config, grid cell or ``--where`` filter may use (schema-1 and newer ones)."""
+    extra = [f.name for cls in METHODS.values() for f in fields(cls) if f.name not in LEGACY]
+    return tuple(LEGACY) + tuple(dict.fromkeys(extra))
 
 
 def _jsonable(d: dict) -> dict:
@@ -268,13 +418,13 @@ def _jsonable(d: dict) -> dict:
 
 
 def from_dict(d: dict) -> RunConfig:
-    """Inverse of ``to_dict`` (JSON turns tuples into lists); unknown fields are an error naming them."""
-    names = {f.name for f in fields(RunConfig)}
-    unknown = set(d) - names
+    """Inverse of ``to_dict`` (JSON turns tuples into lists): a flat dict, every field or only some; unknown
+    fields are an error naming them."""
+    known = set(flat_field_names())
+    unknown = set(d) - known
     if unknown:
-        raise ValueError(f"unknown RunConfig field(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(names))}")
-    d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
-    return RunConfig(**d)
+        raise ValueError(f"unknown RunConfig field(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+    return RunConfig(**{k: _tuple(v) for k, v in d.items()})
 
 
 PROFILES = ("smoke", "quick", "paper")

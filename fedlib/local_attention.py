@@ -26,7 +26,11 @@ Modules and their papers (argument -> symbol):
   ``sum_k softmax(u)_k a_k`` (Eq. 8). pFedLA does not say whether u is per slot or per model: Table 11
   reports one weight per layer, so u is per slot (3 parameters per slot).
 
-Naming contract (what the federated engine relies on): a model puts each module in a slot whose
+Grouping contract: ``ATTENTION_MODULES`` (SE, ECA, CA, Hybrid) is what ``fedlib.models.param_groups``
+maps to the group "attn" (by type, with everything inside, CA's BatchNorm included); the names below
+are the older convention, which param_groups agrees with on every registered model (tests/test_models.py).
+
+Naming contract (what the federated engine relied on): a model puts each module in a slot whose
 attribute name contains ``attn`` (``attn1``, ``blocks.3.attn``), so every parameter and buffer of an
 attention module has ``attn`` in its state-dict name and ``shared_except("attn")`` keeps them on the
 client. No name inside these modules contains ``bn``: the BatchNorm inside CA is called ``norm``, so it
@@ -43,7 +47,10 @@ import math
 import torch
 from torch import nn
 
-from .config import ATTENTIONS as KINDS  # none | se | eca | ca | hybrid: one list, validated by RunConfig too
+# The attention options, one list: defined here (the model side) so that fedlib.config imports it from here,
+# never the other way round (models import nothing from the engine or the config).
+ATTENTIONS = ("none", "se", "eca", "ca", "hybrid")
+KINDS = ATTENTIONS
 
 
 def eca_kernel_size(channels: int, gamma: float = 2, b: float = 1) -> int:
@@ -160,3 +167,13 @@ def make_attention(kind: str, channels: int, *, se_reduction: int = 16, ca_reduc
     if kind == "ca":
         return CA(channels, ca_reduction, ca_min_mid)
     return Hybrid(channels, se_reduction, ca_reduction, ca_min_mid, eca_gamma, eca_b, eca_bias)
+
+
+# The module types pFedLA keeps on the client: fedlib.models.param_groups puts them (and all they contain) in "attn".
+ATTENTION_MODULES = (SE, ECA, CA, Hybrid)
+
+
+def hybrid_logits(model: nn.Module) -> list[str]:
+    """State-dict names of every pFedLA_h module's mixing logits u (Eq. 7), sorted by name: found by module type,
+    so the round loop's hybrid-weight trace never guesses from names."""
+    return sorted(f"{name}.logits" for name, m in model.named_modules() if isinstance(m, Hybrid))

@@ -8,14 +8,22 @@ Names follow the papers:
 - ``cnn``: FedMix's CIFAR-10 CNN (a small VGG, see ``fedmix_cnn``), AdaFL's CIFAR-10 model.
 - ``lenet``, ``alexnet``, ``mobilenetv2``: pFedLA's conv nets with BatchNorm (``fedlib.convnets``; Tables
   7, 8 and 9-10 of pFedLA). They have attention slots: ``build_model(..., attention="se")`` (none | se |
-  eca | ca | hybrid) puts pFedLA's client-local attention after each conv layer. Their state-dict names
-  mark what FedBN and pFedLA keep local: backbone BatchNorm names contain ``bn``, attention names
-  ``attn``. ``hidden`` is the FC widths of LeNet (120, 84) and AlexNet (4096, 4096); MobileNetV2 takes none.
+  eca | ca | hybrid) puts pFedLA's client-local attention after each conv layer. What FedBN and pFedLA
+  keep local is ``param_groups`` (by module type); their state-dict names agree with it (backbone
+  BatchNorm names contain ``bn``, attention names ``attn``; tested). ``hidden`` is the FC widths of LeNet (120, 84) and AlexNet (4096, 4096); MobileNetV2 takes none.
 
-A model is stacked-trainable when it is a chain of Flatten/Linear/ReLU (``linear_chain``):
-the stacked executor then runs a hand-written batched forward/backward. Any other model
-falls back to the per-client loop executor. New entries are covered by the contract tests
-in ``tests/test_models.py`` automatically.
+Capabilities are declared, not guessed from names (issue "Engine v2", item 5):
+
+- ``kernel_of(model)``: the executor kernel a model supports, one of ``KERNELS``: "chain" (a
+  Flatten/Linear/ReLU chain, ``linear_chain``: the stacked executor's hand-written batched
+  forward/backward), "vmap" (buffer-free: ``torch.func.vmap`` over ``functional_call``), "loop" (has
+  buffers, e.g. BatchNorm running statistics: the per-client loop executor only). Registry models carry
+  ``ModelSpec.kernel`` on the built module (``model.fedlib_kernel``); any other module falls back to the
+  structural rule.
+- ``param_groups(model)``: each state-dict key -> "bn" (backbone BatchNorm, what FedBN keeps local),
+  "attn" (pFedLA's local attention modules) or "" (everything else), from module types, not names.
+
+New entries are covered by the contract tests in ``tests/test_models.py`` automatically.
 """
 from __future__ import annotations
 
@@ -27,17 +35,32 @@ import torch
 from torch import nn
 
 from . import convnets
+from .local_attention import ATTENTION_MODULES
+
+KERNELS = ("chain", "vmap", "loop")  # executor kernels, fastest first (see ``kernel_of``)
 
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """A registry entry. ``kernel`` declares what the built model is (checked by ``kernel_of`` and the
+    contract tests): "chain" for Linear chains, "vmap" for buffer-free models, "loop" for models with buffers."""
     name: str
     build: Callable[..., nn.Module]  # build(input_shape, n_classes, hidden[, attention=]) -> nn.Module
     default_hidden: tuple[int, ...]
     doc: str
     attention_slots: bool = False    # build takes attention= (pFedLA's local attention after each conv layer)
-    stacked: bool = True             # a Linear chain (``linear_chain``): the stacked kernel covers it
+    kernel: str = "chain"            # executor kernel of the built model, one of KERNELS (see ``kernel_of``)
     example_shapes: tuple[tuple[int, ...], ...] = ((60,), (1, 28, 28))  # inputs it takes (contract tests)
+
+    def __post_init__(self):
+        if self.kernel not in KERNELS:
+            raise ValueError(f"ModelSpec {self.name!r}: kernel={self.kernel!r} is not one of: {', '.join(KERNELS)}")
+
+    @property
+    def stacked(self) -> bool:
+        """Deprecated (use ``kernel == 'chain'``): whether the model is a Linear chain. Kept while
+        tests/test_executors.py and tests/test_cuda.py still read it."""
+        return self.kernel == "chain"
 
 
 def _chain(input_shape, n_classes, hidden) -> nn.Module:
@@ -89,16 +112,16 @@ MODELS: dict[str, ModelSpec] = {
                      "two hidden ReLU layers (McMahan et al. 2NN, AdaFL's 784-200-200-10)"),
     "cnn": ModelSpec("cnn", fedmix_cnn, (512, 512),
                      "FedMix's CIFAR-10 CNN (6 conv3x3 32-64-128-128-256-256, 3 maxpools, FC 512-512; AdaFL's CIFAR-10 model)",
-                     stacked=False, example_shapes=((3, 32, 32), (1, 28, 28))),
+                     kernel="vmap", example_shapes=((3, 32, 32), (1, 28, 28))),
     "lenet": ModelSpec("lenet", lambda s, c, h=(120, 84), attention="none": convnets.LeNet(s, c, h, attention),
                        (120, 84), "LeNet with BN, pFedLA Table 7 (digits, 3x28x28)",
-                       attention_slots=True, stacked=False, example_shapes=((3, 28, 28), (3, 32, 32))),
+                       attention_slots=True, kernel="loop", example_shapes=((3, 28, 28), (3, 32, 32))),
     "alexnet": ModelSpec("alexnet", lambda s, c, h=(4096, 4096), attention="none": convnets.AlexNet(s, c, h, attention),
                          (4096, 4096), "AlexNet with BN, pFedLA Table 8 = FedBN's AlexNet (Office, 3x224x224)",
-                         attention_slots=True, stacked=False, example_shapes=((3, 224, 224), (3, 64, 64))),
+                         attention_slots=True, kernel="loop", example_shapes=((3, 224, 224), (3, 64, 64))),
     "mobilenetv2": ModelSpec("mobilenetv2", lambda s, c, h=(), attention="none": convnets.MobileNetV2(s, c, h, attention),
                              (), "MobileNetV2 with pFedLA Table 10's bottleneck, classification head",
-                             attention_slots=True, stacked=False, example_shapes=((3, 28, 28), (3, 64, 64))),
+                             attention_slots=True, kernel="loop", example_shapes=((3, 28, 28), (3, 64, 64))),
 }
 
 
@@ -127,8 +150,67 @@ def build_model(name: str, input_shape, n_classes: int, hidden=None, seed: int |
     if seed is not None:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            return spec.build(tuple(input_shape), n_classes, hidden, **kwargs).to(dtype)
-    return spec.build(tuple(input_shape), n_classes, hidden, **kwargs).to(dtype)
+            model = spec.build(tuple(input_shape), n_classes, hidden, **kwargs).to(dtype)
+    else:
+        model = spec.build(tuple(input_shape), n_classes, hidden, **kwargs).to(dtype)
+    model.fedlib_kernel = spec.kernel  # the declaration kernel_of reads (and checks against the structure)
+    return model
+
+
+def _structural_kernel(model: nn.Module) -> str:
+    if linear_chain(model) is not None:
+        return "chain"
+    return "vmap" if next(model.buffers(), None) is None else "loop"
+
+
+def kernel_of(model: nn.Module) -> str:
+    """The executor kernel ``model`` supports: "chain", "vmap" or "loop" (``KERNELS``).
+
+    Declared, not inferred from names: a model built by ``build_model`` carries its ``ModelSpec.kernel``
+    as ``model.fedlib_kernel`` (any module may set that attribute, e.g. "loop" to keep a Linear chain off
+    the stacked kernels). Without a declaration the structure decides: ``linear_chain(model)`` is not None
+    -> "chain"; no buffers -> "vmap"; else "loop". A declaration the model cannot run under is an error
+    (a "chain" that is not a Linear chain, a "vmap" model with buffers: vmap over ``functional_call``
+    would not update the per-client buffers); "loop" runs anything.
+    """
+    declared = getattr(model, "fedlib_kernel", None)
+    if declared is None:
+        return _structural_kernel(model)
+    if declared not in KERNELS:
+        raise ValueError(f"{type(model).__name__}.fedlib_kernel={declared!r} is not one of: {', '.join(KERNELS)}")
+    if declared == "chain" and linear_chain(model) is None:
+        raise ValueError(f"{type(model).__name__} declares kernel 'chain' but is not a Flatten/Linear/ReLU chain")
+    if declared == "vmap" and next(model.buffers(), None) is not None:
+        raise ValueError(f"{type(model).__name__} declares kernel 'vmap' but has buffers (use 'loop')")
+    return declared
+
+
+def _own_group(module: nn.Module) -> str:
+    declared = getattr(module, "fedlib_group", None)  # a module class or instance may declare its group
+    if declared is not None:
+        return declared
+    if isinstance(module, ATTENTION_MODULES):
+        return "attn"
+    if isinstance(module, nn.modules.batchnorm._BatchNorm):
+        return "bn"
+    return ""
+
+
+def param_groups(model: nn.Module) -> dict[str, str]:
+    """Every ``model.state_dict()`` key -> its group: "bn" (parameters and buffers of backbone BatchNorm
+    layers: what FedBN, Li et al. 2021, keeps on the client), "attn" (pFedLA's local attention modules,
+    ``fedlib.local_attention.ATTENTION_MODULES``: what pFedLA, Liang et al., keeps on the client) or ""
+    (everything else).
+
+    Decided by module types (or a module's ``fedlib_group`` attribute), not by names. The outermost
+    grouped module wins: a BatchNorm inside an attention module (CA's ``norm``) is "attn", since sharing
+    the attention (pFedLA's non-local ablation) means sharing all of it, its BN included.
+    """
+    groups: dict[str, str] = {}
+    for name, module in model.named_modules(remove_duplicate=False):  # pre-order: parents come first
+        parent = groups.get(name.rsplit(".", 1)[0] if "." in name else "", "") if name else ""
+        groups[name] = parent or _own_group(module)
+    return {k: groups[k.rsplit(".", 1)[0] if "." in k else ""] for k in model.state_dict()}
 
 
 def linear_chain(model: nn.Module) -> list[str] | None:

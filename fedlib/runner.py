@@ -45,15 +45,16 @@ def train(cfg: RunConfig, progress: bool = True, data_root=None, checkpoint: Che
         keep_freed_memory()  # each round's large stacked tensors reuse freed memory (see fedlib.malloc)
     dtype = getattr(torch, cfg.dtype)
     data = load_federated(cfg, data_root).to(device, dtype)
-    model = build_model(cfg.model, data.input_shape, data.n_classes, cfg.hidden, seed=cfg.seed, dtype=dtype,
-                        attention=cfg.attention).to(device)
+    m = cfg.model
+    model = build_model(m.name, data.input_shape, data.n_classes, m.hidden, seed=cfg.seed, dtype=dtype,
+                        attention=m.attention).to(device)
     algorithm = build_algorithm(cfg, n_samples=data.train.sizes.cpu().numpy())
     executor = make_executor(cfg.executor, model)
     t0 = time.perf_counter()
     result = simulate(algorithm, data, model, executor, cfg.rounds, local_steps=cfg.local_steps,
                       local_epochs=cfg.local_epochs, batch_size=cfg.batch_size, seed=cfg.seed,
                       eval_every=cfg.eval_every, eval_train=cfg.eval_train, progress=progress,
-                      desc=f"{cfg.algorithm} {cfg.dataset}/{cfg.model}", lr_decay=cfg.lr_decay, checkpoint=checkpoint)
+                      desc=f"{cfg.algorithm} {cfg.dataset}/{m.name}", lr_decay=cfg.lr_decay, checkpoint=checkpoint)
     resumed = result.meta.get("resumed", [])
     before = resumed[-1]["elapsed"] if resumed else 0.0  # wall time of the interrupted part(s)
     result.meta = _meta(cfg, device, time.perf_counter() - t0 + before, executor.name)

@@ -163,6 +163,13 @@ class AttentionSelection:
         p = self.scores / self.scores.sum()  # guard against float drift; a stays stochastic by Eq. 2
         return np.sort(rng.choice(n_clients, size=k, replace=False, p=p))
 
+    def state_dict(self) -> dict:
+        """What changes from round to round (plain data, for snapshots): the scores and their history."""
+        return {"scores": self.scores.copy(), "history": list(self.history)}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.scores, self.history = np.asarray(d["scores"], dtype=np.float64), list(d["history"])
+
     def observe(self, selected: np.ndarray, uploads: Params, reference: Params) -> np.ndarray:
         """Eq. 1-2 for the selected clients; ``uploads[name]`` (K, ...) in ``selected``'s order,
         ``reference[name]`` the new global model (no client axis) or one model per uploader (K, ...)."""
@@ -189,14 +196,14 @@ def attention_update(scores: np.ndarray, selected: np.ndarray, d: np.ndarray, de
 
 def build_selection(cfg, n_samples: np.ndarray | None = None):
     """The selection stage a ``RunConfig`` names: ``selection`` x (``clients_per_round`` | ``fraction`` | ``fraction_schedule``)."""
-    schedule = None
-    if cfg.fraction_schedule is not None:
-        start, end, steps, *horizon = cfg.fraction_schedule
+    s, schedule = cfg.selection, None
+    if s.fraction_schedule is not None:
+        start, end, steps, *horizon = s.fraction_schedule
         schedule = StepFraction(float(start), float(end), int(steps), int(horizon[0]) if horizon else cfg.rounds)
-    if cfg.selection == "uniform":
-        return UniformSelection(cfg.clients_per_round, cfg.fraction, schedule)
-    if cfg.selection == "attention":
+    if s.rule == "uniform":
+        return UniformSelection(s.clients_per_round, s.fraction, schedule)
+    if s.rule == "attention":
         if n_samples is None:
             raise ValueError("selection='attention' needs the clients' training-set sizes (n_samples)")
-        return AttentionSelection(np.asarray(n_samples), cfg.attn_decay, cfg.clients_per_round, cfg.fraction, schedule)
-    raise ValueError(f"RunConfig.selection={cfg.selection!r} is not one of: uniform, attention")
+        return AttentionSelection(np.asarray(n_samples), s.attn_decay, s.clients_per_round, s.fraction, schedule)
+    raise ValueError(f"RunConfig.selection={s.rule!r} is not one of: uniform, attention")

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +25,9 @@ from tqdm.auto import tqdm
 
 from . import metrics as M
 from .data.federated import BatchPlan, FederatedData, Split, sample_epochs, sample_steps
-from .stages import Algorithm, Params, mix
+from .local_attention import hybrid_logits
+from .models import param_groups
+from .stages import Algorithm, Mixing, Params, keep_local, mix
 
 # per-round columns, in order; *_mean are unweighted client means, the rest sample-weighted
 # gm_*: the global model's accuracy, for methods that evaluate personalised models but also keep one (pFedMe's GM)
@@ -120,6 +123,88 @@ def evaluation_params(alg: Algorithm, state: State, which: str | None = None) ->
                 if alg.shared(n) else t) for n, t in state.client_params.items()}, True
 
 
+@dataclass
+class Run:
+    """What a running ``simulate`` carries from round to round besides the stages: the ``State``, the random
+    streams (selection, mini-batches, evaluation batches) and the round's settings. ``state_dict()`` is plain data."""
+    alg: Algorithm
+    data: FederatedData
+    model: nn.Module
+    executor: object
+    rounds: int
+    local_steps: int | None
+    local_epochs: int | None
+    batch_size: int
+    lr_decay: float
+    state: State
+    rng: np.random.Generator
+    gen: torch.Generator
+    eval_gen: torch.Generator
+
+    def state_dict(self) -> dict:
+        return {"state": {f.name: getattr(self.state, f.name) for f in dataclasses.fields(State)},
+                "rng": self.rng.bit_generator.state, "gen": self.gen.get_state(), "eval_gen": self.eval_gen.get_state()}
+
+    def load_state_dict(self, d: dict) -> None:
+        dev = self.data.train.x.device
+        for f in dataclasses.fields(State):
+            setattr(self.state, f.name, _moved(d["state"][f.name], dev))
+        self.rng.bit_generator.state = d["rng"]
+        self.gen.set_state(d["gen"])
+        self.eval_gen.set_state(d["eval_gen"])
+
+
+@dataclass
+class Round:
+    """One round's outcome: who uploaded, what the server made of it, and the uploads themselves."""
+    t: int
+    selected: np.ndarray
+    mixing: Mixing
+    uploads: Params
+
+
+def run_round(run: Run, t: int) -> Round:
+    """Round t: select -> start models -> local training -> aggregate -> let the selection stage observe."""
+    alg, state, data, dev, n = run.alg, run.state, run.data, run.data.train.x.device, run.data.n_clients
+    state.round, state.lr_scale = t, run.lr_decay ** (t - 1)  # the lr schedule, in one place
+    local = alg.local if state.lr_scale == 1 else dataclasses.replace(alg.local, lr=alg.local.lr * state.lr_scale)
+    sel = np.asarray(alg.select.select(t, n, run.rng))
+    trainers = sel if alg.trains == "selected" else np.arange(n)
+    tr = torch.as_tensor(trainers, device=dev)
+    start, anchor = start_models(alg, state, tr)
+    if run.local_epochs is not None:
+        plan = sample_epochs(data.train.layout(), torch.as_tensor(trainers), run.local_epochs, run.batch_size, run.gen)
+    else:
+        steps = run.local_steps * alg.batches_per_step
+        plan = sample_steps(data.train.layout(), torch.as_tensor(trainers), steps, run.batch_size, run.gen)
+    plan = _to(plan, dev)
+    if alg.local_update is None:
+        trained = run.executor.train(run.model, start, plan, data.train, local, anchor=anchor if local.mu else None)
+    else:  # a method's own client procedure (pFedMe, SCAFFOLD, ...), built from executor.train calls
+        trained = alg.local_update(run.executor, run.model, start, anchor, plan, data.train, state, tr)
+    for name, v in trained.items():
+        state.client_params[name][tr] = v
+    state.fresh[tr] = False
+    pos = torch.as_tensor(np.searchsorted(trainers, sel), device=dev)  # uploads: the selected clients' shared parameters
+    up = {k: v[pos] for k, v in trained.items() if alg.shared(k) and v.is_floating_point()}
+    mixing = alg.aggregate(up, data.train.sizes.cpu().to(torch.float64)[torch.as_tensor(sel)], sel)
+    if mixing.to_global is not None:  # w <- (1 - beta) w + beta sum_k p_k w_k   (beta = 1: FedAvg; pFedMe's beta)
+        mean = {k: v[0] for k, v in mix(mixing.to_global.to(dev).unsqueeze(0), up).items()}
+        if alg.server_step is not None:  # a server optimiser (FedAvgM, FedAdam)
+            mean = alg.server_step({k: state.global_params[k] for k in mean}, mean, state)
+        for k, v in mean.items():
+            state.global_params[k] = v if mixing.beta == 1 else torch.lerp(state.global_params[k], v, mixing.beta)
+    sel_t = torch.as_tensor(sel, device=dev)
+    if mixing.to_personal is not None:
+        for k, v in mix(_moved(mixing.to_personal, dev), up).items():
+            state.sent[k][sel_t] = v
+        state.fresh[sel_t] = True
+    if hasattr(alg.select, "observe"):  # AdaFL: d_i = ||w^(t+1) - w_i^(t)|| against what the server made of the uploads
+        ref = {k: state.sent[k][sel_t] if mixing.to_personal is not None else state.global_params[k] for k in up}
+        alg.select.observe(sel, up, ref)
+    return Round(t, sel, mixing, up)
+
+
 def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, rounds: int, *,
              local_steps: int | None = 20, local_epochs: int | None = None, batch_size: int = 20,
              seed: int = 0, eval_every: int = 1, eval_train: bool = False, progress: bool = True,
@@ -127,124 +212,183 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
              checkpoint: "Checkpoint | None" = None) -> RunResult:
     """Run ``rounds`` rounds of ``alg``; ``model`` holds the initial weights (on the data's device and dtype).
 
-    ``on_round(t, selected, mixing, state)``, if given, is called after each aggregation
-    (e.g. to record attention matrices). ``lr_decay``: round t trains with eta * lr_decay^(t-1)
-    (AdaFL's CIFAR-10 schedule); it scales ``alg.local.lr`` and is offered to client
-    procedures as ``state.lr_scale``. A selection stage with an ``observe`` method (AdaFL's
-    attention) sees, after each aggregation, the uploads and the models the server made of them.
+    Each round is ``run_round``; after it the callbacks run in order: the traces (selection, attention), the
+    user's ``on_round(t, selected, mixing, state)``, evaluation every ``eval_every`` rounds, the progress bar,
+    and snapshots (``checkpoint``). ``lr_decay``: round t trains with eta * lr_decay^(t-1) (AdaFL's CIFAR-10).
     """
-    n = data.n_clients
-    dev = data.train.x.device
-    state = init_state(model, n)
-    rng = np.random.default_rng(seed)               # client selection
-    gen = torch.Generator().manual_seed(seed + 1)    # mini-batches
-    eval_gen = torch.Generator().manual_seed(seed + 2)  # batches used at evaluation (Per-FedAvg's adaptation)
-    n_train = data.train.sizes.cpu().to(torch.float64)
-    layout = data.train.layout()
-    rows, accs, losses = [], [], []
-    selected = np.zeros((rounds, n), dtype=bool)
-    attention = AttentionTrace(n, rounds)
-    uploads, done, resumed = 0, 0, []
-    snap = checkpoint.load(rounds) if checkpoint is not None else None
-    if snap is not None:
-        for f in dataclasses.fields(State):
-            setattr(state, f.name, _moved(snap["state"][f.name], dev))
-        rng.bit_generator.state = snap["rng"]
-        gen.set_state(snap["gen"])
-        eval_gen.set_state(snap["eval_gen"])
-        rows, accs, losses, selected, uploads = snap["rows"], snap["accs"], snap["losses"], snap["selected"], snap["uploads"]
-        attention.__dict__.update(snap["attention"])
-        for name, saved in snap["stages"].items():
-            getattr(alg, name).__dict__.update(saved)
-        done, resumed = snap["round"], snap["resumed"] + [{"round": snap["round"], "commit": snap["commit"],
-                                                       "elapsed": round(snap["elapsed"], 3)}]
-    t0 = time.perf_counter() - (snap["elapsed"] if snap is not None else 0.0)
-    last_save = time.perf_counter()
-    bar = tqdm(range(done + 1, rounds + 1), desc=desc or alg.name, disable=not progress, leave=False,
-               initial=done, total=rounds)
-    for t in bar:
-        state.round = t
-        state.lr_scale = lr_decay ** (t - 1)
-        local = alg.local if lr_decay == 1 else dataclasses.replace(alg.local, lr=alg.local.lr * state.lr_scale)
-        sel = np.asarray(alg.select.select(t, n, rng))
-        selected[t - 1, sel] = True
-        trainers = sel if alg.trains == "selected" else np.arange(n)
-        tr = torch.as_tensor(trainers, device=dev)
-        start, anchor = start_models(alg, state, tr)
-        if local_epochs is not None:
-            plan = sample_epochs(layout, torch.as_tensor(trainers), local_epochs, batch_size, gen)
-        else:
-            plan = sample_steps(layout, torch.as_tensor(trainers), local_steps * alg.batches_per_step, batch_size, gen)
-        plan = _to(plan, dev)
-        if alg.local_update is None:
-            trained = executor.train(model, start, plan, data.train, local, anchor=anchor if local.mu else None)
-        else:  # a method's own client procedure (pFedMe), built from executor.train calls
-            trained = alg.local_update(executor, model, start, anchor, plan, data.train, state, tr)
-        for name, v in trained.items():
-            state.client_params[name][tr] = v
-        state.fresh[tr] = False
-        # uploads: the selected clients' shared parameters
-        pos = torch.as_tensor(np.searchsorted(trainers, sel), device=dev)
-        up = {name: v[pos] for name, v in trained.items() if alg.shared(name) and v.is_floating_point()}
-        mixing = alg.aggregate(up, n_train[torch.as_tensor(sel)], sel)
-        if mixing.to_global is not None:
-            new = mix(mixing.to_global.to(dev).unsqueeze(0), up)
-            for k, v in new.items():  # w <- (1 - beta) w + beta sum_k p_k w_k   (beta = 1: FedAvg; pFedMe's beta)
-                state.global_params[k] = v[0] if mixing.beta == 1 else torch.lerp(state.global_params[k], v[0], mixing.beta)
-        sel_t = torch.as_tensor(sel, device=dev)
-        if mixing.to_personal is not None:
-            attention.add(t, sel, mixing.to_personal)
-            for name, v in mix(_moved(mixing.to_personal, dev), up).items():
-                state.sent[name][sel_t] = v
-            state.fresh[sel_t] = True
-        observe = getattr(alg.select, "observe", None)
-        if observe is not None:  # AdaFL: d_i = ||w^(t+1) - w_i^(t)|| against what the server made of the uploads
-            if mixing.to_personal is not None:
-                reference = {k: state.sent[k][sel_t] for k in up}
-            else:
-                reference = {k: state.global_params[k] for k in up}
-            observe(sel, up, reference)
-        if on_round is not None:
-            on_round(t, sel, mixing, state)
-        uploads += len(sel)
-        if t % eval_every == 0 or t == rounds:
-            if alg.before_eval is not None:
-                alg.before_eval(executor, model, state, data.train, eval_gen)
-            rows.append(_evaluate_round(alg, state, data, model, t, len(sel), uploads, eval_train, t0))
-            accs.append(rows[-1].pop("_client_acc"))
-            losses.append(rows[-1].pop("_client_loss"))
-            # AdaFL's setting keeps no client test split: its accuracy is the global model's on the official test set
-            acc = rows[-1]["test_acc"] if not np.isnan(rows[-1]["test_acc"]) else rows[-1]["global_test_acc"]
-            bar.set_postfix(acc=f"{acc:.4f}")
-        if checkpoint is not None and t < rounds and time.perf_counter() - last_save >= checkpoint.every_seconds:
-            checkpoint.save({"round": t, "rounds": rounds, "elapsed": time.perf_counter() - t0,
-                             "state": {f.name: getattr(state, f.name) for f in dataclasses.fields(State)},
-                             "rng": rng.bit_generator.state, "gen": gen.get_state(), "eval_gen": eval_gen.get_state(),
-                             "rows": rows, "accs": accs, "losses": losses, "selected": selected, "uploads": uploads,
-                             "attention": vars(attention), "stages": _stage_states(alg), "resumed": resumed})
-            last_save = time.perf_counter()
-    bar.close()
-    df = pd.DataFrame(rows, columns=list(COLUMNS))
-    traces = {"selected": selected, **attention.traces()}
-    # pFedLA_h: each client's learned mixing weights softmax(u) per attention slot (SE, ECA, CA), (N, slots, 3)
-    logits = sorted(k for k in state.client_params if "attn" in k and k.endswith(".logits"))
-    if logits:
-        traces["hybrid_weights"] = torch.stack([torch.softmax(state.client_params[k].to(torch.float64), -1)
-                                                for k in logits], 1).cpu().numpy()
-    if getattr(alg.select, "history", None):
-        traces["selection_scores"] = np.array(alg.select.history[-rounds:])
-    return RunResult(df, np.array(accs), np.array(losses), data.test.sizes.cpu().numpy(), state=state, traces=traces,
+    if alg.local_groups:  # declared groups (FedBN's bn, pFedLA's attn) -> which parameters stay on the clients
+        alg.shared = keep_local(param_groups(model), tuple(alg.local_groups))
+    run = Run(alg, data, model, executor, rounds, local_steps, local_epochs, batch_size, lr_decay,
+              init_state(model, data.n_clients), np.random.default_rng(seed), torch.Generator().manual_seed(seed + 1),
+              torch.Generator().manual_seed(seed + 2))
+    evaluation = Evaluation(eval_every, eval_train)
+    callbacks = {"selection": SelectionTrace(data.n_clients, rounds), "attention": AttentionTrace(data.n_clients, rounds),
+                 "user": OnRound(on_round), "evaluation": evaluation,
+                 "progress": ProgressBar(rounds, desc or alg.name, progress, evaluation)}
+    saver = callbacks["checkpoint"] = Checkpointing(checkpoint, rounds, callbacks)
+    done, resumed = saver.resume(run)
+    for t in range(done + 1, rounds + 1):
+        out = run_round(run, t)
+        for cb in callbacks.values():
+            cb.after_round(run, out)
+    callbacks["progress"].close()
+    traces = {k: v for cb in callbacks.values() for k, v in cb.traces(run).items()}
+    return RunResult(evaluation.frame(), np.array(evaluation.accs), np.array(evaluation.losses),
+                     data.test.sizes.cpu().numpy(), state=run.state, traces=traces,
                      meta={"resumed": resumed} if resumed else {})
 
 
-# the Algorithm's stage objects that may carry state from round to round (AdaFL's scores and their history);
-# everything else a method carries lives in ``State`` (``state.extra``)
-_STAGES = ("select", "aggregate", "local_update", "before_eval")
+# -- callbacks: each reads the round's outcome and keeps (and snapshots) what it records ------------------------
+class Callback:
+    def after_round(self, run: Run, out: Round) -> None: ...
+
+    def traces(self, run: Run) -> dict:
+        return {}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, d: dict) -> None: ...
 
 
-def _stage_states(alg: Algorithm) -> dict:
-    return {name: dict(vars(obj)) for name in _STAGES
-            if (obj := getattr(alg, name)) is not None and hasattr(obj, "__dict__") and vars(obj)}
+@dataclass
+class OnRound(Callback):
+    fn: object = None
+
+    def after_round(self, run, out):
+        if self.fn is not None:
+            self.fn(out.t, out.selected, out.mixing, run.state)
+
+
+@dataclass
+class Evaluation(Callback):
+    """Per-round metrics (``COLUMNS``) and per-client accuracies and losses, every ``every`` rounds and the last."""
+    every: int = 1
+    train: bool = False
+    rows: list = field(default_factory=list)
+    accs: list = field(default_factory=list)
+    losses: list = field(default_factory=list)
+    uploads: int = 0
+    t0: float = field(default_factory=time.perf_counter)
+
+    def after_round(self, run, out):
+        self.uploads += len(out.selected)
+        if out.t % self.every and out.t != run.rounds:
+            return
+        alg, state = run.alg, run.state
+        if alg.before_eval is not None:
+            alg.before_eval(run.executor, run.model, state, run.data.train, run.eval_gen)
+        row = _evaluate_round(alg, state, run.data, run.model, out.t, len(out.selected), self.uploads, self.train,
+                              self.t0)
+        self.accs.append(row.pop("_client_acc"))
+        self.losses.append(row.pop("_client_loss"))
+        self.rows.append(row)
+
+    def last_accuracy(self) -> float:
+        # AdaFL's setting keeps no client test split: its accuracy is the global model's on the official test set
+        r = self.rows[-1]
+        return r["test_acc"] if not np.isnan(r["test_acc"]) else r["global_test_acc"]
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=list(COLUMNS))
+
+    def state_dict(self):
+        return {"rows": self.rows, "accs": self.accs, "losses": self.losses, "uploads": self.uploads}
+
+    def load_state_dict(self, d):
+        self.rows, self.accs, self.losses, self.uploads = d["rows"], d["accs"], d["losses"], d["uploads"]
+
+
+@dataclass
+class ProgressBar(Callback):
+    rounds: int = 0
+    desc: str = ""
+    enabled: bool = True
+    evaluation: Evaluation | None = None
+    bar: object = None
+
+    def after_round(self, run, out):
+        if self.bar is None:
+            self.bar = tqdm(total=self.rounds, initial=out.t - 1, desc=self.desc, disable=not self.enabled, leave=False)
+        self.bar.update(1)
+        if self.evaluation is not None and self.evaluation.rows and self.evaluation.rows[-1]["round"] == out.t:
+            self.bar.set_postfix(acc=f"{self.evaluation.last_accuracy():.4f}")
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+@dataclass
+class SelectionTrace(Callback):
+    """'selected' (rounds x N, bool: uploaded in round t) for every run; 'selection_scores' from a selection stage
+    that keeps a score history (AdaFL's a^(t) used to draw round t); 'hybrid_weights' from pFedLA_h models."""
+    n: int = 0
+    rounds: int = 0
+    selected: np.ndarray | None = None
+
+    def __post_init__(self):
+        self.selected = np.zeros((self.rounds, self.n), dtype=bool)
+
+    def after_round(self, run, out):
+        self.selected[out.t - 1, out.selected] = True
+
+    def traces(self, run):
+        out = {"selected": self.selected}
+        history = run.alg.select.state_dict().get("history") if hasattr(run.alg.select, "state_dict") else None
+        if history:
+            out["selection_scores"] = np.array(history[-self.rounds:])
+        logits = hybrid_logits(run.model)  # pFedLA_h: each client's softmax(u) per attention slot, (N, slots, 3)
+        if logits:
+            out["hybrid_weights"] = torch.stack([torch.softmax(run.state.client_params[k].to(torch.float64), -1)
+                                                 for k in logits], 1).cpu().numpy()
+        return out
+
+    def state_dict(self):
+        return {"selected": self.selected}
+
+    def load_state_dict(self, d):
+        self.selected = d["selected"]
+
+
+@dataclass
+class Checkpointing(Callback):
+    """Snapshots at round ends (every ``checkpoint.every_seconds``), and resuming from one: the run's state and
+    random streams, the selection stage's state and every other callback's state -- tensors and plain data."""
+    checkpoint: "Checkpoint | None" = None
+    rounds: int = 0
+    callbacks: dict = field(default_factory=dict)
+    resumed: list = field(default_factory=list)
+    t0: float = 0.0
+    last_save: float = 0.0
+
+    def resume(self, run: Run) -> tuple[int, list]:
+        snap = self.checkpoint.load(self.rounds) if self.checkpoint is not None else None
+        elapsed = 0.0
+        if snap is not None:
+            run.load_state_dict(snap["run"])
+            if hasattr(run.alg.select, "load_state_dict"):
+                run.alg.select.load_state_dict(snap["select"])
+            for name, cb in self.callbacks.items():
+                if name != "checkpoint":
+                    cb.load_state_dict(snap["callbacks"].get(name, {}))
+            elapsed = snap["elapsed"]
+            self.resumed = snap["resumed"] + [{"round": snap["round"], "commit": snap["commit"],
+                                               "elapsed": round(elapsed, 3)}]
+        self.t0 = time.perf_counter() - elapsed
+        self.callbacks["evaluation"].t0 = self.t0
+        self.last_save = time.perf_counter()
+        return (snap["round"] if snap is not None else 0), self.resumed
+
+    def after_round(self, run, out):
+        ck = self.checkpoint
+        if ck is None or out.t >= self.rounds or time.perf_counter() - self.last_save < ck.every_seconds:
+            return
+        select = run.alg.select.state_dict() if hasattr(run.alg.select, "state_dict") else {}
+        ck.save({"round": out.t, "rounds": self.rounds, "elapsed": time.perf_counter() - self.t0,
+                 "run": run.state_dict(), "select": select, "resumed": self.resumed,
+                 "callbacks": {k: cb.state_dict() for k, cb in self.callbacks.items() if k != "checkpoint"}})
+        self.last_save = time.perf_counter()
 
 
 @dataclass
@@ -281,15 +425,26 @@ class Checkpoint:
             return None
 
     def load(self, rounds: int) -> dict | None:
-        """The snapshot on disk (tensors on the CPU), if there is one for a run of ``rounds`` rounds (else None)."""
+        """The snapshot on disk (tensors on the CPU), if there is one for a run of ``rounds`` rounds (else None).
+
+        Read with ``torch.load(weights_only=True)``: a snapshot is tensors and plain data, so a file planted in a
+        store cannot run code. One that is not such a snapshot (written by fedlib before snapshots were plain
+        data, or damaged) is refused with a warning, and the run restarts from round 1."""
         if not self.path.exists():
             return None
-        snap = torch.load(self.path, map_location="cpu", weights_only=False)
-        return snap if snap.get("rounds") == rounds else None
+        try:
+            snap = torch.load(self.path, map_location="cpu", weights_only=True)
+            if not isinstance(snap, dict) or snap.get("format") != SNAPSHOT_FORMAT:
+                raise ValueError(f"not a fedlib snapshot of format {SNAPSHOT_FORMAT}")
+        except Exception as e:  # noqa: BLE001  (any unreadable file: refuse it, never execute it)
+            warnings.warn(f"snapshot {self.path} is not usable ({type(e).__name__}: {str(e)[:120]}); the run restarts "
+                          "from round 1", stacklevel=2)
+            return None
+        return _from_plain(snap) if snap.get("rounds") == rounds else None
 
     def save(self, snap: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        snap = {**snap, "commit": git_commit()}
+        snap = _to_plain({**snap, "commit": git_commit(), "format": SNAPSHOT_FORMAT})
         tmp = self.path.with_name(self.path.name + ".tmp")
         torch.save(snap, tmp)
         os.replace(tmp, self.path)  # a reader (or a second interruption) never sees half a snapshot
@@ -301,6 +456,34 @@ class Checkpoint:
             p.unlink(missing_ok=True)
 
 
+SNAPSHOT_FORMAT = 2  # 1: pickled objects (before the engine redesign), refused; 2: tensors and plain data
+
+
+def _to_plain(obj):
+    """Snapshot content as what ``torch.load(weights_only=True)`` reads: numpy arrays become tensors (marked, so
+    they come back as arrays), numpy scalars Python numbers; dicts, lists, tuples, str, numbers, None stay."""
+    if isinstance(obj, np.ndarray):
+        return {"__ndarray__": torch.from_numpy(np.ascontiguousarray(obj)) if obj.dtype != object else obj.tolist()}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        return {k: _to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_plain(v) for v in obj)
+    return obj
+
+
+def _from_plain(obj):
+    if isinstance(obj, dict):
+        if set(obj) == {"__ndarray__"}:
+            v = obj["__ndarray__"]
+            return v.numpy() if isinstance(v, torch.Tensor) else np.array(v)
+        return {k: _from_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_from_plain(v) for v in obj)
+    return obj
+
+
 def git_commit() -> str | None:
     """The git commit of the checkout fedlib runs from (None outside a git checkout): recorded with every run."""
     try:
@@ -310,7 +493,7 @@ def git_commit() -> str | None:
         return None
 
 
-class AttentionTrace:
+class AttentionTrace(Callback):
     """The server's personalisation weights over rounds, compactly: the rounds are cut into ``windows`` equal
     windows, and for each window, layer (mixing-matrix name) and pair of clients (i, j) we keep the mean weight
     client i's personalised model gave client j's upload, over the rounds of the window in which both were
@@ -333,7 +516,17 @@ class AttentionTrace:
             self.sum[w, li][ix] += mats[name].detach().cpu().numpy()
         self.count[w][ix] += 1
 
-    def traces(self) -> dict:
+    def after_round(self, run, out):
+        if out.mixing.to_personal is not None:
+            self.add(out.t, out.selected, out.mixing.to_personal)
+
+    def state_dict(self) -> dict:
+        return {"names": self.names, "sum": self.sum, "count": self.count}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.names, self.sum, self.count = d.get("names"), d.get("sum"), d.get("count")
+
+    def traces(self, run=None) -> dict:
         if self.names is None:
             return {}
         with np.errstate(invalid="ignore"):

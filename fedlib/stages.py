@@ -91,6 +91,28 @@ class also_local:
         return self.base(name) and not any(m in name for m in self.markers)
 
 
+@dataclass(frozen=True)
+class keep_local:
+    """``shared`` from declared groups: a parameter travels unless its group (``groups[name]``, from
+    ``fedlib.models.param_groups``) is one of ``local`` (FedBN: ``("bn",)``, pFedLA: ``("attn",)``)."""
+    groups: dict
+    local: tuple
+
+    def __call__(self, name: str) -> bool:
+        return self.groups.get(name, "") not in self.local
+
+    def __hash__(self):
+        return hash(self.local)
+
+
+def local_sgd(cfg, **changes):
+    """The client optimiser of a run config's local part (``lr``, ``momentum``, ``weight_decay``), with ``changes``
+    (a method's proximal ``mu``); the lr schedule is applied per round by the engine, in one place."""
+    from .executors import LocalSGD
+    lo = cfg.local
+    return LocalSGD(lr=lo.lr, momentum=lo.momentum, weight_decay=lo.weight_decay, **changes)
+
+
 # -- the composition ------------------------------------------------------------------------------
 @dataclass
 class Algorithm:
@@ -111,12 +133,16 @@ class Algorithm:
     ``report_global``: also evaluate the global model every round (``gm_*`` columns).
     ``batches_per_step``: mini-batches a local step consumes (Per-FedAvg: 2, or 3 for HF).
     ``before_eval(executor, model, state, split, generator)``: prepares the evaluated models
-    (Per-FedAvg adapts the global model on each client's training data).
+    (Per-FedAvg adapts the global model on each client's training data). ``local_groups``: declared
+    parameter groups (``fedlib.models.param_groups``) that never leave the client; the engine turns
+    them into ``shared`` for the model at hand. ``server_step(global, mean, state) -> new global``: a
+    server optimiser taking the uploads' mean as its pseudo-gradient target (FedAvgM, FedAdam); it keeps
+    its own tensors in ``state.extra`` under its method's key, so snapshots carry them.
     """
     name: str
-    select: Selector
-    local: "object"  # executors.LocalSGD
-    aggregate: Callable[[Params, torch.Tensor, np.ndarray], Mixing]
+    select: Selector | None = None  # set by ``build_algorithm`` from the config's selection part
+    local: "object" = None  # executors.LocalSGD: the round's optimiser before the lr schedule
+    aggregate: Callable[[Params, torch.Tensor, np.ndarray], Mixing] = None
     trains: str = "selected"
     start: str = "global"
     anchor: str = "start"
@@ -127,8 +153,12 @@ class Algorithm:
     report_global: bool = False
     batches_per_step: int = 1
     before_eval: Callable | None = None
+    local_groups: tuple = ()  # parameter groups the method keeps on the clients (FedBN: ("bn",))
+    server_step: Callable | None = None  # (global, mean of uploads, state) -> new global (FedAvgM, FedAdam)
 
     def __post_init__(self):
+        if self.aggregate is None:
+            raise ValueError(f"Algorithm {self.name!r} needs an aggregate stage")
         for attr, allowed in (("trains", ("selected", "all")), ("start", ("global", "personal")),
                               ("anchor", ("start", "received")), ("evaluate", ("global", "personal"))):
             if getattr(self, attr) not in allowed:

@@ -64,7 +64,7 @@ def test_fedavg_global_model_golden():
 
 
 def _run(cfg, data, executor):
-    model = build_model(cfg.model, data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
+    model = build_model(cfg.model.name, data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
     return simulate(build_algorithm(cfg), data, model, executor, cfg.rounds, local_steps=cfg.local_steps,
                     batch_size=cfg.batch_size, seed=cfg.seed, progress=False)
 
@@ -85,7 +85,7 @@ def test_algorithm_contract_both_executors(name):
     """Every registered algorithm runs on both executors, gives the same float64 results, and learns."""
     data = small_synthetic(n_clients=5, rows=200)
     cfg = RunConfig(n_clients=5, clients_per_round=3, rounds=6, local_steps=5, batch_size=8, model="dnn",
-                    lr=0.1, algorithm=name, **({"mu": 0.1} if "mu" in ALGORITHMS[name].USES else {}))
+                    lr=0.1, algorithm=name, **({"mu": 0.1} if "mu" in ALGORITHMS[name].option_names() else {}))
     a = _run(cfg, data, StackedExecutor())
     b = _run(cfg, data, LoopExecutor())
     assert np.allclose(a.metrics.test_loss, b.metrics.test_loss, rtol=0, atol=1e-10)

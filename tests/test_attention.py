@@ -80,7 +80,7 @@ def test_start_and_anchor_follow_algorithm_1():
 
 
 def _simulate(cfg, data, alg=None, on_round=None, rounds=4):
-    model = build_model(cfg.model, data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
+    model = build_model(cfg.model.name, data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
     return simulate(alg or build_algorithm(cfg), data, model, StackedExecutor(), rounds, local_steps=cfg.local_steps,
                     batch_size=cfg.batch_size, seed=cfg.seed, progress=False, on_round=on_round)
 

@@ -19,7 +19,7 @@ class Interrupt(Exception):
 
 
 def _simulate(cfg, data, **kw):
-    model = build_model(cfg.model, data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
+    model = build_model(cfg.model.name, data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
     alg = build_algorithm(cfg, n_samples=data.train.sizes.numpy())
     return simulate(alg, data, model, StackedExecutor(), cfg.rounds, local_steps=cfg.local_steps,
                     batch_size=cfg.batch_size, seed=cfg.seed, progress=False, eval_every=2, **kw)
@@ -59,7 +59,7 @@ def test_resumed_run_equals_uninterrupted(case, tmp_path):
     executor: metrics, client accuracies, traces and the final models are bit-identical to a run never stopped."""
     data = small_synthetic(n_clients=5, rows=80)
     cfg = RunConfig(n_clients=5, clients_per_round=2, rounds=6, local_steps=3, batch_size=8, model="dnn", lr=0.1,
-                    **({"mu": 0.1} if "mu" in ALGORITHMS[case["algorithm"]].USES else {}), **case)
+                    **({"mu": 0.1} if "mu" in ALGORITHMS[case["algorithm"]].option_names() else {}), **case)
     whole = _simulate(cfg, data)
     ck = Checkpoint(tmp_path / "run.pt", every_seconds=0)
     with pytest.raises(Interrupt):
@@ -150,3 +150,22 @@ def test_grid_finishes_stopped_runs_first(tmp_path, monkeypatch):
     table = runner.run_configs([a, b], store, progress=False)
     assert order == [1, 0] and list(table.seed) == [0, 1]  # b first; the table keeps the order given
     assert [r["round"] for r in store.load(b).meta["resumed"]] == [2]
+
+
+class _Payload:
+    """Unpickling this runs a command: what a planted snapshot would do under torch.load(weights_only=False)."""
+    def __reduce__(self):
+        import os
+        return (os.system, ("touch " + str(_Payload.marker),))
+
+
+def test_planted_snapshot_runs_no_code_and_the_run_restarts(tmp_path):
+    data = small_synthetic(n_clients=5, rows=80)
+    cfg = RunConfig(n_clients=5, clients_per_round=2, rounds=4, local_steps=2, model="dnn")
+    _Payload.marker = tmp_path / "pwned"
+    ck = Checkpoint(tmp_path / "run.pt", every_seconds=0)
+    torch.save({"format": 2, "rounds": 4, "round": 2, "evil": _Payload()}, ck.path)
+    with pytest.warns(UserWarning, match="is not usable"):
+        res = _simulate(cfg, data, checkpoint=ck)
+    assert not _Payload.marker.exists() and "resumed" not in res.meta
+    assert list(res.metrics["round"]) == [2, 4]

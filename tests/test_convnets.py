@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from fedlib import convnets
+from fedlib.papers import pfedla_params
 from fedlib.local_attention import CA, ECA, KINDS, SE, Hybrid, eca_kernel_size, make_attention
 from fedlib.paper_data import load
 
@@ -93,7 +94,7 @@ EXACT = {("lenet", "none"): 45_178, ("lenet", "se"): 45_318, ("lenet", "eca"): 4
 
 @pytest.fixture(scope="module")
 def table():
-    return convnets.parameter_table()
+    return pfedla_params.parameter_table()
 
 
 def test_paper_data_is_tables_2_and_4():
@@ -119,7 +120,7 @@ def test_lenet_ca_row_is_not_reproducible(table):
     assert (row.adds_pct_paper_rule, row.paper_adds_pct) == ("1.37", "0.80")
     assert not row.reproduced and "not reproducible" in row.note
     # the published row contradicts itself under the rule that gives every other published percentage
-    assert convnets.adds_pct_paper_rule(45_540, 45_170, "K") == 0.81
+    assert pfedla_params.adds_pct_paper_rule(45_540, 45_170, "K") == 0.81
     # and the bounds quoted above
     lo_hi = lambda printed_k: (round(printed_k * 1000) - 45_178, round(printed_k * 1000) + 9 - 45_178)
     (se_lo, se_hi), (eca_lo, eca_hi), (ca_lo, ca_hi), (h_lo, h_hi) = map(lo_hi, (45.31, 45.18, 45.54, 45.95))
@@ -128,19 +129,19 @@ def test_lenet_ca_row_is_not_reproducible(table):
 
 
 def test_paper_printing_rules():
-    assert convnets.printed(45_178, "K") == 45.17           # truncated: rounding would print 45.18
-    assert convnets.printed(57_149_535, "M") == 57.14
-    assert convnets.adds_pct_paper_rule(45_184, 45_178, "K") == 0.02  # from exact counts: 0.013%
-    assert convnets.adds_pct_paper_rule(57_149_563, 57_149_535, "M") == 0.0  # printed "< 0.01"
+    assert pfedla_params.printed(45_178, "K") == 45.17           # truncated: rounding would print 45.18
+    assert pfedla_params.printed(57_149_535, "M") == 57.14
+    assert pfedla_params.adds_pct_paper_rule(45_184, 45_178, "K") == 0.02  # from exact counts: 0.013%
+    assert pfedla_params.adds_pct_paper_rule(57_149_563, 57_149_535, "M") == 0.0  # printed "< 0.01"
 
 
 def test_readings_that_do_not_reproduce():
     """The alternative readings of Tables 7-8 miss published numbers (the evidence for our choices)."""
-    assert convnets.count("lenet", padding=1) == 62_458                          # Table 7's padding 1: FC(400, 120)
-    assert convnets.count("lenet", "hybrid", eca_bias=False) == 45_948            # 45.94K, not 45.95K
-    assert convnets.count("alexnet", n_classes=10) == 57_063_498                  # Table 8's FC(4096, 10): 57.06M
-    assert convnets.count("alexnet", "ca", n_classes=31, slots=(1, 2, 3, 4)) == 57_177_547  # 57.17M
-    r = convnets.readings()
+    assert pfedla_params.count("lenet", padding=1) == 62_458                          # Table 7's padding 1: FC(400, 120)
+    assert pfedla_params.count("lenet", "hybrid", eca_bias=False) == 45_948            # 45.94K, not 45.95K
+    assert pfedla_params.count("alexnet", n_classes=10) == 57_063_498                  # Table 8's FC(4096, 10): 57.06M
+    assert pfedla_params.count("alexnet", "ca", n_classes=31, slots=(1, 2, 3, 4)) == 57_177_547  # 57.17M
+    r = pfedla_params.readings()
     ours = r[r.reading.str.startswith("ours")].set_index("model")
     assert ours.loc["lenet", "counts"] == "4/5" and ours.loc["lenet", "not_reproduced"] == "ca"
     assert ours.loc["alexnet", "counts"] == "5/5" and ours.loc["alexnet", "pcts"] == "4/4"
@@ -149,17 +150,17 @@ def test_readings_that_do_not_reproduce():
 
 def test_attention_module_counts():
     """Per slot, by hand: SE 2 C (C // r); ECA k (+1 bias); CA 3 C mip + 3 mip + 2 C; hybrid = sum + 3."""
-    assert [convnets.count_parameters(SE(c, 4)) for c in (6, 16)] == [2 * 6 * 1, 2 * 16 * 4]
-    assert [convnets.count_parameters(ECA(c, bias=True)) for c in (6, 16)] == [1 + 1, 3 + 1]
-    assert [convnets.count_parameters(CA(c)) for c in (6, 16)] == [3 * 6 * 8 + 24 + 12, 3 * 16 * 8 + 24 + 32]
-    assert convnets.count_parameters(Hybrid(6, se_reduction=4, eca_bias=True)) == 12 + 2 + 180 + 3
+    assert [pfedla_params.count_parameters(SE(c, 4)) for c in (6, 16)] == [2 * 6 * 1, 2 * 16 * 4]
+    assert [pfedla_params.count_parameters(ECA(c, bias=True)) for c in (6, 16)] == [1 + 1, 3 + 1]
+    assert [pfedla_params.count_parameters(CA(c)) for c in (6, 16)] == [3 * 6 * 8 + 24 + 12, 3 * 16 * 8 + 24 + 32]
+    assert pfedla_params.count_parameters(Hybrid(6, se_reduction=4, eca_bias=True)) == 12 + 2 + 180 + 3
 
 
 def test_mobilenetv2_counts():
     """No pFedLA count; torchvision's mobilenet_v2 (1000 classes) has 3,504,872, Hou et al. report 3.95M with CA."""
-    assert convnets.count("mobilenetv2", n_classes=1000) == 3_504_872
-    assert convnets.printed(convnets.count("mobilenetv2", "ca", n_classes=1000), "M") == 3.95
-    t = convnets.overhead_table("mobilenetv2", n_classes=20)
+    assert pfedla_params.count("mobilenetv2", n_classes=1000) == 3_504_872
+    assert pfedla_params.printed(pfedla_params.count("mobilenetv2", "ca", n_classes=1000), "M") == 3.95
+    t = pfedla_params.overhead_table("mobilenetv2", n_classes=20)
     assert list(t.attention) == list(KINDS) and t.added.iloc[0] == 0 and (t.added.iloc[1:] > 0).all()
 
 
@@ -239,3 +240,11 @@ def test_hybrid_is_eq8_with_real_modules():
     u = torch.softmax(hy.logits, 0)
     want = u[0] * hy.se(x) + u[1] * hy.eca(x) + u[2] * hy.ca(x)
     assert torch.allclose(hy(x), want, atol=1e-14)
+
+
+def test_moved_tables_still_reachable_from_convnets():
+    """The tables moved to fedlib.papers.pfedla_params; notebooks/30 still reads these three from convnets."""
+    for name in ("parameter_table", "readings", "overhead_table"):
+        assert getattr(convnets, name) is getattr(pfedla_params, name)
+    with pytest.raises(AttributeError, match="has no attribute 'count'"):
+        convnets.count  # noqa: B018 -- only the names a notebook reads are re-exported

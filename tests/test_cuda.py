@@ -40,9 +40,8 @@ def test_stacked_on_cuda_equals_loop_on_cpu_float64(model_name):
 
 
 def _cfg(name, **kw):
-    uses = ALGORITHMS[name].USES
-    extra = {"mu": 0.1} if "mu" in uses else {}
-    if "fraction" in uses:  # AdaFL's selection on every method that selects clients
+    extra = {"mu": 0.1} if "mu" in ALGORITHMS[name].option_names() else {}
+    if ALGORITHMS[name].SELECTS:  # AdaFL's selection on every method that selects clients
         extra |= {"selection": "attention", "fraction_schedule": (0.2, 0.6, 2), "clients_per_round": None,
                   "fraction": None}
     return RunConfig(dataset="synthetic", n_clients=10, rounds=4, local_epochs=1, batch_size=10, model="dnn",

@@ -249,9 +249,9 @@ def test_mean_set_computed_once_and_pairing_deterministic():
 
 # -- registry and a tiny end-to-end run ---------------------------------------------------------------
 def test_registered_with_their_fields():
-    need = {"lr", "momentum", "weight_decay", "clients_per_round", "fraction", "mix_lam", "mix_mean_size"}
-    for name in ("fedmix", "naivemix"):
-        assert need <= set(ALGORITHMS[name].USES)
+    need = {"mix_lam", "mix_mean_size"}
+    for name in ("fedmix", "naivemix"):  # its own options; it selects and honours momentum and weight decay
+        assert need <= set(ALGORITHMS[name].option_names()) and ALGORITHMS[name].SELECTS and ALGORITHMS[name].SGD_EXTRAS
         RunConfig(algorithm=name, mix_lam=0.1, mix_mean_size=5).validate()
         alg = build_algorithm(RunConfig(algorithm=name, mix_lam=0.1))
         assert alg.local_update.lam == 0.1 and alg.local_update.taylor == (name == "fedmix")

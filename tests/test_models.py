@@ -2,7 +2,10 @@
 import pytest
 import torch
 
-from fedlib.models import MODELS, build_model, count_parameters, linear_chain
+from torch import nn
+
+from fedlib.local_attention import ATTENTIONS, CA, SE
+from fedlib.models import KERNELS, MODELS, ModelSpec, build_model, count_parameters, kernel_of, linear_chain, param_groups
 
 CASES = [(name, shape) for name in sorted(MODELS) for shape in MODELS[name].example_shapes]
 
@@ -20,7 +23,12 @@ def test_model_contract(name, shape):
     for n, p in m.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, n
     # the Linear chains are covered by the stacked kernel; the conv nets go to the per-client loop executor
-    assert (linear_chain(m) is not None) == spec.stacked
+    assert (linear_chain(m) is not None) == (spec.kernel == "chain")
+    # the declared kernel is what the model structurally is (cnn: buffer-free conv net -> vmap; BN nets -> loop)
+    assert m.fedlib_kernel == spec.kernel == kernel_of(m)
+    del m.fedlib_kernel
+    assert kernel_of(m) == spec.kernel
+    assert spec.kernel == {"mlr": "chain", "dnn": "chain", "mlp": "chain", "cnn": "vmap"}.get(name, "loop")
     if spec.attention_slots:  # backbone BN layers are the only names with "bn"; no "attn" without attention
         bns = {n for n, mod in m.named_modules() if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)}
         assert bns and all("bn" in n for n in bns)
@@ -75,3 +83,83 @@ def test_linear_chain_rejects_other_shapes():
     assert linear_chain(nn.Sequential(nn.Linear(3, 3), nn.ReLU())) is None
     assert linear_chain(nn.Linear(3, 3)) is None
     assert linear_chain(nn.Sequential(nn.Flatten(), nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 2))) == ["1", "3"]
+
+
+# -- declared capabilities: kernel_of and param_groups ------------------------------------------------------
+def test_kernel_of_undeclared_modules_fall_back_to_structure():
+    assert kernel_of(nn.Sequential(nn.Flatten(), nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))) == "chain"
+    assert kernel_of(nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2))) == "vmap"  # not a chain, no buffers
+    assert kernel_of(nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten())) == "vmap"
+    assert kernel_of(nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.ReLU(), nn.Linear(3, 2))) == "loop"
+
+
+def test_kernel_of_reads_and_checks_the_declaration():
+    chain = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    chain.fedlib_kernel = "loop"                      # conservative declarations are honoured
+    assert kernel_of(chain) == "loop"
+    chain.fedlib_kernel = "vmap"
+    assert kernel_of(chain) == "vmap"
+    conv = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten())
+    conv.fedlib_kernel = "chain"
+    with pytest.raises(ValueError, match="declares kernel 'chain' but is not a Flatten/Linear/ReLU chain"):
+        kernel_of(conv)
+    bn = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))
+    bn.fedlib_kernel = "vmap"
+    with pytest.raises(ValueError, match="declares kernel 'vmap' but has buffers"):
+        kernel_of(bn)
+    bn.fedlib_kernel = "gpu"
+    with pytest.raises(ValueError, match="fedlib_kernel='gpu' is not one of: chain, vmap, loop"):
+        kernel_of(bn)
+    with pytest.raises(ValueError, match="kernel='fast' is not one of: chain, vmap, loop"):
+        ModelSpec("x", lambda s, c, h: nn.Linear(1, 1), (), "doc", kernel="fast")
+    assert KERNELS == ("chain", "vmap", "loop")
+
+
+GROUP_CASES = [(n, a) for n in sorted(MODELS) for a in (ATTENTIONS if MODELS[n].attention_slots else ("none",))]
+
+
+@pytest.mark.parametrize("name,attention", GROUP_CASES, ids=[f"{n}-{a}" for n, a in GROUP_CASES])
+def test_param_groups_agree_with_the_naming_convention(name, attention):
+    """Switching FedBN/pFedLA from the name markers ('bn', 'attn' in the state-dict name, stages.shared_except)
+    to param_groups changes no result: on every registered model with every attention option the two agree."""
+    m = build_model(name, MODELS[name].example_shapes[-1], 10, attention=attention)
+    groups = param_groups(m)
+    assert list(groups) == list(m.state_dict())
+    for k, g in groups.items():
+        assert ("bn" in k) == (g == "bn") and ("attn" in k) == (g == "attn"), (k, g)
+    assert ("attn" in groups.values()) == (attention != "none")
+    assert ("bn" in groups.values()) == MODELS[name].attention_slots  # the pFedLA nets have BN, the others none
+
+
+def test_param_groups_by_type_not_name():
+    """A BatchNorm not named 'bn' is still 'bn'; attention modules under any name are 'attn', BN inside included;
+    a module may declare its group."""
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3)
+            self.norm = nn.BatchNorm2d(8)              # backbone BN, no "bn" in its name
+            self.gate = CA(8)                          # attention, no "attn" in its name; holds a BatchNorm ("norm")
+            self.squeeze = SE(8, 4)
+            self.head = nn.Sequential(nn.Flatten(), nn.Linear(8, 2))
+            self.abnormal = nn.Linear(2, 2)            # "bn" and "norm" in its name, yet not a BatchNorm
+            self.custom = nn.Linear(2, 2)
+            self.custom.fedlib_group = "attn"          # a declared group
+
+    net = Net()
+    groups = param_groups(net)
+    assert list(groups) == list(net.state_dict())
+    assert {k for k, g in groups.items() if g == "bn"} == {
+        "norm.weight", "norm.bias", "norm.running_mean", "norm.running_var", "norm.num_batches_tracked"}
+    attn = {k for k, g in groups.items() if g == "attn"}
+    assert {"gate.norm.weight", "gate.norm.running_mean", "gate.norm.num_batches_tracked",
+            "gate.reduce.weight", "squeeze.fc1.weight", "custom.weight", "custom.bias"} <= attn
+    assert attn == {k for k in groups if k.startswith(("gate.", "squeeze.", "custom."))}
+    assert {k for k, g in groups.items() if g == ""} == {
+        "conv.weight", "conv.bias", "head.1.weight", "head.1.bias", "abnormal.weight", "abnormal.bias"}
+    # a bare BatchNorm as the whole model, and a BN shared under two names, are both found
+    assert set(param_groups(nn.BatchNorm1d(3)).values()) == {"bn"}
+    shared = nn.BatchNorm1d(3)
+    twice = nn.Sequential(shared, nn.ReLU(), shared)
+    assert set(param_groups(twice).values()) == {"bn"} and len(param_groups(twice)) == len(twice.state_dict())

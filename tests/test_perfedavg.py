@@ -40,7 +40,7 @@ def _reference(model, w0, x, y, batches, alpha, beta, hf):
 def _check(algorithm, hf, atol):
     data = small_synthetic(n_clients=3, rows=80)
     cfg = RunConfig(n_clients=3, clients_per_round=3, local_steps=2, batch_size=5, model="dnn", algorithm=algorithm,
-                    lr=0.1, beta=0.3, hf_delta=1e-5, seed=2)
+                    lr=0.1, beta=0.3, seed=2, **({"hf_delta": 1e-5} if hf else {}))
     model = build_model("dnn", (60,), 10, (6,), seed=0, dtype=torch.float64)
     w0 = {n: t.clone() for n, t in model.state_dict().items()}
     res = simulate(build_algorithm(cfg), data, model, StackedExecutor(), 1, local_steps=2, batch_size=5, seed=2,

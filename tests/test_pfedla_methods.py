@@ -26,7 +26,7 @@ def _digits_like(n_clients=3, rows=24, seed=0) -> FederatedData:
 def _run(cfg, data, rounds=2, on_round=None, executor=None):
     """(algorithm, a fresh copy of the initial model, result); the loop executor reuses the module it is given."""
     alg = build_algorithm(cfg.validate(), n_samples=data.train.sizes.numpy())
-    model = lambda: build_model(cfg.model, data.input_shape, 10, seed=0, dtype=torch.float64, attention=cfg.attention)
+    model = lambda: build_model(cfg.model.name, data.input_shape, 10, seed=0, dtype=torch.float64, attention=cfg.attention)
     res = simulate(alg, data, model(), executor or LoopExecutor(), rounds, local_steps=cfg.local_steps,
                    batch_size=cfg.batch_size, progress=False, on_round=on_round)
     return alg, model(), res

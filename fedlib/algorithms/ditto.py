@@ -25,11 +25,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..executors import LocalSGD
+from ..options import MethodOptions, option, register
 from ..stages import Algorithm
-from . import fedavg
-
-NAME = "ditto"
-USES = ("lr", "momentum", "weight_decay", "clients_per_round", "fraction", "lam", "lr_decay")
+from .fedavg import FedAvg
 
 
 @dataclass
@@ -52,8 +50,15 @@ class DittoClient:
         return uploaded
 
 
-def build(cfg) -> Algorithm:
-    """FedAvg's round (selection, server mean) with Ditto's client procedure and the personal models evaluated."""
-    return dataclasses.replace(fedavg.build(cfg), name=NAME,
-                               local_update=DittoClient(cfg.lr, cfg.lam, cfg.momentum, cfg.weight_decay),
-                               evaluate="personal", personal_key="ditto_v", report_global=True)
+@register
+@dataclass(frozen=True)
+class Ditto(MethodOptions):
+    NAME = "ditto"
+    lam: float = option(5.0, ge=0, doc="lambda: pull of the personal model toward the global one")
+
+    def build(self, cfg) -> Algorithm:
+        """FedAvg's round (selection, server mean) with Ditto's client procedure and the personal models evaluated."""
+        lo = cfg.local
+        return dataclasses.replace(FedAvg().build(cfg), name=self.NAME,
+                                   local_update=DittoClient(lo.lr, self.lam, lo.momentum, lo.weight_decay),
+                                   evaluate="personal", personal_key="ditto_v", report_global=True)

@@ -9,17 +9,17 @@ Algorithm 1 (FederatedAveraging), paper symbols -> ``RunConfig`` fields:
 Every selected client starts from the global model; the global model is what is evaluated,
 on every client's test split.
 """
-from ..executors import LocalSGD
-from ..stages import Algorithm, UniformSelection, WeightedMean
+from dataclasses import dataclass
 
-NAME = "fedavg"
-USES = ("lr", "momentum", "weight_decay", "clients_per_round", "fraction", "lr_decay")
+from ..options import MethodOptions, register
+from ..stages import Algorithm, WeightedMean, local_sgd
 
 
-def build(cfg) -> Algorithm:
-    return Algorithm(
-        name=NAME,
-        select=UniformSelection(cfg.clients_per_round, cfg.fraction),
-        local=LocalSGD(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay),
-        aggregate=WeightedMean("samples"),
-    )
+@register
+@dataclass(frozen=True)
+class FedAvg(MethodOptions):
+    """FedAvg has no options of its own."""
+    NAME = "fedavg"
+
+    def build(self, cfg) -> Algorithm:
+        return Algorithm(name=self.NAME, local=local_sgd(cfg), aggregate=WeightedMean("samples"))

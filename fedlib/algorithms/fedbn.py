@@ -9,14 +9,18 @@ and is evaluated with that combination. On a model without BN, FedBN is FedAvg (
 Paper symbols -> ``RunConfig``: E -> ``local_epochs``, B -> ``batch_size``, eta -> ``lr``.
 """
 import dataclasses
+from dataclasses import dataclass
 
-from ..stages import Algorithm, shared_except
-from . import fedavg
-
-NAME = "fedbn"
-USES = fedavg.USES
+from ..options import MethodOptions, register
+from ..stages import Algorithm
+from .fedavg import FedAvg
 
 
-def build(cfg) -> Algorithm:
-    """FedAvg with every parameter whose name contains 'bn' kept on its client."""
-    return dataclasses.replace(fedavg.build(cfg), name=NAME, shared=shared_except("bn"))
+@register
+@dataclass(frozen=True)
+class FedBN(MethodOptions):
+    """No options of its own: FedAvg with the model's ``bn`` parameter group kept on its client."""
+    NAME = "fedbn"
+
+    def build(self, cfg) -> Algorithm:
+        return dataclasses.replace(FedAvg().build(cfg), name=self.NAME, local_groups=("bn",))

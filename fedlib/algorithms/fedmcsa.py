@@ -36,10 +36,8 @@ import numpy as np
 import torch
 
 from ..attention import mcsa_weights
-from ..executors import LocalSGD
-from ..stages import Algorithm, Mixing, UniformSelection
-
-USES = ("lr", "momentum", "weight_decay", "clients_per_round", "fraction", "sigma", "lam", "mcsa_code", "lr_decay")
+from ..options import MethodOptions, option, register
+from ..stages import Algorithm, Mixing, local_sgd
 
 
 @dataclass
@@ -61,27 +59,49 @@ class UniformToPersonal:
         return Mixing(to_personal=torch.full((k, k), 1.0 / k, dtype=torch.float64))
 
 
-def _client_step(cfg) -> LocalSGD:
-    mu = 0.0 if cfg.mcsa_code else cfg.lam
-    return LocalSGD(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, mu=mu)
-
-
-def _fedmcsa_round(cfg, name: str, aggregate) -> Algorithm:
-    """Algorithm 1's round with a given server aggregation: all clients train, prox toward the last W_i."""
-    return Algorithm(name=name, select=UniformSelection(cfg.clients_per_round, cfg.fraction),
-                     local=_client_step(cfg), aggregate=aggregate,
+def _fedmcsa_round(cfg, name: str, lam: float, mcsa_code: bool, aggregate) -> Algorithm:
+    """Algorithm 1's round with a given server aggregation: all clients train, prox toward the last W_i
+    (no effective prox "as in the authors' code")."""
+    return Algorithm(name=name, local=local_sgd(cfg, mu=0.0 if mcsa_code else lam), aggregate=aggregate,
                      trains="all", start="personal", anchor="received", evaluate="personal")
 
 
-def build(cfg) -> Algorithm:
-    return _fedmcsa_round(cfg, "fedmcsa", MCSAttention(cfg.sigma, by_data_size=cfg.mcsa_code))
+_SIGMA = dict(ge=0, doc="attention scale sigma (FedMCSA default 50)")
+_LAM = dict(ge=0, doc="client proximal strength lambda (FedMCSA default 5)")
+_CODE = dict(doc="as in the authors' code: data-size reweighting, no effective prox")
 
 
-def build_minus_mcsa(cfg) -> Algorithm:
-    return _fedmcsa_round(cfg, "fedmcsa-mcsa", UniformToPersonal())
+@register
+@dataclass(frozen=True)
+class FedMCSA(MethodOptions):
+    NAME = "fedmcsa"
+    sigma: float = option(50.0, **_SIGMA)
+    lam: float = option(5.0, **_LAM)
+    mcsa_code: bool = option(False, **_CODE)
+
+    def build(self, cfg) -> Algorithm:
+        return _fedmcsa_round(cfg, self.NAME, self.lam, self.mcsa_code, MCSAttention(self.sigma, self.mcsa_code))
 
 
-def build_fedavg_plus_mcsa(cfg) -> Algorithm:
-    return Algorithm(name="fedavg+mcsa", select=UniformSelection(cfg.clients_per_round, cfg.fraction),
-                     local=LocalSGD(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay),
-                     aggregate=MCSAttention(cfg.sigma), trains="selected", start="personal", evaluate="personal")
+@register
+@dataclass(frozen=True)
+class FedMCSAMinusMCSA(MethodOptions):
+    """FedMCSA^{-MCSA}: no attention, so no sigma."""
+    NAME = "fedmcsa-mcsa"
+    lam: float = option(5.0, **_LAM)
+    mcsa_code: bool = option(False, **_CODE)
+
+    def build(self, cfg) -> Algorithm:
+        return _fedmcsa_round(cfg, self.NAME, self.lam, self.mcsa_code, UniformToPersonal())
+
+
+@register
+@dataclass(frozen=True)
+class FedAvgPlusMCSA(MethodOptions):
+    """FedAvg^{+MCSA}: FedAvg's clients (plain SGD, only the sampled train), the server's attention."""
+    NAME = "fedavg+mcsa"
+    sigma: float = option(50.0, **_SIGMA)
+
+    def build(self, cfg) -> Algorithm:
+        return Algorithm(name=self.NAME, local=local_sgd(cfg), aggregate=MCSAttention(self.sigma), trains="selected",
+                         start="personal", evaluate="personal")

@@ -96,10 +96,9 @@ from torch import nn
 from ..data.federated import BatchPlan, Split
 from ..executors import LocalSGD, LoopExecutor, StackedExecutor, _fused_weight_step, _sgd_update
 from ..models import linear_chain
-from ..stages import Algorithm, UniformSelection, WeightedMean
+from ..options import MethodOptions, option, register
+from ..stages import Algorithm, WeightedMean, local_sgd
 
-USES = ("lr", "momentum", "weight_decay", "clients_per_round", "fraction", "mix_lam", "mix_mean_size", "mix_taylor_scale",
-        "lr_decay")
 MEANS_KEY = "mafl_means"
 
 Params = dict[str, torch.Tensor]
@@ -348,16 +347,36 @@ class MixClient:
         return out
 
 
-def _build(cfg, name: str, taylor: bool) -> Algorithm:
-    opt = LocalSGD(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    return Algorithm(name=name, select=UniformSelection(cfg.clients_per_round, cfg.fraction), local=opt,
-                     aggregate=WeightedMean("samples"),
-                     local_update=MixClient(opt, cfg.mix_lam, cfg.mix_mean_size, taylor, cfg.mix_taylor_scale))
+def _build(cfg, name: str, lam: float, mean_size: int, taylor: bool, taylor_scale: str = "sample") -> Algorithm:
+    opt = local_sgd(cfg)
+    return Algorithm(name=name, local=opt, aggregate=WeightedMean("samples"),
+                     local_update=MixClient(opt, lam, mean_size, taylor, taylor_scale))
 
 
-def build_fedmix(cfg) -> Algorithm:
-    return _build(cfg, "fedmix", True)
+_LAM = dict(ge=0, le=1, doc="mixing ratio lambda")
+_M = dict(ge=1, doc="M_k: samples per shared mean data point")
 
 
-def build_naivemix(cfg) -> Algorithm:
-    return _build(cfg, "naivemix", False)
+@register
+@dataclass(frozen=True)
+class FedMix(MethodOptions):
+    NAME = "fedmix"
+    mix_lam: float = option(0.05, **_LAM)
+    mix_mean_size: int = option(10, **_M)
+    mix_taylor_scale: str = option("sample", choices=("sample", "batch"),
+                                   doc="Taylor term per sample (the equation) or x (1 - lam) / B (public codes)")
+
+    def build(self, cfg) -> Algorithm:
+        return _build(cfg, self.NAME, self.mix_lam, self.mix_mean_size, True, self.mix_taylor_scale)
+
+
+@register
+@dataclass(frozen=True)
+class NaiveMix(MethodOptions):
+    """NaiveMix has no Taylor term, so no ``mix_taylor_scale``."""
+    NAME = "naivemix"
+    mix_lam: float = option(0.05, **_LAM)
+    mix_mean_size: int = option(10, **_M)
+
+    def build(self, cfg) -> Algorithm:
+        return _build(cfg, self.NAME, self.mix_lam, self.mix_mean_size, False)

@@ -8,18 +8,18 @@ Paper symbols -> ``RunConfig`` fields: mu -> ``mu``; the inexact local solver is
 We keep FedAvg's sample-weighted average; FedProx's paper averages uniformly over devices
 sampled with probability p_k = n_k / n, which has the same expectation.
 """
-from ..executors import LocalSGD
-from ..stages import Algorithm, UniformSelection, WeightedMean
+from dataclasses import dataclass
 
-NAME = "fedprox"
-USES = ("lr", "momentum", "weight_decay", "clients_per_round", "fraction", "mu", "lr_decay")
+from ..options import MethodOptions, option, register
+from ..stages import Algorithm, WeightedMean, local_sgd
 
 
-def build(cfg) -> Algorithm:
-    return Algorithm(
-        name=NAME,
-        select=UniformSelection(cfg.clients_per_round, cfg.fraction),
-        local=LocalSGD(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, mu=cfg.mu),
-        aggregate=WeightedMean("samples"),
-        anchor="start",  # the proximal centre is w^t, the global model the client received
-    )
+@register
+@dataclass(frozen=True)
+class FedProx(MethodOptions):
+    NAME = "fedprox"
+    mu: float = option(0.0, ge=0, doc="FedProx proximal strength mu")
+
+    def build(self, cfg) -> Algorithm:
+        return Algorithm(name=self.NAME, local=local_sgd(cfg, mu=self.mu), aggregate=WeightedMean("samples"),
+                         anchor="start")  # the proximal centre is w^t, the global model the client received

@@ -15,11 +15,8 @@ import numpy as np
 import torch
 
 from ..attention import heurfedamp_weights
-from ..executors import LocalSGD
-from ..stages import Algorithm, Mixing, UniformSelection
-
-NAME = "heurfedamp"
-USES = ("lr", "momentum", "weight_decay", "clients_per_round", "fraction", "sigma", "lam", "amp_self_weight", "lr_decay")
+from ..options import MethodOptions, option, register
+from ..stages import Algorithm, Mixing, local_sgd
 
 
 @dataclass
@@ -31,8 +28,15 @@ class WholeModelAttention:
         return Mixing(to_personal=heurfedamp_weights(uploads, self.sigma, self.self_weight))
 
 
-def build(cfg) -> Algorithm:
-    return Algorithm(name=NAME, select=UniformSelection(cfg.clients_per_round, cfg.fraction),
-                     local=LocalSGD(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, mu=cfg.lam),
-                     aggregate=WholeModelAttention(cfg.sigma, cfg.amp_self_weight),
-                     trains="all", start="personal", anchor="received", evaluate="personal")
+@register
+@dataclass(frozen=True)
+class HeurFedAMP(MethodOptions):
+    NAME = "heurfedamp"
+    sigma: float = option(50.0, ge=0, doc="attention scale sigma")
+    lam: float = option(5.0, ge=0, doc="client proximal strength lambda")
+    amp_self_weight: float = option(0.5, ge=0, le=1, doc="self-attention weight xi_ii")
+
+    def build(self, cfg) -> Algorithm:
+        return Algorithm(name=self.NAME, local=local_sgd(cfg, mu=self.lam),
+                         aggregate=WholeModelAttention(self.sigma, self.amp_self_weight),
+                         trains="all", start="personal", anchor="received", evaluate="personal")

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..executors import LocalSGD
-from ..stages import Algorithm, Mixing
+from dataclasses import dataclass
 
-NAME = "local"
-USES = ("lr", "momentum", "weight_decay", "lr_decay")
-
+from ..options import MethodOptions, register
+from ..stages import Algorithm, Mixing, local_sgd
 
 class NoSelection:
     def select(self, t: int, n_clients: int, rng: np.random.Generator) -> np.ndarray:
@@ -25,7 +23,13 @@ def no_aggregation(uploads, n_samples, clients) -> Mixing:
     return Mixing()
 
 
-def build(cfg) -> Algorithm:
-    return Algorithm(name=NAME, select=NoSelection(),
-                     local=LocalSGD(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay),
-                     aggregate=no_aggregation, trains="all", start="personal", evaluate="personal")
+@register
+@dataclass(frozen=True)
+class Local(MethodOptions):
+    """No options; selects nobody (``SELECTS = False``: selection options do not apply)."""
+    NAME = "local"
+    SELECTS = False
+
+    def build(self, cfg) -> Algorithm:
+        return Algorithm(name=self.NAME, select=NoSelection(), local=local_sgd(cfg), aggregate=no_aggregation,
+                         trains="all", start="personal", evaluate="personal")

@@ -24,9 +24,8 @@ import torch
 
 from ..data.federated import BatchPlan, sample_steps
 from ..executors import LocalSGD
-from ..stages import Algorithm, UniformSelection, WeightedMean
-
-USES = ("lr", "clients_per_round", "fraction", "beta", "hf_delta")
+from ..options import MethodOptions, option, register
+from ..stages import Algorithm, WeightedMean, local_sgd
 
 
 def _one_step(executor, model, params, plan: BatchPlan, s: int, split, lr: float):
@@ -48,16 +47,17 @@ class PerFedAvgClient:
 
     def __call__(self, executor, model, start, anchor, plan: BatchPlan, split, state, clients):
         per = 3 if self.hessian_free else 2
+        alpha = self.alpha * state.lr_scale  # alpha = the run's lr, on the engine's schedule (beta is not)
         w = {n: t.clone() for n, t in start.items()}
         for r in range(plan.steps // per):
             s = r * per
-            w_tilde = _one_step(executor, model, w, plan, s, split, self.alpha)
+            w_tilde = _one_step(executor, model, w, plan, s, split, alpha)
             g = _grad(executor, model, w_tilde, plan, s + 1, split)
             if self.hessian_free:
                 plus = {n: w[n] + self.delta * g[n] if n in g else w[n] for n in w}
                 minus = {n: w[n] - self.delta * g[n] if n in g else w[n] for n in w}
                 gp, gm = _grad(executor, model, plus, plan, s + 2, split), _grad(executor, model, minus, plan, s + 2, split)
-                g = {n: g[n] - self.alpha * (gp[n] - gm[n]) / (2 * self.delta) for n in g}
+                g = {n: g[n] - alpha * (gp[n] - gm[n]) / (2 * self.delta) for n in g}
             for n in g:
                 w[n] = w[n] - self.beta * g[n]
         return w
@@ -77,17 +77,36 @@ class AdaptBeforeEval:
         state.extra["adapted"] = executor.train(model, g, plan, split, LocalSGD(lr=self.alpha))
 
 
-def _build(cfg, hessian_free: bool, name: str) -> Algorithm:
-    return Algorithm(name=name, select=UniformSelection(cfg.clients_per_round, cfg.fraction),
-                     local=LocalSGD(lr=cfg.lr), aggregate=WeightedMean("samples"),
-                     local_update=PerFedAvgClient(cfg.lr, cfg.beta, hessian_free, cfg.hf_delta),
+def _build(cfg, name: str, beta: float, hessian_free: bool, delta: float = 1e-3) -> Algorithm:
+    return Algorithm(name=name, local=local_sgd(cfg), aggregate=WeightedMean("samples"),
+                     local_update=PerFedAvgClient(cfg.local.lr, beta, hessian_free, delta),
                      batches_per_step=3 if hessian_free else 2, evaluate="personal", personal_key="adapted",
-                     report_global=True, before_eval=AdaptBeforeEval(cfg.lr, cfg.batch_size))
+                     report_global=True, before_eval=AdaptBeforeEval(cfg.local.lr, cfg.local.batch_size))
 
 
-def build_fo(cfg) -> Algorithm:
-    return _build(cfg, False, "perfedavg")
+_BETA = dict(gt=0, doc="outer (meta) step size beta")
 
 
-def build_hf(cfg) -> Algorithm:
-    return _build(cfg, True, "perfedavg-hf")
+@register
+@dataclass(frozen=True)
+class PerFedAvg(MethodOptions):
+    """First-order Per-FedAvg (alpha = ``lr``)."""
+    NAME = "perfedavg"
+    SGD_EXTRAS = False
+    beta: float = option(1.0, **_BETA)
+
+    def build(self, cfg) -> Algorithm:
+        return _build(cfg, self.NAME, self.beta, False)
+
+
+@register
+@dataclass(frozen=True)
+class PerFedAvgHF(MethodOptions):
+    """Hessian-free Per-FedAvg."""
+    NAME = "perfedavg-hf"
+    SGD_EXTRAS = False
+    beta: float = option(1.0, **_BETA)
+    hf_delta: float = option(1e-3, gt=0, doc="finite-difference step delta")
+
+    def build(self, cfg) -> Algorithm:
+        return _build(cfg, self.NAME, self.beta, True, self.hf_delta)

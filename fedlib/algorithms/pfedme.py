@@ -26,10 +26,9 @@ import torch
 
 from ..data.federated import BatchPlan
 from ..executors import LocalSGD
-from ..stages import Algorithm, Mixing, UniformSelection, WeightedMean
+from ..options import MethodOptions, option, register
+from ..stages import Algorithm, Mixing, WeightedMean, local_sgd
 from .fedmcsa import MCSAttention
-
-USES = ("lr", "clients_per_round", "fraction", "lam", "inner_steps", "personal_lr", "beta")
 
 
 @dataclass
@@ -44,16 +43,17 @@ class PFedMeClient:
         w = {n: t.clone() for n, t in start.items()}
         theta = {n: t.clone() for n, t in start.items()}
         inner = LocalSGD(lr=self.personal_lr, mu=self.lam)
+        step = self.lr * state.lr_scale * self.lam  # eta_t lambda (the engine's lr schedule; eta_p is not scheduled)
         for r in range(plan.steps):
             same_batch = plan.at_steps(torch.full((self.inner_steps,), r))  # K steps on batch r
             theta = executor.train(model, theta, same_batch, split, inner, anchor=w)
             for n, t in w.items():
                 if t.is_floating_point():
                     if plan.active is None:
-                        t.lerp_(theta[n], self.lr * self.lam)  # w - eta lambda (w - theta)
+                        t.lerp_(theta[n], step)  # w - eta lambda (w - theta)
                     else:  # a client past the end of its epoch does not step
                         m = plan.active[r].view(-1, *([1] * (t.dim() - 1)))
-                        t.copy_(torch.where(m, torch.lerp(t, theta[n], self.lr * self.lam), t))
+                        t.copy_(torch.where(m, torch.lerp(t, theta[n], step), t))
         store = state.extra.setdefault("theta", {n: v.clone() for n, v in state.client_params.items()})
         for n, t in theta.items():
             store[n][clients] = t
@@ -70,18 +70,41 @@ class PFedMeServer:
         return Mixing(to_global=m.to_global, beta=self.beta)
 
 
-def _client(cfg) -> PFedMeClient:
-    return PFedMeClient(cfg.lr, cfg.personal_lr, cfg.lam, cfg.inner_steps)
+_LAM = dict(ge=0, doc="lambda: strength of the Moreau envelope's pull")
+_K = dict(ge=1, doc="K steps solving the personalised problem")
+_ETA_P = dict(gt=0, doc="personal learning rate eta_p")
 
 
-def build(cfg) -> Algorithm:
-    return Algorithm(name="pfedme", select=UniformSelection(cfg.clients_per_round, cfg.fraction),
-                     local=LocalSGD(lr=cfg.lr), aggregate=PFedMeServer(cfg.beta), trains="all",
-                     start="global", evaluate="personal", local_update=_client(cfg), personal_key="theta",
-                     report_global=True)
+@register
+@dataclass(frozen=True)
+class PFedMe(MethodOptions):
+    NAME = "pfedme"
+    SGD_EXTRAS = False  # its steps are the Moreau-envelope updates, no momentum or weight decay
+    lam: float = option(5.0, **_LAM)
+    inner_steps: int = option(5, **_K)
+    personal_lr: float = option(0.01, **_ETA_P)
+    beta: float = option(1.0, ge=0, doc="server mixing beta (1: plain average)")
+
+    def build(self, cfg) -> Algorithm:
+        return Algorithm(name=self.NAME, local=local_sgd(cfg), aggregate=PFedMeServer(self.beta), trains="all",
+                         start="global", evaluate="personal",
+                         local_update=PFedMeClient(cfg.local.lr, self.personal_lr, self.lam, self.inner_steps),
+                         personal_key="theta", report_global=True)
 
 
-def build_plus_mcsa(cfg) -> Algorithm:
-    return Algorithm(name="pfedme+mcsa", select=UniformSelection(cfg.clients_per_round, cfg.fraction),
-                     local=LocalSGD(lr=cfg.lr), aggregate=MCSAttention(cfg.sigma), trains="all",
-                     start="personal", evaluate="personal", local_update=_client(cfg), personal_key="theta")
+@register
+@dataclass(frozen=True)
+class PFedMePlusMCSA(MethodOptions):
+    """pFedMe^{+MCSA}: the server's average replaced by FedMCSA's attention (so no beta)."""
+    NAME = "pfedme+mcsa"
+    SGD_EXTRAS = False
+    lam: float = option(5.0, **_LAM)
+    inner_steps: int = option(5, **_K)
+    personal_lr: float = option(0.01, **_ETA_P)
+    sigma: float = option(50.0, ge=0, doc="FedMCSA's attention scale sigma")
+
+    def build(self, cfg) -> Algorithm:
+        return Algorithm(name=self.NAME, local=local_sgd(cfg), aggregate=MCSAttention(self.sigma), trains="all",
+                         start="personal", evaluate="personal",
+                         local_update=PFedMeClient(cfg.local.lr, self.personal_lr, self.lam, self.inner_steps),
+                         personal_key="theta")

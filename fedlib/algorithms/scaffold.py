@@ -32,10 +32,8 @@ from dataclasses import dataclass
 import torch
 
 from ..executors import LocalSGD
-from ..stages import Algorithm, Mixing, UniformSelection, WeightedMean
-
-NAME = "scaffold"
-USES = ("lr", "momentum", "weight_decay", "clients_per_round", "fraction", "server_lr", "lr_decay")
+from ..options import MethodOptions, option, register
+from ..stages import Algorithm, Mixing, WeightedMean, local_sgd
 
 
 @dataclass
@@ -74,11 +72,13 @@ class ScaffoldServer:
         return Mixing(to_global=m.to_global, beta=self.server_lr)
 
 
-def build(cfg) -> Algorithm:
-    return Algorithm(
-        name=NAME,
-        select=UniformSelection(cfg.clients_per_round, cfg.fraction),
-        local=LocalSGD(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay),
-        aggregate=ScaffoldServer(cfg.server_lr),
-        local_update=ScaffoldClient(cfg.lr, cfg.momentum, cfg.weight_decay),
-    )
+@register
+@dataclass(frozen=True)
+class Scaffold(MethodOptions):
+    NAME = "scaffold"
+    server_lr: float = option(1.0, gt=0, doc="global step size eta_g")
+
+    def build(self, cfg) -> Algorithm:
+        lo = cfg.local
+        return Algorithm(name=self.NAME, local=local_sgd(cfg), aggregate=ScaffoldServer(self.server_lr),
+                         local_update=ScaffoldClient(lo.lr, lo.momentum, lo.weight_decay))
