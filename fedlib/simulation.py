@@ -397,8 +397,9 @@ class Checkpoint:
     take hours on a CPU) continues where it stopped instead of starting over.
 
     A snapshot holds everything the next round depends on: the ``State`` (global, client and sent models,
-    ``state.extra``), the three random streams (selection, mini-batches, evaluation batches), the stage
-    objects' attributes (AdaFL's scores), and the rows, client accuracies and traces so far. Resuming
+    ``state.extra``), the three random streams (selection, mini-batches, evaluation batches), the selection
+    stage's ``state_dict()`` (AdaFL's scores) and every callback's (the rows, client accuracies and traces so
+    far) -- tensors and plain data only, read back with ``torch.load(weights_only=True)``. Resuming
     therefore gives the numbers an uninterrupted run gives, bit for bit (tested over every registered
     algorithm). ``path`` (a ``.pt`` file) is written atomically, with a small ``.json`` beside it saying
     how far the run got; one is written when ``every_seconds`` have passed since the last (0: every round).
