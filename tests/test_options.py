@@ -74,3 +74,13 @@ def test_flat_view_is_the_schema1_config():
     assert list(flat)[:len(LEGACY)] == list(LEGACY)
     assert flat["sigma"] == 50.0 and flat["mu"] == 0.1 and flat["model"] == "dnn" and flat["algorithm"] == "fedprox"
     assert from_dict(cfg.to_dict()) == cfg
+
+
+def test_grids_take_dotted_names():
+    from fedlib.runner import expand
+
+    cfgs = expand(RunConfig(algorithm="fedprox"), {"method.mu": [0.01, 0.1], "local.lr": [0.01, 0.02]})
+    assert sorted((c.method.mu, c.local.lr) for c in cfgs) == [(0.01, 0.01), (0.01, 0.02), (0.1, 0.01), (0.1, 0.02)]
+    assert cfgs[0] == RunConfig(algorithm="fedprox", mu=cfgs[0].mu, lr=cfgs[0].lr)
+    with pytest.raises(ValueError, match="sigma set but algorithm='fedprox' does not use it"):
+        expand(RunConfig(algorithm="fedprox"), {"method.sigma": [1.0]})
