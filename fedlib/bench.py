@@ -10,9 +10,9 @@ targets on the 2-core CPU in brackets):
   (b) MNIST-shaped, N=20, DNN 784-100-10, R=20, batch 20 (pFedMe sizes)    [ratio >= 8]
   (c) N=100, MLP 784-200-200-10, R=20, batch 10 (AdaFL's model, 600 rows) [ratio >= 4]
 The loop executor is the reference the stacked one is tested against (float64, 1e-10).
-  (f) FedMix's client step (AdaFL Tables 3-4) on case (c)'s MLP, N=10, R=20, batch 10, momentum 0.5:
-      the per-client loop (``train_loop``), the vmap/second-order path (``train_vmap``, any model) and
-      the hand-written chain path (``train_chain``, Linear/ReLU chains), side by side.
+  (f) FedMix's client objective (AdaFL Tables 3-4) on case (c)'s MLP, N=10, R=20, batch 10, momentum 0.5:
+      the loop executor, the stacked executor's generic vmap/second-order path (any buffer-free model) and
+      its hand-written chain fast path (Linear/ReLU chains), side by side, all clients in one group.
 
 Both executors run with ``fedlib.malloc.keep_freed_memory`` as training runs do (``FEDLIB_MALLOC=default``
 leaves glibc's allocator as it is, to compare).
@@ -138,7 +138,7 @@ def bench_case(case: str, repeats: int = 5, device: str = "cpu", steps: int = 20
 
 
 def bench_fedmix(repeats: int = 5, device: str = "cpu", clients: int = 10, steps: int = 20) -> dict:
-    """Seconds per round of FedMix's three client-step implementations on the same plan and pairs (case f)."""
+    """Seconds per round of the three executor paths of FedMix's objective on the same plan and pairs (case f)."""
     from .algorithms.fedmix import MixClient, mean_dataset, pairing
 
     data, _, hidden, batch = _case_data("c")
@@ -148,14 +148,15 @@ def bench_fedmix(repeats: int = 5, device: str = "cpu", clients: int = 10, steps
     client = MixClient(LocalSGD(lr=0.01, momentum=0.5), lam=0.05, mean_size=10)
     mx, my = mean_dataset(split, 10, client.mean_size)
     gen = torch.Generator().manual_seed(0)
-    ways = {"loop": client.train_loop, "vmap": client.train_vmap, "chain": client.train_chain}
+    ways = {"loop": LoopExecutor(), "vmap": StackedExecutor(max_group=clients, kernel="vmap"),
+            "chain": StackedExecutor(max_group=clients, kernel="chain")}
 
     def new_round(r):
         plan = _plan(split, clients, steps, batch, gen, device)
-        return plan, pairing(r, plan, len(my))
+        return plan, client.objective(mx, my, pairing(r, plan, len(my)))
 
-    times = _alternating({name: (lambda plan, pair, f=f: f(model, params, plan, split, mx, my, pair, client.opt))
-                          for name, f in ways.items()}, new_round, repeats, device)
+    times = _alternating({name: (lambda plan, obj, ex=ex: ex.train(model, params, plan, split, client.opt, objective=obj))
+                          for name, ex in ways.items()}, new_round, repeats, device)
     return {k: statistics.median(v) for k, v in times.items()} | {"clients": clients, "steps": steps, "batch": batch}
 
 

@@ -21,6 +21,7 @@ from torch import nn
 from torch.func import functional_call
 
 from .data.federated import Split
+from .executors.chain import chain_forward
 from .models import linear_chain
 
 
@@ -52,10 +53,7 @@ def evaluate(model: nn.Module, params: dict[str, torch.Tensor], split: Split, pe
             if len(y) == 0:
                 continue
             if layers is not None:  # plain addmm: functional_call's per-call overhead dominated personalised runs
-                out = x.reshape(len(y), -1).to(dtype)
-                for j, name in enumerate(layers):
-                    out = torch.addmm(params[f"{name}.bias"][i], out, params[f"{name}.weight"][i].T)
-                    out = out.relu_() if j < len(layers) - 1 else out
+                out = chain_forward(layers, {n: t[i] for n, t in params.items()}, x.to(dtype))[-1]
             else:
                 out = functional_call(model, {n: t[i] for n, t in params.items()}, (x.to(dtype),))
             correct[i] = (out.argmax(1) == y).sum()

@@ -56,12 +56,6 @@ class ModelSpec:
         if self.kernel not in KERNELS:
             raise ValueError(f"ModelSpec {self.name!r}: kernel={self.kernel!r} is not one of: {', '.join(KERNELS)}")
 
-    @property
-    def stacked(self) -> bool:
-        """Deprecated (use ``kernel == 'chain'``): whether the model is a Linear chain. Kept while
-        tests/test_executors.py and tests/test_cuda.py still read it."""
-        return self.kernel == "chain"
-
 
 def _chain(input_shape, n_classes, hidden) -> nn.Module:
     d = math.prod(input_shape)

@@ -49,7 +49,7 @@ def train(cfg: RunConfig, progress: bool = True, data_root=None, checkpoint: Che
     model = build_model(m.name, data.input_shape, data.n_classes, m.hidden, seed=cfg.seed, dtype=dtype,
                         attention=m.attention).to(device)
     algorithm = build_algorithm(cfg, n_samples=data.train.sizes.cpu().numpy())
-    executor = make_executor(cfg.executor, model)
+    executor = make_executor(cfg.executor, model, group_bytes=_GROUP_BYTES)
     t0 = time.perf_counter()
     result = simulate(algorithm, data, model, executor, cfg.rounds, local_steps=cfg.local_steps,
                       local_epochs=cfg.local_epochs, batch_size=cfg.batch_size, seed=cfg.seed,
@@ -140,13 +140,17 @@ def run_configs(cfgs: list[RunConfig], store: Store | None = None, progress: boo
     return pd.DataFrame(rows)
 
 
+_GROUP_BYTES: int | None = None  # this process's cache budget for client groups (None: the one-process default)
+
+
 def _worker_setup(jobs: int) -> None:
     """Start of one of ``jobs`` worker processes training side by side: one thread, and a share of the cache for
     the stacked executor's client groups (the processes share the L3; see ``StackedExecutor``)."""
-    from .executors import PROCESS_CACHE_BYTES, StackedExecutor
+    from .executors import PROCESS_CACHE_BYTES
 
+    global _GROUP_BYTES
     torch.set_num_threads(1)
-    StackedExecutor.default_group_bytes = PROCESS_CACHE_BYTES // jobs
+    _GROUP_BYTES = PROCESS_CACHE_BYTES // jobs  # a value handed to each executor this process makes
 
 
 def _run_in_worker(cfg: RunConfig, root: str, data_root) -> None:

@@ -20,7 +20,7 @@ from fedlib.runner import train
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
 
-@pytest.mark.parametrize("model_name", [n for n in sorted(MODELS) if MODELS[n].stacked])
+@pytest.mark.parametrize("model_name", [n for n in sorted(MODELS) if MODELS[n].kernel == "chain"])
 def test_stacked_on_cuda_equals_loop_on_cpu_float64(model_name):
     data = small_synthetic(n_clients=5, rows=90)
     model = build_model(model_name, (60,), 10, hidden=(8, 6), seed=1, dtype=torch.float64)

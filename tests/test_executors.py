@@ -5,7 +5,8 @@ from torch import nn
 
 from conftest import small_synthetic
 from fedlib.data.federated import sample_epochs, sample_steps
-from fedlib.executors import LocalSGD, LoopExecutor, StackedExecutor, make_executor
+from fedlib.executors import (PROCESS_CACHE_BYTES, CrossEntropy, LocalSGD, LoopExecutor, Objective, StackedExecutor,
+                              chain_forward, fast_path, make_executor)
 from fedlib.models import MODELS, build_model, linear_chain
 
 OPTS = {
@@ -26,7 +27,7 @@ def _maxdiff(a, b):
     return max((a[n] - b[n]).abs().max().item() for n in a)
 
 
-@pytest.mark.parametrize("model_name", [n for n in sorted(MODELS) if MODELS[n].stacked])  # the Linear chains
+@pytest.mark.parametrize("model_name", [n for n in sorted(MODELS) if MODELS[n].kernel == "chain"])  # the Linear chains
 @pytest.mark.parametrize("opt_name", sorted(OPTS))
 @pytest.mark.parametrize("sampler", ["steps", "epochs"])
 @pytest.mark.parametrize("group", [None, 2])
@@ -116,3 +117,80 @@ def test_prox_without_anchor_is_an_error():
     plan = sample_steps(data.train, torch.arange(2), 1, 2, torch.Generator())
     with pytest.raises(ValueError, match="mu=0.5 needs an anchor"):
         StackedExecutor().train(model, _params(model, 2), plan, data.train, LocalSGD(0.1, mu=0.5))
+
+
+# -- client objectives: any objective on any executor (issue "Engine v2", item 3) ------------------------------
+class _SmoothedCE(Objective):
+    """A method's own objective with no fast path: label-smoothed cross-entropy."""
+
+    def loss(self, forward, params, x, y, w, ctx):
+        out = forward(params, x)
+        per = torch.nn.functional.cross_entropy(out, y, reduction="none", label_smoothing=0.2)
+        return self.reduce(per, w)
+
+
+class _SubclassedCE(CrossEntropy):
+    """A subclass may change the loss: it does not inherit CrossEntropy's hand-written chain path."""
+
+
+@pytest.mark.parametrize("sampler", ["steps", "epochs"])
+def test_any_objective_on_every_executor_with_the_generic_terms(sampler):
+    """An objective without a fast path runs on the loop and (vmap fallback, even for a chain) on the stacked
+    executor, with momentum, weight decay, the proximal term and the drift applied to it alike."""
+    data = small_synthetic(n_clients=4, rows=80)
+    model = build_model("mlp", (60,), 10, hidden=(8, 6), seed=1, dtype=torch.float64)
+    start, anchor = _params(model, 4), _params(model, 4, seed=7)
+    drift = {n: 0.01 * torch.randn(t.shape, generator=torch.Generator().manual_seed(2), dtype=t.dtype)
+             for n, t in start.items()}
+    gen = torch.Generator().manual_seed(3)
+    plan = (sample_steps(data.train, torch.arange(4), 5, 7, gen) if sampler == "steps"
+            else sample_epochs(data.train, torch.arange(4), 2, 16, gen))
+    opt, obj = OPTS["all"], _SmoothedCE()
+    assert fast_path("chain", obj) is None and fast_path("chain", _SubclassedCE()) is None
+    assert fast_path("chain", CrossEntropy()) is not None
+    loop = LoopExecutor().train(model, start, plan, data.train, opt, anchor, drift, objective=obj)
+    for ex in (StackedExecutor(), StackedExecutor(max_group=3), StackedExecutor(kernel="vmap")):
+        assert _maxdiff(ex.train(model, start, plan, data.train, opt, anchor, drift, objective=obj), loop) < 1e-10
+    plain = LoopExecutor().train(model, start, plan, data.train, opt, anchor, drift)
+    assert _maxdiff(plain, loop) > 1e-4  # the objective mattered
+    # the default objective, the explicit one, a subclass (generic path) and the forced paths agree
+    for ex in (StackedExecutor(), StackedExecutor(kernel="chain"), StackedExecutor(kernel="vmap")):
+        for o in (None, CrossEntropy(), _SubclassedCE()):
+            assert _maxdiff(ex.train(model, start, plan, data.train, opt, anchor, drift, objective=o), plain) < 1e-10
+
+
+def test_forced_kernels_and_group_bytes():
+    tanh = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2)).to(torch.float64)
+    data = small_synthetic(n_clients=2, rows=40)
+    plan = sample_steps(data.train, torch.arange(2), 1, 2, torch.Generator())
+    with pytest.raises(ValueError, match="not a Flatten/Linear/ReLU chain"):
+        StackedExecutor(kernel="chain").train(tanh, _params(tanh, 2), plan, data.train, LocalSGD(0.1))
+    with pytest.raises(ValueError, match="kernel='loop'"):
+        StackedExecutor(kernel="loop")
+    mlp = build_model("mlp", (784,), 10, (200, 200), seed=0)
+    assert make_executor("stacked", mlp, group_bytes=8 << 20).group_bytes == 8 << 20
+    assert make_executor("auto", mlp).group_bytes == PROCESS_CACHE_BYTES
+    opt = LocalSGD(0.01, momentum=0.5)
+    assert make_executor("auto", mlp, group_bytes=8 << 20).group_size(mlp, 50, None, opt, "cpu") == 3
+
+
+def test_chain_forward_is_the_models_forward():
+    """One forward for the chain kernels and evaluation: one model (addmm) and a group (batched), with the
+    tangent rows beside the primal ones equal to the Jacobian-vector product."""
+    model = build_model("mlp", (3, 4), 5, hidden=(6, 7), seed=0, dtype=torch.float64)
+    layers = linear_chain(model)
+    x = torch.randn(8, 3, 4, dtype=torch.float64)
+    one = {n: t for n, t in model.state_dict().items()}
+    assert torch.allclose(chain_forward(layers, one, x)[-1], model(x), rtol=0, atol=1e-14)
+    group = _params(model, 2)
+    xs = torch.randn(2, 8, 3, 4, dtype=torch.float64)
+    v = torch.randn(2, 8, 3, 4, dtype=torch.float64)
+    hs = chain_forward(layers, group, xs)
+    ht = chain_forward(layers, group, xs, tangent=v)
+    for i in range(2):
+        pi = {n: t[i] for n, t in group.items()}
+        f = lambda z: torch.func.functional_call(model, pi, (z,))
+        out, jvp = torch.autograd.functional.jvp(f, xs[i], v[i])
+        assert torch.allclose(hs[-1][i], out, rtol=0, atol=1e-13)
+        assert torch.allclose(ht[-1][i, :8], out, rtol=0, atol=1e-13)
+        assert torch.allclose(ht[-1][i, 8:], jvp, rtol=0, atol=1e-13)

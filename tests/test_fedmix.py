@@ -40,6 +40,17 @@ def _max_diff(a: dict, b: dict) -> float:
     return max((a[n] - b[n]).abs().max().item() for n in a)
 
 
+_PATHS = {"train_loop": "loop", "train_vmap": "vmap", "train_chain": "chain"}
+
+
+def _train(path: str, client: MixClient, model, params, plan, split, mx, my, pair, opt, max_group=None) -> dict:
+    """``client``'s objective trained by an executor forced to one path: 'train_loop' (the loop executor, the
+    reference), 'train_vmap' (the stacked executor's generic vmap path) or 'train_chain' (its chain fast path)."""
+    kernel = _PATHS[path]
+    ex = LoopExecutor() if kernel == "loop" else StackedExecutor(max_group=max_group, kernel=kernel)
+    return ex.train(model, params, plan, split, opt, objective=client.objective(mx, my, pair))
+
+
 # -- golden: softmax regression, closed form ----------------------------------------------------------
 def _softmax(u):
     e = np.exp(u - u.max())
@@ -94,9 +105,9 @@ def test_golden_softmax_regression(taylor, scale):
     plan = BatchPlan(torch.tensor([[[0, 1]]]))
     client = MixClient(LocalSGD(lr=1.0), lam, 1, taylor, scale)
     mx, my = torch.tensor(means_x), torch.tensor(means_y)
-    for got in (client.train_loop(model, params, plan, split, mx, my, pair, client.opt),
-                client.train_vmap(model, params, plan, split, mx, my, pair, client.opt),
-                client.train_chain(model, params, plan, split, mx, my, pair, client.opt)):
+    for got in (_train("train_loop", client, model, params, plan, split, mx, my, pair, client.opt),
+                _train("train_vmap", client, model, params, plan, split, mx, my, pair, client.opt),
+                _train("train_chain", client, model, params, plan, split, mx, my, pair, client.opt)):
         assert np.allclose(got["1.weight"][0].numpy(), want_W, atol=1e-14, rtol=0)
         assert np.allclose(got["1.bias"][0].numpy(), want_b, atol=1e-14, rtol=0)
     if taylor:  # the Taylor term changes the step: dropping it gives a different update
@@ -140,7 +151,7 @@ def _image_data(sizes=(9, 14, 5)) -> Split:
 
 
 def _against_loop(path: str, model, split, n_classes: int, taylor: bool, scale: str = "sample"):
-    """Three clients, two masked or full epochs of batch 4: ``MixClient.<path>`` ('train_vmap' or 'train_chain')
+    """Three clients, two masked or full epochs of batch 4: the executor path ('train_vmap' or 'train_chain')
     in one group of 3 and in groups of 2 + 1 equals the per-client reference to 1e-10. Returns the plan and what
     the reference ran with (start, means, pairs, client) for further checks."""
     plan = sample_epochs(split.layout(), torch.arange(3), 2, 4, torch.Generator().manual_seed(7))
@@ -148,9 +159,9 @@ def _against_loop(path: str, model, split, n_classes: int, taylor: bool, scale: 
     pair = pairing(5, plan, len(my))
     client = MixClient(LocalSGD(lr=0.05, momentum=0.5, weight_decay=1e-3), 0.2, 3, taylor, scale)
     start = _stack(model, 3)
-    ref = client.train_loop(model, start, plan, split, mx, my, pair, client.opt)
-    for ex in (None, StackedExecutor(max_group=2)):
-        got = getattr(client, path)(model, start, plan, split, mx, my, pair, client.opt, ex)
+    ref = _train("train_loop", client, model, start, plan, split, mx, my, pair, client.opt)
+    for group in (3, 2):
+        got = _train(path, client, model, start, plan, split, mx, my, pair, client.opt, max_group=group)
         assert _max_diff(got, ref) < 1e-10
     assert _max_diff(ref, start) > 1e-3
     return plan, ref, (start, mx, my, pair, client)
@@ -182,7 +193,7 @@ def test_loop_matches_chain(taylor, hidden, masked):
     model = build_model("dnn" if len(hidden) == 1 else "mlp", (60,), 10, hidden, seed=0, dtype=F64)
     plan, ref, (start, mx, my, pair, client) = _against_loop("train_chain", model, split, 10, taylor)
     assert (plan.active is not None) == masked
-    plain = MixClient(client.opt, 0.0, 3, taylor).train_chain(model, start, plan, split, mx, my, pair, client.opt)
+    plain = _train("train_chain", MixClient(client.opt, 0.0, 3, taylor), model, start, plan, split, mx, my, pair, client.opt)
     assert _max_diff(plain, ref) > 1e-4  # lam matters: the mixing terms are in the step
 
 
@@ -194,7 +205,8 @@ def test_batch_scale_matches_loop_on_masked_epochs(path):
     model = build_model("mlp", (60,), 10, (7, 5), seed=0, dtype=F64)
     plan, ref, (start, mx, my, pair, client) = _against_loop(path, model, split, 10, True, "batch")
     assert plan.weight is not None and not bool(plan.weight.all())  # padded rows in some steps
-    per_sample = MixClient(client.opt, client.lam, 3, True).train_loop(model, start, plan, split, mx, my, pair, client.opt)
+    per_sample = _train("train_loop", MixClient(client.opt, client.lam, 3, True), model, start, plan, split, mx, my, pair,
+                        client.opt)
     assert _max_diff(per_sample, ref) > 1e-6
 
 
@@ -213,9 +225,30 @@ def test_engine_dispatch_and_lr_scale():
         assert set(state.extra[MEANS_KEY]) == {"x", "y"}
     assert _max_diff(outs[0], outs[1]) < 1e-12
     mx, my = mean_dataset(data.train, 10, 4)
-    half = client.train_loop(model, start, plan, data.train, mx, my, pairing(3, plan, len(my)), LocalSGD(lr=0.05))
+    half = _train("train_loop", client, model, start, plan, data.train, mx, my, pairing(3, plan, len(my)), LocalSGD(lr=0.05))
     assert _max_diff(outs[0], half) < 1e-12
 
+
+
+@pytest.mark.parametrize("taylor", [True, False])
+def test_generic_terms_apply_to_the_mix_objectives(taylor):
+    """The executors' generic terms (prox toward an anchor, SCAFFOLD's drift) apply to the FedMix / NaiveMix
+    objectives on all three paths alike, masked epochs, groups of 2 + 1."""
+    split = _unequal_synthetic().train
+    model = build_model("mlp", (60,), 10, (7, 5), seed=0, dtype=F64)
+    plan = sample_epochs(split.layout(), torch.arange(3), 2, 4, torch.Generator().manual_seed(7))
+    mx, my = mean_dataset(split, 10, 3)
+    obj = MixClient(LocalSGD(0.05), 0.2, 3, taylor).objective(mx, my, pairing(5, plan, len(my)))
+    opt = LocalSGD(lr=0.05, momentum=0.5, weight_decay=1e-3, mu=0.5)
+    start = _stack(model, 3)
+    g = torch.Generator().manual_seed(1)
+    anchor = {n: t + 0.1 * torch.randn(t.shape, generator=g, dtype=F64) for n, t in start.items()}
+    drift = {n: 0.01 * torch.randn(t.shape, generator=g, dtype=F64) for n, t in start.items()}
+    ref = LoopExecutor().train(model, start, plan, split, opt, anchor, drift, objective=obj)
+    for kernel in ("vmap", "chain"):
+        got = StackedExecutor(max_group=2, kernel=kernel).train(model, start, plan, split, opt, anchor, drift, objective=obj)
+        assert _max_diff(got, ref) < 1e-10
+    assert _max_diff(ref, LoopExecutor().train(model, start, plan, split, opt, anchor, objective=obj)) > 1e-4
 
 # -- the mean set -------------------------------------------------------------------------------------
 def test_mean_dataset_hand_example():
@@ -309,7 +342,7 @@ def test_fedmix_trains_the_cnn_vectorised():
     client = MixClient(LocalSGD(lr=0.05, momentum=0.5), 0.05, 2, True)
     mx, my = mean_dataset(split, 10, 2)
     start = _stack(model, 2)
-    got = client.train_vmap(model, start, plan, split, mx, my, pairing(1, plan, len(my)), client.opt)
+    got = _train("train_vmap", client, model, start, plan, split, mx, my, pairing(1, plan, len(my)), client.opt)
     assert all(torch.isfinite(t).all() for t in got.values())
     assert _max_diff(got, start) > 0
 

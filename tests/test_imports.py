@@ -253,3 +253,14 @@ def test_the_checks_have_teeth(tmp_path):
     assert ["fedlib.data", "fedlib.data.reader", "fedlib.helpers", "fedlib.config"] in forbidden_paths(every)
     assert ["fedlib.models", "fedlib.stages"] in forbidden_paths(every)
     assert not any(p[0] == "fedlib.convnets" and p[1] != "fedlib.models" for p in forbidden_paths(every))
+
+
+def test_algorithms_use_only_public_executor_names():
+    """Fast paths live inside the executors package; algorithms supply objectives and never reach into it
+    (algorithms/fedmix.py used to import ``_sgd_update`` and ``_fused_weight_step``)."""
+    bad = []
+    for path in sorted((ROOT / "algorithms").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").lstrip(".").startswith("executors"):
+                bad += [f"{path.name}: {a.name}" for a in node.names if a.name.startswith("_")]
+    assert bad == []

@@ -121,19 +121,21 @@ def test_parallel_workers_share_the_cache_budget(monkeypatch):
     """Each of ``jobs`` worker processes runs one thread and gives the stacked executor's client groups 1/jobs of
     the one-process cache budget (the processes share the L3): AdaFL's MLP groups shrink from 7 clients to 3."""
     import torch
-    from fedlib.executors import LocalSGD, StackedExecutor
+    import fedlib.runner as runner
+    from fedlib.executors import LocalSGD, StackedExecutor, make_executor
     from fedlib.models import build_model
-    from fedlib.runner import _worker_setup
 
-    monkeypatch.setattr(StackedExecutor, "default_group_bytes", StackedExecutor.default_group_bytes)
+    monkeypatch.setattr(runner, "_GROUP_BYTES", None)
     threads = torch.get_num_threads()
     mlp, opt = build_model("mlp", (784,), 10, (200, 200), seed=0), LocalSGD(0.01, momentum=0.5)
     # 16 MiB / (3 copies x 0.8 MB) = 7 clients a group at most: 8 groups, of 7 (equal groups, see group_size)
     assert StackedExecutor().group_size(mlp, 50, None, opt, "cpu") == 7
     try:
-        _worker_setup(2)
-        assert torch.get_num_threads() == 1 and StackedExecutor().group_bytes == 8 << 20
-        assert StackedExecutor().group_size(mlp, 50, None, opt, "cpu") == 3  # 8 MiB: 3 at most, 17 groups
+        runner._worker_setup(2)
+        ex = make_executor("stacked", mlp, group_bytes=runner._GROUP_BYTES)  # what runner.train makes in a worker
+        assert torch.get_num_threads() == 1 and ex.group_bytes == 8 << 20
+        assert ex.group_size(mlp, 50, None, opt, "cpu") == 3  # 8 MiB: 3 at most, 17 groups
+        assert StackedExecutor().group_bytes == 16 << 20  # a value, not a class attribute changed at run time
         assert StackedExecutor(group_bytes=16 << 20).group_bytes == 16 << 20  # an explicit budget still wins
     finally:
         torch.set_num_threads(threads)

@@ -73,16 +73,17 @@ Choices, where the sources leave it open or disagree:
 - Masked epochs (``sample_epochs``): padding rows do not count; a client past the end of its
   epochs does not step (no momentum, no weight decay), as in the executors.
 
-Two implementations of the client procedure, which agree in float64 to < 1e-10 (tested):
-- ``train_loop``: the reference, one ``nn.Module`` + ``torch.optim.SGD`` per client with
-  ``torch.autograd.grad(..., create_graph=True)`` for the input gradient. Used with the
-  ``LoopExecutor`` (and any executor that is not a ``StackedExecutor``).
-- ``train_vmap``: all clients of a group at once, ``torch.func.vmap`` over a per-client loss whose
-  FedMix term is a ``torch.func.grad`` w.r.t. the input inside ``grad`` w.r.t. the parameters
-  (second order), followed by the executors' SGD update. Used when the executor is a
-  ``StackedExecutor``, in its client groups, for any model other than a Linear/ReLU chain.
-- ``train_chain``: Linear/ReLU chains (the MLP of AdaFL's MNIST tables), the FedMix term as a
-  forward-mode tangent pass run beside the primal one, all by hand-written batched matmuls.
+The client procedure is an objective (``MixClient.objective``: ``executors.FedMixObjective`` /
+``NaiveMixObjective``), which every executor trains; the executors' three ways of running it agree in float64
+to < 1e-10 (tested, masked and unmasked plans):
+- ``LoopExecutor``: the reference, one ``nn.Module`` + ``torch.optim.SGD`` per client, with
+  ``torch.autograd.grad(..., create_graph=True)`` for the input gradient.
+- ``StackedExecutor``, generic vmap path (any buffer-free model): ``torch.func.vmap`` over the per-client loss,
+  whose FedMix term is a ``torch.func.grad`` w.r.t. the input inside ``grad`` w.r.t. the parameters (second
+  order), in the executor's client groups.
+- ``StackedExecutor``, chain fast path (Linear/ReLU chains: the MLP of AdaFL's MNIST tables,
+  ``executors.chain``): the FedMix term as a forward-mode tangent pass run beside the primal one, all by
+  hand-written batched matmuls.
 """
 from __future__ import annotations
 
@@ -91,17 +92,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..data.federated import BatchPlan, Split
-from ..executors import LocalSGD, LoopExecutor, StackedExecutor, _fused_weight_step, _sgd_update
-from ..models import linear_chain
+from ..executors import FedMixObjective, LocalSGD, NaiveMixObjective, Objective
 from ..options import MethodOptions, option, register
 from ..stages import Algorithm, WeightedMean, local_sgd
 
 MEANS_KEY = "mafl_means"
-
-Params = dict[str, torch.Tensor]
 
 
 def mean_dataset(split: Split, n_classes: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -137,11 +134,6 @@ def pairing(round_: int, plan: BatchPlan, n_means: int) -> torch.Tensor:
     return torch.randint(n_means, tuple(plan.index.shape), generator=gen).to(plan.index.device)
 
 
-def _soft_ce(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Per-sample cross-entropy with a soft label: -sum_c target_c log softmax_c."""
-    return -(target * F.log_softmax(logits, dim=-1)).sum(-1)
-
-
 @dataclass
 class MixClient:
     """FedMix's (``taylor=True``) or NaiveMix's local objective, minimised by SGD over the round's plan."""
@@ -151,23 +143,19 @@ class MixClient:
     taylor: bool = True
     taylor_scale: str = "sample"  # "batch": the Taylor term times (1 - lam) / B (B = the client's real rows that step)
 
-    def _tscale(self, n_rows):
-        """Factor on the Taylor term: 1 (the equation, per sample) or (1 - lam) / n_rows (the public codes take the
-        input gradient of the batch-mean loss (1 - lam) CE, see the module docstring)."""
-        if self.taylor_scale == "sample":
-            return 1.0
-        return (1 - self.lam) / n_rows
+    def objective(self, means_x: torch.Tensor, means_y: torch.Tensor, pair: torch.Tensor) -> Objective:
+        """The client objective of a round: FedMix's (Taylor) or NaiveMix's loss with sample i of step s of client
+        k paired with mean ``pair[s, k, i]`` of the mean set (``means_x``, ``means_y``); any executor trains it."""
+        if self.taylor:
+            return FedMixObjective(self.lam, means_x, means_y, pair, self.taylor_scale)
+        return NaiveMixObjective(self.lam, means_x, means_y, pair)
 
     # -- the engine's hook --------------------------------------------------------------------
     def __call__(self, executor, model, start, anchor, plan: BatchPlan, split: Split, state, clients):
         mx, my = self.means(model, start, split, state)
         pair = pairing(int(state.round), plan, len(my))
         opt = dataclasses.replace(self.opt, lr=self.opt.lr * float(getattr(state, "lr_scale", 1.0)))
-        if isinstance(executor, StackedExecutor):
-            if linear_chain(model) is not None:
-                return self.train_chain(model, start, plan, split, mx, my, pair, opt, executor)
-            return self.train_vmap(model, start, plan, split, mx, my, pair, opt, executor)
-        return self.train_loop(model, start, plan, split, mx, my, pair, opt)
+        return executor.train(model, start, plan, split, opt, objective=self.objective(mx, my, pair))
 
     def means(self, model, start, split, state) -> tuple[torch.Tensor, torch.Tensor]:
         """The global mean set, computed once (the clients send their means before training)."""
@@ -180,171 +168,6 @@ class MixClient:
             state.extra[MEANS_KEY] = {"x": mx, "y": my}
         m = state.extra[MEANS_KEY]
         return m["x"], m["y"]
-
-    # -- per-sample losses (shared by both implementations) ----------------------------------
-    def _fedmix_terms(self, out, gz, y, xm, ym, tscale=1.0):
-        lam = self.lam
-        taylor = (gz * xm).reshape(gz.shape[0], -1).sum(1)
-        return (1 - lam) * F.cross_entropy(out, y, reduction="none") + lam * _soft_ce(out, ym) + lam * tscale * taylor
-
-    def _naive_terms(self, out, y, ym):
-        lam = self.lam
-        return (1 - lam) * F.cross_entropy(out, y, reduction="none") + lam * _soft_ce(out, ym)
-
-    # -- reference: one nn.Module and torch.optim.SGD per client -----------------------------
-    def train_loop(self, model: nn.Module, params: Params, plan: BatchPlan, split: Split, mx, my, pair,
-                   opt: LocalSGD) -> Params:
-        lam = self.lam
-        dtype = next(model.parameters()).dtype  # load_state_dict copies into these tensors: their dtype stays
-
-        def step_loss(module, trainable, s, i, keep):
-            rows, j = plan.index[s, i], pair[s, i]
-            if keep is not None:
-                rows, j = rows[keep], j[keep]
-            x, y = split.x[rows].to(dtype), split.y[rows]
-            xm, ym = mx[j].to(dtype), my[j].to(dtype)
-            if self.taylor:
-                z = ((1 - lam) * x).requires_grad_(True)
-                logits = module(z)
-                ce_sum = F.cross_entropy(logits, y, reduction="sum")  # per-sample input gradients
-                gz, = torch.autograd.grad(ce_sum, z, create_graph=True)
-                return self._fedmix_terms(logits, gz, y, xm, ym, self._tscale(len(y))).mean()
-            return self._naive_terms(module((1 - lam) * x + lam * xm), y, ym).mean()
-
-        return LoopExecutor.each_client(model, params, plan, opt, step_loss)
-
-    # -- vectorised over clients: vmap over functional_call, second order via nested grad -----
-    def train_vmap(self, model: nn.Module, params: Params, plan: BatchPlan, split: Split, mx, my, pair,
-                   opt: LocalSGD, executor: StackedExecutor | None = None) -> Params:
-        from torch.func import functional_call, grad, vmap
-
-        out = {n: t.clone() for n, t in params.items()}
-        names = [n for n, _ in model.named_parameters()]
-        lam, taylor = self.lam, self.taylor
-        model.train()
-
-        def per_sample(p, x, y, xm, ym, tscale):
-            if taylor:
-                def ce_sum(z):
-                    logits = functional_call(model, p, (z,))
-                    return F.cross_entropy(logits, y, reduction="sum"), logits
-                gz, logits = grad(ce_sum, has_aux=True)((1 - lam) * x)
-                return self._fedmix_terms(logits, gz, y, xm, ym, tscale)
-            return self._naive_terms(functional_call(model, p, ((1 - lam) * x + lam * xm,)), y, ym)
-
-        def loss(p, x, y, w, xm, ym):
-            n = w.sum().clamp_min(1)
-            return (per_sample(p, x, y, xm, ym, self._tscale(n)) * w).sum() / n
-
-        g_fn = vmap(grad(loss), randomness="different")  # 'different': dropout masks differ across clients
-        k = plan.index.shape[1]
-        dev = out[names[0]].device
-        g = k if executor is None else executor.group_size(model, k, plan, opt, dev)
-        for a in range(0, k, g):
-            sl = slice(a, min(k, a + g))
-            p = {n: out[n][sl] for n in names}  # views: updates land in ``out``
-            sub, sub_pair = plan.clients(sl), pair[:, sl]
-            G, B = sub.index.shape[1], sub.index.shape[2]
-            dtype = p[names[0]].dtype
-            ones = torch.ones(G, B, dtype=dtype, device=dev)
-            bufs = {n: torch.zeros_like(p[n]) for n in names} if opt.momentum else None
-            for s in range(sub.steps):
-                rows, j = sub.index[s].reshape(-1), sub_pair[s].reshape(-1)
-                x = split.x.index_select(0, rows).view(G, B, *split.x.shape[1:]).to(dtype)
-                y = split.y.index_select(0, rows).view(G, B)
-                xm = mx.index_select(0, j).view(G, B, *mx.shape[1:]).to(dtype)
-                ym = my.index_select(0, j).view(G, B, my.shape[1]).to(dtype)
-                w = ones if sub.weight is None else sub.weight[s].to(dtype)
-                grads = g_fn(p, x, y, w, xm, ym)
-                act = None if sub.active is None else sub.active[s]
-                for n in names:
-                    _sgd_update(p[n], grads[n], None if bufs is None else bufs[n], None, opt, act)
-        return out
-
-
-    # -- Flatten/Linear/ReLU chains (AdaFL's MLP): hand-written forward, tangent and backward passes ---------
-    def train_chain(self, model: nn.Module, params: Params, plan: BatchPlan, split: Split, mx, my, pair,
-                    opt: LocalSGD, executor: StackedExecutor | None = None) -> Params:
-        """``train_vmap``'s result for a Linear/ReLU chain, with batched matmuls instead of nested ``grad``.
-
-        With z = (1 - lam) x_i, logits u = f(z), p = softmax(u), e the one-hot y_i, the FedMix term is
-        lam <J^T (p - e), xbar_j> = lam (p - e)^T v, where v = J xbar_j is the forward-mode tangent of the chain
-        along xbar_j (the same layers without biases, through the primal pass's ReLU masks, whose derivative
-        is 0 almost everywhere). So, per sample,
-
-            dL/du = p - ((1 - lam) e + lam ybar_j) + lam (p * v - p (p . v))   (through p; diag(p) - p p^T)
-            dL/dv = lam (p - e)                                                (back through the tangent chain)
-
-        and each weight's gradient is the primal part plus the tangent part. Both passes share the weights, so
-        they run as one chain on 2B rows (the primal rows, then the tangent rows): the cost of a plain step at
-        twice the batch. NaiveMix is the primal pass alone, on (1 - lam) x_i + lam xbar_j with the soft label.
-        Agrees with ``train_loop`` in float64 to < 1e-10 (tested, masked and unmasked plans).
-        """
-        layers = linear_chain(model)
-        if layers is None:
-            raise ValueError(f"train_chain needs a Flatten/Linear/ReLU chain, not {type(model).__name__}")
-        out = {n: t.clone() for n, t in params.items()}
-        lam, taylor = self.lam, self.taylor
-        k = plan.index.shape[1]
-        dev = out[f"{layers[0]}.weight"].device
-        g = k if executor is None else executor.group_size(model, k, plan, opt, dev)
-        for a in range(0, k, g):
-            sl = slice(a, min(k, a + g))
-            W = [out[f"{n}.weight"][sl] for n in layers]  # views: updates land in ``out``
-            b = [out[f"{n}.bias"][sl] for n in layers]
-            sub, sub_pair = plan.clients(sl), pair[:, sl]
-            G, B = sub.index.shape[1], sub.index.shape[2]
-            dtype, xdim = W[0].dtype, W[0].shape[2]
-            bufs = [(torch.zeros_like(w), torch.zeros_like(c)) for w, c in zip(W, b)] if opt.momentum \
-                else [(None, None)] * len(W)
-            for s in range(sub.steps):
-                rows, j = sub.index[s].reshape(-1), sub_pair[s].reshape(-1)
-                x = split.x.index_select(0, rows).view(G, B, xdim).to(dtype)
-                y = split.y.index_select(0, rows).view(G, B)
-                xm = mx.index_select(0, j).view(G, B, xdim).to(dtype)
-                ym = my.index_select(0, j).view(G, B, my.shape[1]).to(dtype)
-                h = torch.cat([(1 - lam) * x, xm], 1) if taylor else (1 - lam) * x + lam * xm
-                hs, masks = [h], []
-                for li in range(len(W)):
-                    z = torch.bmm(hs[-1], W[li].transpose(1, 2))
-                    z[:, :B] += b[li].unsqueeze(1)  # biases on the primal rows only: the tangent is linear
-                    if li < len(W) - 1:
-                        keep = z[:, :B] > 0  # the primal ReLU mask, for both passes
-                        masks.append(keep.repeat(1, 2, 1) if taylor else keep)
-                        z = z * masks[-1]
-                    hs.append(z)
-                zl = hs.pop()
-                p = torch.softmax(zl[:, :B], dim=2)
-                onehot = F.one_hot(y, p.shape[2]).to(dtype)
-                du = p - (1 - lam) * onehot - lam * ym
-                if sub.weight is None:
-                    n_rows = B
-                    scale = torch.full((G, B, 1), 1.0 / B, dtype=dtype, device=dev)
-                else:
-                    w = sub.weight[s].to(dtype)
-                    n_rows = w.sum(1, keepdim=True).clamp_min(1).unsqueeze(2)  # (G, 1, 1): each client's real rows
-                    scale = w.unsqueeze(2) / n_rows
-                if taylor:
-                    tl = lam * self._tscale(n_rows)  # the Taylor term's factor: lam, or lam (1 - lam) / n_rows
-                    v = zl[:, B:]
-                    pv = p * v
-                    du = du + tl * (pv - p * pv.sum(2, keepdim=True))
-                    dz = torch.cat([du * scale, tl * (p - onehot) * scale], 1)
-                else:
-                    dz = du * scale
-                act = None if sub.active is None else sub.active[s]
-                for li in range(len(W) - 1, -1, -1):
-                    hin = hs[li]
-                    dh = torch.bmm(dz, W[li]) if li > 0 else None  # uses W before this step's update
-                    bw, bb = bufs[li]
-                    if act is None:
-                        _fused_weight_step(W[li], dz.transpose(1, 2), hin, bw, None, opt)
-                    else:
-                        _sgd_update(W[li], torch.bmm(dz.transpose(1, 2), hin), bw, None, opt, act)
-                    _sgd_update(b[li], dz[:, :B].sum(1), bb, None, opt, act)
-                    if dh is not None:
-                        dz = dh * masks[li - 1]
-        return out
 
 
 def _build(cfg, name: str, lam: float, mean_size: int, taylor: bool, taylor_scale: str = "sample") -> Algorithm:

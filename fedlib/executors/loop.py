@@ -1,0 +1,88 @@
+"""The per-client loop executor: one ``nn.Module`` and one ``torch.optim.SGD`` per client, a Python loop over
+clients and steps. Obviously right, slow; the float64 reference the stacked paths are tested against, and the
+executor for any model (BatchNorm included) and any objective."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..data.federated import BatchPlan, Split
+from .objectives import CrossEntropy, Objective
+from .sgd import LocalSGD, Params, _check
+
+
+class ModuleForward:
+    """``forward`` for objectives on the loop path: the module holds the parameters (``params`` is its own
+    ``named_parameters()``), input gradients by ``torch.autograd.grad(..., create_graph=True)``."""
+
+    def __init__(self, module: nn.Module):
+        self.module = module
+
+    def __call__(self, params, x):
+        return self.module(x)
+
+    @staticmethod
+    def input_grad(fn, z):
+        if not z.requires_grad:
+            z = z.requires_grad_(True)
+        value, aux = fn(z)
+        g, = torch.autograd.grad(value, z, create_graph=True)
+        return g, aux
+
+
+def _as_inputs(x: torch.Tensor, dtype) -> torch.Tensor:
+    return x.to(dtype) if x.is_floating_point() else x
+
+
+class LoopExecutor:
+    """Per-client reference: ``nn.Module`` + ``torch.optim.SGD``, one client after another."""
+    name = "loop"
+
+    def train(self, model: nn.Module, params: Params, plan: BatchPlan, data: Split, opt: LocalSGD,
+              anchor: Params | None = None, drift: Params | None = None, *,
+              objective: Objective | None = None) -> Params:
+        """Client i minimises ``objective`` (default: mean cross-entropy) plus the generic terms: weight decay and
+        momentum (``torch.optim.SGD``), mu/2 ||w - anchor_i||^2 (``opt.mu``) and <drift_i, w> (the constant
+        drift_i added to every gradient: SCAFFOLD's c - c_i)."""
+        _check(params, plan, anchor, opt)
+        objective = CrossEntropy() if objective is None else objective
+        dtype = next(model.parameters()).dtype  # load_state_dict copies into these tensors: their dtype stays
+        forward = ModuleForward(model)
+
+        def step_loss(module, trainable, s, i, keep):
+            rows = plan.index[s, i]
+            ctx = objective.context(s, i, dtype)
+            if keep is not None:
+                rows = rows[keep]
+                ctx = {n: t[keep] for n, t in ctx.items()}
+            loss = objective.loss(forward, trainable, _as_inputs(data.x[rows], dtype), data.y[rows], None, ctx)
+            if opt.mu:
+                loss = loss + opt.mu / 2 * sum(((p - anchor[n][i]) ** 2).sum() for n, p in trainable.items())
+            if drift is not None:  # <c, w>: adds the constant c to the gradient (SCAFFOLD's c - c_i)
+                loss = loss + sum((p * drift[n][i]).sum() for n, p in trainable.items() if n in drift)
+            return loss
+
+        return self.each_client(model, params, plan, opt, step_loss)
+
+    @staticmethod
+    def each_client(model: nn.Module, params: Params, plan: BatchPlan, opt: LocalSGD, step_loss) -> Params:
+        """The loop itself: client i loads its row of ``params`` into ``model`` and takes the plan's steps with
+        ``torch.optim.SGD`` on ``step_loss(module, trainable, s, i, keep)``; ``keep`` masks the padded rows of
+        step s (None: no padding)."""
+        out = {n: t.clone() for n, t in params.items()}
+        module = model.train()
+        for i in range(plan.index.shape[1]):
+            module.load_state_dict({n: t[i] for n, t in params.items()})
+            trainable = dict(module.named_parameters())
+            sgd = torch.optim.SGD(trainable.values(), lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
+            for s in range(plan.steps):
+                if plan.active is not None and not bool(plan.active[s, i]):
+                    continue  # this client has finished its epochs: it does not step
+                keep = None if plan.weight is None else plan.weight[s, i] > 0
+                loss = step_loss(module, trainable, s, i, keep)
+                sgd.zero_grad(set_to_none=True)
+                loss.backward()
+                sgd.step()
+            for n, t in module.state_dict().items():
+                out[n][i] = t.detach()
+        return out
