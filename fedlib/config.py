@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, fields
 
 from . import algorithms  # noqa: F401  (registers every method's options class)
 from .data.domains import DOMAINS
+from .local_attention import ATTENTIONS
 from .models import MODELS, check_attention
 from .options import METHODS, MethodOptions, Part, option
 
@@ -54,7 +55,6 @@ PARTITIONS = {  # which partitions make sense for which data sets
     "officehome": ("domains",),
     "domainnet": ("domains",),
 }
-from .local_attention import ATTENTIONS  # noqa: E402
 
 # The schema-1 flat config, field by field, in its order: the reference every key is computed against.
 # Never edit a value here (it would orphan stored runs); new fields go into the parts, not here.

@@ -209,16 +209,5 @@ class MobileNetV2(nn.Module):
 NETS = {"lenet": LeNet, "alexnet": AlexNet, "mobilenetv2": MobileNetV2}
 
 
-_MOVED = ("parameter_table", "readings", "overhead_table")  # the names notebooks/30 reads from here
-
-
-def __getattr__(name: str):
-    # moved to fedlib.papers.pfedla_params; notebooks/30 still reads them from here (lazy: no pandas, no cycle)
-    if name in _MOVED:
-        from .papers import pfedla_params
-        return getattr(pfedla_params, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = ["LeNet", "AlexNet", "MobileNetV2", "Bottleneck", "NETS", "PFEDLA_ATTENTION", "ATTENTION_OPTION_KEYS"]
 

@@ -1,37 +1,162 @@
-"""Run a named experiment of ``fedlib.profiles`` headlessly, over the data sets that are present.
+"""One entry point for the named experiments (``fedlib.profiles.EXPERIMENTS``), used by every notebook and the CLI.
+
+    ex = fedlib.experiment("fedmcsa_table2", "paper", stored_only=True)   # in a notebook: read what is stored
+    ex.configs, ex.absent, ex.missing_runs, ex.table, ex.frame
 
     python -m fedlib.experiments fedmcsa_table2 --profile paper [--where seed=0] [--jobs 2] [--dry-run]
     python -m fedlib.experiments adafl_table1 adafl_fig3 adafl_table3 --profile paper --where seed=0 --jobs 2
+    python -m fedlib.experiments fedmcsa_table1 --profile paper   # the grid, then the winners step, then the winners
     python -m fedlib.experiments status --profile paper      # every experiment: stored / to run
 
-``--where FIELD=VALUE`` (repeatable) keeps the configs that match, e.g. one seed of every cell
-before the others. Stored runs are skipped and a run that was stopped continues from its last
+``--where FIELD=VALUE`` (repeatable; FIELD flat, ``mu``, or dotted, ``method.mu``) keeps the configs that match, e.g.
+one seed of every cell before the others. Stored runs are skipped and a run that was stopped continues from its last
 snapshot (taken every 5 minutes), so the command resumes an interrupted grid.
 ``--jobs N`` trains N configs at a time, one single-threaded process each (on a CPU: N = the cores).
-Several experiments run as one queue, in the order named, a config shared by two of them once.
+Several experiments run as one queue, in the order named, a config shared by two of them once. An experiment with
+a step (FedMCSA Table 1's winners) queues the experiment the step reads first, trains the queue so far, runs the
+step on the stored results, then queues its own configs.
 """
 from __future__ import annotations
 
 import argparse
 import ast
-import dataclasses
+import functools
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from . import profiles
-from .config import RunConfig
-from .runner import expand, run_configs
+from .config import RunConfig, flat_field_names, resolve_profile
+from .runner import expand, results_frame, run_configs
 from .store import Store
 
 
+@dataclass
+class Experiment:
+    """A named experiment at one profile: what it runs and what came of it.
+
+    ``base``, ``grid``: the profile's base config and grid cells (flat names, the absent data sets' cells left
+    out, ``seeds`` applied); ``configs``: the expanded configs (after ``where``); ``absent``: the data sets absent
+    under the data root; ``inputs``: a step's output the grid took (FedMCSA Table 1: ``{'winners': ...}``) and
+    ``after`` the experiment it was computed from. ``runs`` / ``missing_runs``: the configs with / without a stored
+    result; ``table``: one summary row per run (``runner.run_configs``), ``frame``: per-round results
+    (``runner.results_frame``), both over ``runs``."""
+    name: str
+    profile: str
+    base: RunConfig
+    grid: list
+    configs: list
+    absent: list
+    store: Store
+    stored_only: bool = False
+    inputs: dict = field(default_factory=dict)
+    after: "Experiment | None" = None
+
+    @property
+    def runs(self) -> list[RunConfig]:
+        return [c for c in self.configs if self.store.has(c)]
+
+    @property
+    def missing_runs(self) -> list[RunConfig]:
+        return [c for c in self.configs if not self.store.has(c)]
+
+    @property
+    def columns(self) -> list[str]:
+        """The fields the grid varies (the table's columns besides the summary)."""
+        return list(dict.fromkeys(["algorithm", "seed"] + [k for cell in self.grid for k in cell]))
+
+    def train(self, jobs: int = 1, progress: bool = True) -> "Experiment":
+        """Train the configs not yet stored (``jobs`` at a time) and keep the summary table."""
+        self.__dict__["table"] = _table(self.configs, self.store, self.columns, progress=progress, jobs=jobs)
+        self.__dict__.pop("frame", None)
+        return self
+
+    @functools.cached_property
+    def table(self) -> pd.DataFrame:
+        return _table(self.runs, self.store, self.columns, progress=False)
+
+    @functools.cached_property
+    def frame(self) -> pd.DataFrame:
+        return results_frame(self.runs, self.store)
+
+    def summary(self) -> str:
+        sets = sorted({c.get("dataset") for c in self.configs})
+        lines = [f"{self.name}, profile {self.profile}: {len(self.configs)} configs, {len(self.runs)} with results"
+                 f"{' (stored only: nothing trains)' if self.stored_only else ''}; data sets: {', '.join(sets) or '-'}"
+                 f"; absent: {', '.join(self.absent) or 'none'}"]
+        missing = self.missing_runs
+        if missing:
+            lines.append(f"not in the store ({len(missing)}): " + "; ".join(c.label() for c in missing[:3])
+                         + (" ..." if len(missing) > 3 else ""))
+        return "\n".join(lines)
+
+    __str__ = summary
+
+    def __repr__(self) -> str:
+        return f"<Experiment {self.summary()}>"
+
+
+def _table(cfgs: list[RunConfig], store: Store, columns, **kw) -> pd.DataFrame:
+    """``runner.run_configs`` (trains what is not stored) with ``columns`` read by flat name (``cfg.get``), so a name
+    that is also a typed part of the config (``model``) gives its flat value."""
+    if not cfgs:
+        return pd.DataFrame()
+    table = run_configs(cfgs, store, columns=("seed",), **kw)
+    for k in columns:
+        table[k] = [c.get(k) for c in cfgs]
+    return table
+
+
+def _where(where: dict | None) -> dict:
+    """``where`` under flat names (dotted ones by their last component); unknown names are a ValueError."""
+    return {profiles.flat_name(k): v for k, v in (where or {}).items()}
+
+
+def _matches(cfg: RunConfig, where: dict) -> bool:
+    # a list is a set of accepted values (as in grid cells); a tuple is one value (hidden sizes, a schedule)
+    return all(cfg.get(k) in v if isinstance(v, list) else cfg.get(k) == v for k, v in where.items())
+
+
+def experiment(name: str, profile: str | None = None, *, seeds=None, stored_only: bool = False,
+               where: dict | None = None, fields: dict | None = None, jobs: int = 1, progress: bool = True,
+               inputs: dict | None = None, store: Store | str | None = None,
+               available: "profiles.Available | None" = None) -> Experiment:
+    """Experiment ``name`` at ``profile`` (env FEDLIB_PROFILE wins; default 'quick') over the data sets present:
+    trained where not stored (``jobs`` at a time), or with ``stored_only`` read from the store only (nothing trains;
+    ``missing_runs`` lists the rest). ``seeds``: only these seeds (every cell's); ``where``: ``{field: value or
+    [values]}``, fields flat or dotted (``method.mu``); ``fields``: values set in every cell (e.g. ``{'data_seed': 1}``;
+    a list is an axis, as in grids). An experiment with a step (``profiles.STEPS``: FedMCSA Table
+    1's winners) first gets the experiment the step reads (trained unless ``stored_only``), then runs the step on
+    the store, unless ``inputs`` gives its output (``{'winners': ...}``). ``store``: a ``Store`` or its root (default:
+    ``FEDLIB_RESULTS`` or results/); ``available``: the data sets to count as present (default: what is under the
+    data root, ``profiles.Available.scan()``)."""
+    profile = resolve_profile(profile)
+    store = store if isinstance(store, Store) else Store(store)
+    available = available if available is not None else profiles.Available.scan()
+    inputs, after = dict(inputs or {}), None
+    if name in profiles.STEPS:
+        prior, keyword, step = profiles.STEPS[name]
+        if keyword not in inputs:
+            after = experiment(prior, profile, stored_only=stored_only, jobs=jobs, progress=progress, store=store,
+                               available=available)
+            inputs[keyword] = step(after.configs, store)
+    base, grid = profiles.get(name, profile, available, **inputs)
+    grid, absent = profiles.available_cells(profiles.flat_cells(grid), base, available)
+    if seeds is not None:
+        grid = [{**cell, "seed": list(seeds)} for cell in grid]
+    if fields:
+        fields = profiles.flat_cells([fields])[0]
+        grid = [{**cell, **fields} for cell in grid]
+    where = _where(where)
+    cfgs = [c for c in (expand(base, grid) if grid else []) if _matches(c, where)]
+    ex = Experiment(name, profile, base, grid, cfgs, absent, store, stored_only, inputs, after)
+    return ex if stored_only else ex.train(jobs, progress)
+
+
 def configs(name: str, profile: str | None = None, where: dict | None = None):
-    """(configs to run, absent data sets) of experiment ``name`` at ``profile``."""
-    base, grid = profiles.get(name, profile)
-    grid, missing = profiles.available_cells(grid, base)
-    cfgs = expand(base, grid) if grid else []
-    for k, v in (where or {}).items():
-        cfgs = [c for c in cfgs if getattr(c, k) == v]
-    return cfgs, missing
+    """(configs, absent data sets) of experiment ``name`` at ``profile``; nothing trains."""
+    ex = experiment(name, profile, where=where, stored_only=True, progress=False)
+    return ex.configs, ex.absent
 
 
 def status(profile: str | None = None, where: dict | None = None):
@@ -39,13 +164,14 @@ def status(profile: str | None = None, where: dict | None = None):
     (they continue from there), the stored runs' wall hours, absent data."""
     store, rows = Store(), []
     for name in sorted(profiles.EXPERIMENTS):
-        cfgs, missing = configs(name, profile, where)
-        done = [c for c in cfgs if store.has(c)]
+        ex = experiment(name, profile, where=where, stored_only=True, progress=False, store=store)
+        cfgs, done = ex.configs, ex.runs
         hours = sum(store.meta(c).get("wall_seconds", 0) for c in done) / 3600
         going = [i for c in cfgs if c not in done and (i := store.checkpoint(c).info())]
         rows.append({"experiment": name, "configs": len(cfgs), "stored": len(done), "to run": len(cfgs) - len(done),
                      "resumable (round/T)": ", ".join(f"{i['round']}/{i['rounds']}" for i in going),
-                     "stored wall h": round(hours, 1), "absent data": ", ".join(missing) or ("" if cfgs else "all (no cells)")})
+                     "stored wall h": round(hours, 1),
+                     "absent data": ", ".join(ex.absent) or ("" if cfgs else "all (no cells)")})
     return pd.DataFrame(rows)
 
 
@@ -55,18 +181,22 @@ def main(argv=None) -> int:
                     help="one or more experiments (one queue), or 'status': one line per experiment, stored / to "
                          "run, runs nothing")
     ap.add_argument("--profile", default=None, help="smoke | quick | paper (default: FEDLIB_PROFILE or quick)")
-    ap.add_argument("--where", action="append", default=[], help="FIELD=VALUE filter, e.g. seed=0")
+    ap.add_argument("--where", action="append", default=[], help="FIELD=VALUE filter, e.g. seed=0 or method.mu=0.1")
     ap.add_argument("--jobs", type=int, default=1, help="configs trained at a time, one process each (default 1)")
     ap.add_argument("--dry-run", action="store_true", help="list the configs and what is stored, run nothing")
     args = ap.parse_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs={args.jobs} must be an integer >= 1")
     where = {}
-    fields = sorted(f.name for f in dataclasses.fields(RunConfig))
     for w in args.where:
         k, sep, v = w.partition("=")
-        if not sep or k not in fields:
-            ap.error(f"--where={w!r} must be FIELD=VALUE with FIELD a RunConfig field: {', '.join(fields)}")
+        try:
+            k = profiles.flat_name(k) if sep else None
+        except ValueError:
+            k = None
+        if k is None:
+            ap.error(f"--where={w!r} must be FIELD=VALUE with FIELD a config field, flat or dotted (method.mu): "
+                     f"{', '.join(sorted(flat_field_names()))}")
         try:
             where[k] = ast.literal_eval(v)
         except (ValueError, SyntaxError):
@@ -76,21 +206,43 @@ def main(argv=None) -> int:
             ap.error("'status' takes no experiment names: it lists every experiment")
         print(status(args.profile, where).to_string(index=False))
         return 0
-    cfgs, missing, seen = [], [], set()
-    for name in args.experiment:
-        more, absent = configs(name, args.profile, where)
-        cfgs += [c for c in more if c.key() not in seen and not seen.add(c.key())]
-        missing += [m for m in absent if m not in missing]
-    if missing:
-        print(f"data absent, skipped: {', '.join(missing)} (see data/README.md)")
-    store = Store()
-    print(f"{len(cfgs)} configs, {sum(store.has(c) for c in cfgs)} stored, results in {store.root}")
-    if args.dry_run:
-        for c in cfgs:
-            print(("stored  " if store.has(c) else "to run  ") + c.label())
-        return 0
-    table = run_configs(cfgs, store, columns=("dataset", "model", "algorithm", "sigma", "seed"), jobs=args.jobs)
-    print(table.drop(columns=["key"]).to_string())
+    names = []
+    for name in args.experiment:  # an experiment with a step: the experiment the step reads goes first
+        prior = profiles.STEPS.get(name, (None,))[0]
+        if prior is not None and prior not in names:
+            names.append(prior)
+        if name not in names:
+            names.append(name)
+    store, queue, seen, missing = Store(), [], set(), []
+
+    def flush():
+        """Train (or, dry, list) the queue so far."""
+        if not queue:
+            return
+        print(f"{len(queue)} configs, {sum(store.has(c) for c in queue)} stored, results in {store.root}")
+        if args.dry_run:
+            for c in queue:
+                print(("stored  " if store.has(c) else "to run  ") + c.label())
+        else:
+            table = _table(queue, store, ("dataset", "model", "algorithm", "sigma", "seed"), jobs=args.jobs)
+            print(table.drop(columns=["key"]).to_string())
+        queue.clear()
+
+    for name in names:
+        inputs = {}
+        if name in profiles.STEPS:
+            prior, keyword, step = profiles.STEPS[name]
+            flush()  # the step reads the stored results of the experiment before it: train those first
+            before = experiment(prior, args.profile, stored_only=True, progress=False, store=store)
+            inputs[keyword] = step(before.configs, store)
+            print(f"step {step.__name__}: {len(inputs[keyword])} {keyword} from {len(before.runs)} of "
+                  f"{len(before.configs)} {prior} runs stored")
+        ex = experiment(name, args.profile, where=where, stored_only=True, progress=False, inputs=inputs, store=store)
+        queue += [c for c in ex.configs if c.key() not in seen and not seen.add(c.key())]
+        missing += [m for m in ex.absent if m not in missing]
+        if missing and name == names[-1]:
+            print(f"data absent, skipped: {', '.join(missing)} (see data/README.md)")
+    flush()
     return 0
 
 

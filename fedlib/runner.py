@@ -136,7 +136,7 @@ def run_configs(cfgs: list[RunConfig], store: Store | None = None, progress: boo
     rows = []
     for cfg in bar:
         res = run(cfg, store, progress=progress, data_root=data_root)
-        rows.append({"key": cfg.key(), **cfg.changed(), **{k: getattr(cfg, k) for k in columns}, **res.summary()})
+        rows.append({"key": cfg.key(), **cfg.changed(), **{k: cfg.get(k) for k in columns}, **res.summary()})
     return pd.DataFrame(rows)
 
 

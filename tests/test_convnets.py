@@ -240,11 +240,3 @@ def test_hybrid_is_eq8_with_real_modules():
     u = torch.softmax(hy.logits, 0)
     want = u[0] * hy.se(x) + u[1] * hy.eca(x) + u[2] * hy.ca(x)
     assert torch.allclose(hy(x), want, atol=1e-14)
-
-
-def test_moved_tables_still_reachable_from_convnets():
-    """The tables moved to fedlib.papers.pfedla_params; notebooks/30 still reads these three from convnets."""
-    for name in ("parameter_table", "readings", "overhead_table"):
-        assert getattr(convnets, name) is getattr(pfedla_params, name)
-    with pytest.raises(AttributeError, match="has no attribute 'count'"):
-        convnets.count  # noqa: B018 -- only the names a notebook reads are re-exported

@@ -25,11 +25,7 @@ RESTRICTED = ("fedlib.models", "fedlib.convnets", "fedlib.local_attention", "fed
 MODEL_MODULES = ("fedlib.models", "fedlib.convnets", "fedlib.local_attention")
 
 # Known exceptions, each one edge, each with its reason. Remove an entry when its reason goes.
-ALLOWED_EDGES = {
-    # convnets.__getattr__ re-exports parameter_table/readings/overhead_table, moved to fedlib.papers.pfedla_params,
-    # lazily (inside the function) because notebooks/30 still reads them from convnets; drop with the shim.
-    ("fedlib.convnets", "fedlib.papers.pfedla_params"),
-}
+ALLOWED_EDGES: set = set()  # (importer, imported) exceptions to the one-way rule; none today
 KNOWN_CYCLES: set[frozenset[str]] = set()  # module-level cycles in today's tree owned by others: none
 
 
@@ -199,8 +195,8 @@ def test_the_parser_sees_the_imports():
             "fedlib.papers.pfedla_params"} <= set(TOP)
     assert {"fedlib.convnets", "fedlib.local_attention"} <= TOP["fedlib.models"]    # from . import / from .x import
     assert "fedlib.data.federated" in TOP["fedlib.data"]                           # from .federated import
-    assert "fedlib.papers.pfedla_params" not in TOP["fedlib.convnets"]             # inside __getattr__ only
-    assert "fedlib.papers.pfedla_params" in EVERY["fedlib.convnets"]
+    assert "fedlib.selection" not in TOP["fedlib.config"]                          # inside validate() only
+    assert "fedlib.selection" in EVERY["fedlib.config"]
 
 
 def test_no_module_level_cycles():

@@ -134,7 +134,7 @@ def test_adafl_numbers_match_the_paper_text():
 
 def test_adafl_run_metrics_golden():
     """best, last-10 average, and rounds/cost to a target by AdaFL's rule (mean of the last 5 rounds > target)."""
-    from fedlib.report import adafl_run_metrics
+    from fedlib.papers.adafl import run_metrics as adafl_run_metrics
     acc = np.array([0.5, 0.8, 0.9, 0.92, 0.93, 0.95, 0.96, 0.90, 0.97, 0.98, 0.99, 0.97])
     uploads = np.cumsum([10] * 6 + [20] * 6)
     m = pd.DataFrame({"round": np.arange(1, 13), "global_test_acc": acc, "uploads": uploads})
@@ -151,7 +151,7 @@ def test_adafl_run_metrics_golden():
 
 def test_adafl_paper_vs_ours_golden():
     """Mean and sample sd over seeds beside the paper's value; a target one seed missed has no mean."""
-    from fedlib.report import adafl_paper_vs_ours
+    from fedlib.papers.adafl import paper_vs_ours as adafl_paper_vs_ours
     frame = pd.DataFrame({"dataset": ["mnist", "mnist"], "method": ["FedAvg-0.1", "FedAvg-0.1"], "seed": [0, 1],
                           "best": [97.0, 96.0], "average": [96.5, 96.5],
                           "rounds@90": [100.0, 140.0], "cost@90": [1000.0, 1400.0],
@@ -174,7 +174,7 @@ def test_adafl_paper_vs_ours_golden():
 
 def test_adafl_blocks_golden():
     """Per block: mean accuracy and mean |round-to-round change| per seed, then averaged over seeds."""
-    from fedlib.report import adafl_blocks
+    from fedlib.papers.adafl import blocks as adafl_blocks
     # seed 0: 50 70 | 60 80 -> block means 60, 70; changes (-, 20) | (10, 20) -> 20, 15
     # seed 1: 40 40 | 90 90 -> block means 40, 90; changes (-, 0) | (50, 0) -> 0, 25
     frame = pd.DataFrame({"method": "A", "seed": [0] * 4 + [1] * 4, "round": [1, 2, 3, 4] * 2,
@@ -186,7 +186,7 @@ def test_adafl_blocks_golden():
 
 def test_adafl_pairs_golden():
     """Paired over the common seeds only; % fewer from the means; a target missed at a common seed gives no mean."""
-    from fedlib.report import adafl_pairs
+    from fedlib.papers.adafl import pairs as adafl_pairs
     nan = np.nan
     frame = pd.DataFrame({
         "method": ["A", "A", "B", "B", "B", "C"], "seed": [0, 1, 0, 1, 2, 5],
@@ -211,7 +211,7 @@ def test_adafl_pairs_golden():
 
 
 def test_pfedla_arrows_against_the_base_method():
-    from fedlib.report import pfedla_paper_vs_ours
+    from fedlib.papers.pfedla import paper_vs_ours as pfedla_paper_vs_ours
     rows = []
     for att, acc in (("none", 90.0), ("se", 91.0), ("eca", 89.0)):
         for seed, shift in ((0, 0.5), (1, -0.5)):
@@ -243,7 +243,7 @@ def test_pfedla_fig4_bars_show_their_differences():
     bar carries its mean."""
     import matplotlib
     matplotlib.use("Agg")
-    from fedlib.plotting import pfedla_fig4
+    from fedlib.papers.pfedla import plot_fig4 as pfedla_fig4
 
     a = [("fedbn", att, True, None, s, v) for att, vs in
          {"none": (86.0, 88.0), "se": (85.0, 86.0), "eca": (87.0, 87.0), "ca": (87.5, 87.5), "hybrid": (86.7, 86.7)}.items()
@@ -286,8 +286,8 @@ def test_pfedla_curves_and_fig3_golden():
     average, each with the two settings (dashed base, solid + SE) of every method."""
     import matplotlib
     matplotlib.use("Agg")
-    from fedlib.plotting import pfedla_fig3
-    from fedlib.report import pfedla_curves
+    from fedlib.papers.pfedla import plot_fig3 as pfedla_fig3
+    from fedlib.papers.pfedla import curves as pfedla_curves
 
     runs = [_digits_run("none", 0, [[0.5, 0.7], [0.6, 0.8]]), _digits_run("se", 0, [[0.55, 0.75], [0.7, 0.9]]),
             _digits_run("se", 1, [[0.65, 0.65], [0.8, 0.7]])]
@@ -306,7 +306,7 @@ def test_pfedla_curves_and_fig3_golden():
 
 def test_pfedla_frame_golden():
     """Per domain and for the plain mean over domains: the last evaluation, the best and the mean of the last three."""
-    from fedlib.report import pfedla_frame
+    from fedlib.papers.pfedla import frame as pfedla_frame
 
     cfg, res = _digits_run("se", 0, [[0.5, 0.7], [0.6, 0.8]])
     res.client_acc = np.array([[0.5, 0.7], [0.9, 0.8], [0.6, 0.8], [0.7, 0.6]])
@@ -322,7 +322,7 @@ def test_pfedla_gains_golden():
     """Gains are attention minus the same method's base, per domain; the panel titles count the cells above base."""
     import matplotlib
     matplotlib.use("Agg")
-    from fedlib.plotting import pfedla_gains
+    from fedlib.papers.pfedla import plot_gains as pfedla_gains
 
     rows = [("fedbn", "none", "mnist", 90.0, 80.0), ("fedbn", "se", "mnist", 91.5, 79.0),
             ("fedbn", "none", "usps", 70.0, 60.0), ("fedbn", "se", "usps", 69.0, 61.0),
@@ -342,8 +342,8 @@ def test_pfedla_paired_gains_golden():
     A seed run without attention only (seed 3) is left out; the paper's gain is its se minus its none."""
     import matplotlib
     matplotlib.use("Agg")
-    from fedlib.plotting import pfedla_gain_intervals
-    from fedlib.report import pfedla_gains
+    from fedlib.papers.pfedla import plot_gain_intervals as pfedla_gain_intervals
+    from fedlib.papers.pfedla import gains as pfedla_gains
 
     rows = []
     for seed, (bu, su, bm, sm) in enumerate([(90, 91, 80, 82), (80, 82, 70, 72), (85, 86, 75, 78), (50, None, 50, None)]):
@@ -370,7 +370,7 @@ def test_accuracy_vs_cost_draws_mean_curves_over_uploads():
     """One line per method: the seeds' mean accuracy at each round against the mean uploads of that round."""
     import matplotlib
     matplotlib.use("Agg")
-    from fedlib.plotting import accuracy_vs_cost
+    from fedlib.papers.adafl import plot_accuracy_vs_cost as accuracy_vs_cost
 
     rows = [("A", 0, 1, 10, 0.90), ("A", 0, 2, 20, 0.96), ("A", 1, 1, 10, 0.92), ("A", 1, 2, 20, 0.98),
             ("B", 0, 1, 50, 0.94), ("B", 0, 2, 100, 0.97)]

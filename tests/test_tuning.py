@@ -1,13 +1,17 @@
-"""FedMCSA Table 1 selection: the winner of each row is the grid config with the highest stored seed-0 BMTA."""
+"""FedMCSA Table 1 selection (``fedlib.papers.fedmcsa``): the winner of each row is the grid config with the highest
+stored seed-0 BMTA, picked by an explicit step between the two stages."""
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from fedlib import expand, profiles
+from fedlib.papers import fedmcsa
 from fedlib.config import RunConfig
 from fedlib.simulation import RunResult
 from fedlib.store import Store
-from fedlib.tuning import grid_frame, select, setting, status, table1_runs
+from fedlib.papers.fedmcsa import grid_frame, select, setting, status, table1_runs, table1_winners
 
 
 def _fake(store: Store, cfg: RunConfig, test_acc, gm=None):
@@ -95,8 +99,8 @@ def test_table1_profiles_hold_the_stated_grid(tmp_path, monkeypatch):
     monkeypatch.delenv("FEDLIB_PROFILE", raising=False)  # `make test` forces smoke, which would pick the smoke grid
     base, grid = profiles.get("fedmcsa_table1_grid", "paper")
     cfgs = expand(base, [c for c in grid if c["dataset"] == "mnist" and c["model"] == "mlr"])
-    n_knobbed = sum(1 for k in profiles.TABLE1_KNOBS.values() if k)
-    assert len(cfgs) == len(profiles.TABLE1_LRS) * (len(profiles.TABLE1_KNOBS) - n_knobbed + 2 * n_knobbed)
+    n_knobbed = sum(1 for k in fedmcsa.TABLE1_KNOBS.values() if k)
+    assert len(cfgs) == len(fedmcsa.TABLE1_LRS) * (len(fedmcsa.TABLE1_KNOBS) - n_knobbed + 2 * n_knobbed)
     assert {c.rounds for c in cfgs} == {800} and {(c.batch_size, c.local_steps) for c in cfgs} == {(20, 20)}
     # the Figures 3-4 runs are grid points: every method of the figures at lr 0.02 is in the grid (same key)
     fb, fgrid = profiles.get("fedmcsa_fig3", "paper")
@@ -108,18 +112,61 @@ def test_table1_profiles_hold_the_stated_grid(tmp_path, monkeypatch):
     assert fr[fr.figure_setting].groupby("row").size().eq(1).all()
 
 
-def test_stage2_profile_runs_the_winners_with_three_seeds(tmp_path, monkeypatch):
+def test_stage2_runs_the_winners_with_three_seeds(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path))
+    monkeypatch.delenv("FEDLIB_PROFILE", raising=False)
     base, grid = profiles.get("fedmcsa_table1_grid", "smoke")
     store = Store(tmp_path)
     cfgs = expand(base, grid)
     for i, cfg in enumerate(cfgs):
         _fake(store, cfg, [0.5 + 0.01 * i], gm=[0.4])
-    b2, g2 = profiles.get("fedmcsa_table1", "smoke")
-    stage2 = expand(b2, g2)
-    winners, _ = select(cfgs, store)
+    winners = table1_winners(cfgs, store)
+    assert winners == select(cfgs, store)[0]
     assert len(winners) == 8  # 7 methods of the grid, pFedMe giving two rows
+    # the grid of stage 2 is a function of the profile and the winners, given explicitly; without them it is refused
+    with pytest.raises(ValueError, match="takes winners="):
+        profiles.get("fedmcsa_table1", "smoke")
+    b2, g2 = profiles.get("fedmcsa_table1", "smoke", winners=winners)
+    stage2 = expand(b2, g2)
     # accuracy rises along the grid, so each row's last config wins -- except pFedMe (GM), whose accuracy is the same
     # everywhere, so the first (ties go to grid order)
     assert {c.replace(seed=0).key() for c in stage2} == {w.key() for w in winners.values()}
-    assert sorted({c.seed for c in stage2}) == profiles.TABLE1_SEEDS["smoke"]
+    assert sorted({c.seed for c in stage2}) == fedmcsa.TABLE1_SEEDS["smoke"]
+    # fedlib.experiment runs the step itself: the grid (stored only here), then the winners, then stage 2
+    import fedlib
+    ex = fedlib.experiment("fedmcsa_table1", "smoke", stored_only=True, progress=False, store=store)
+    assert ex.after.name == "fedmcsa_table1_grid" and ex.inputs["winners"] == winners
+    assert [c.key() for c in ex.configs] == [c.key() for c in stage2]
+    assert {c.get("seed") for c in ex.missing_runs} == {1}  # seed 0 of each winner is its stored grid run
+    # ... or takes them given
+    given = fedlib.experiment("fedmcsa_table1", "smoke", stored_only=True, progress=False, store=store,
+                              inputs={"winners": winners})
+    assert given.after is None and [c.key() for c in given.configs] == [c.key() for c in stage2]
+
+
+# Stage 2's configs at the paper profile, from the winners among the committed stage-1 runs in results/, before the
+# winners became an explicit step (FedMCSA Table 1 complete, 3 seeds; CIFAR-10 absent): 132 configs (44 winners x 3
+# seeds; pFedMe's PM and GM rows share 4 winners) whose sorted keys hash to this.
+PAPER_STAGE2 = (132, "787da7253fbf1f28d3acca139021570c451e0cd4")
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+@pytest.mark.skipif(not any(RESULTS.glob("*/metrics.csv")), reason="the committed results store is not here")
+def test_the_stored_winners_give_the_same_stage2_keys_as_before(monkeypatch):
+    import hashlib
+
+    monkeypatch.delenv("FEDLIB_PROFILE", raising=False)  # `make test` forces smoke
+    store = Store(RESULTS)  # read only
+    # the data the paper profile's Table 1 ran on (offline: no CIFAR-10), given, so the test needs no data root
+    av = profiles.Available(frozenset({"synthetic", "mnist", "fmnist"}))
+    base, grid = profiles.get("fedmcsa_table1_grid", "paper", av)
+    grid, absent = profiles.available_cells(grid, base, av)
+    assert absent == ["cifar10"]
+    winners = table1_winners(expand(base, grid), store)
+    assert len(winners) == 3 * 2 * 8  # every row of every (data set, model): the grids are complete
+    assert len({w.key() for w in winners.values()}) == 44  # pFedMe's PM and GM rows share a winner in 4 cells
+    b2, g2 = profiles.get("fedmcsa_table1", "paper", av, winners=winners)
+    stage2 = expand(b2, g2)
+    keys = sorted(c.key() for c in stage2)
+    assert (len(keys), hashlib.sha1(" ".join(keys).encode()).hexdigest()) == PAPER_STAGE2
+    assert all(store.has(c) for c in stage2)  # Table 1 is complete at 3 seeds

@@ -1,0 +1,383 @@
+"""pFedLA: its experiment grids, published numbers, reports and figures.
+
+Liang, Tian, Yang, Zhang, "Personalized Federated Learning with Local Attention" (pFedLA): client-local attention
+modules (SE, ECA, CA and their learned hybrid) after each conv layer, on top of any FL method (FedAvg, FedProx,
+FedBN, pFedMe, Ditto); experiments Sec. 4 (digits: Table 1, Figures 3-4; Office-31 / Office-Home / DomainNet:
+Table 3; the hybrid's weights: Tables 5 and 11). Published numbers: ``fedlib/paper_data/pfedla.csv``
+(``published()``); Tables 2 and 4 (parameter counts) live in ``fedlib.papers.pfedla_params`` and are re-exported
+here (``parameter_table``, ``readings``, ``overhead_table``).
+
+Every grid here is a pure function of ``(profile, available)`` (``fedlib.profiles.Available``): the digit grids run
+on the domains present (offline MNIST, USPS, MNIST-M), the Office grids only where all of a data set's domains are.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from .. import paper_data
+from ..config import RunConfig
+from .pfedla_params import overhead_table, parameter_table, readings  # noqa: F401  (Tables 2 and 4, re-exported)
+
+if TYPE_CHECKING:
+    from ..profiles import Available
+
+
+def published() -> pd.DataFrame:
+    """pFedLA Tables 1, 3 (accuracy per domain and average, method x attention) and 5/11 (the hybrid's weights)."""
+    return paper_data.load("pfedla")
+
+
+def _available(available: "Available | None") -> "Available":
+    from ..profiles import Available
+
+    return available if available is not None else Available.scan()
+
+
+# -- grids ------------------------------------------------------------------------------------------------------------
+# pFedLA (Sec. 4.1 and Appendix): digits, one client per domain (FedBN's protocol: 743 training images each, 28x28x3),
+# LeNet with BN (Table 7), SGD lr 0.01, T = 100, E = 1, all clients every round. The paper gives no batch size nor the
+# baselines' knobs; ours: B = 32 (FedBN's code), FedProx mu = 0.01 (FedBN's code), pFedMe lambda = 15, eta_p = 0.01,
+# K = 5 (pFedMe's defaults), Ditto lambda = 0.1. Offline only MNIST, USPS and MNIST-M exist: the grid then runs on
+# those three and says so; with SVHN and SynthDigits present it is the paper's five-domain setting. The paper profile
+# evaluates every 10 rounds (and at T): the three test sets hold 21,008 images, and testing every round would cost
+# about three times the training.
+METHODS = {"fedavg": {}, "fedprox": {"mu": 0.01}, "fedbn": {}, "pfedme": {"lam": 15.0, "inner_steps": 5},
+           "ditto": {"lam": 0.1}}
+ATTENTIONS = ["none", "se", "eca", "ca", "hybrid"]
+DIGITS5 = ("mnist", "svhn", "usps", "synthdigits", "mnist_m")
+
+
+def digits_domains(available: "Available | None" = None) -> tuple:
+    """The paper's five digit domains when all are present, else the present ones (offline: MNIST, USPS, MNIST-M)."""
+    present = _available(available).domains_of("digits")
+    return DIGITS5 if set(DIGITS5) <= set(present) else tuple(d for d in DIGITS5 if d in present)
+
+
+def digits_base(domains: tuple, rounds: int) -> RunConfig:
+    """The digits setting on ``domains`` (one client each) at ``rounds`` rounds."""
+    return RunConfig.of(dataset="digits", partition="domains", domains=domains, n_clients=max(1, len(domains)),
+                        model="lenet", lr=0.01, local_epochs=1, local_steps=None, batch_size=32,
+                        clients_per_round=None, rounds=rounds)
+
+
+def method_cells(methods, attentions, seeds, extra, **data) -> list[dict]:
+    """pFedLA's Table 1/3 grid: every method (with its knobs, ``METHODS``) x every attention kind."""
+    return [{**data, "algorithm": m, **METHODS[m], "attention": attentions, "seed": seeds, **extra} for m in methods]
+
+
+def fig4_cells(seeds, extra, percents, **data) -> list[dict]:
+    """pFedLA Figure 4's grid: (a) FedBN x attention type, (b) FedProx without attention and with local / non-local
+    SE, (c) FedBN and FedBN+SE over the local data sizes ``percents``. (c) leaves out the default size (digits 10%,
+    Office 100%): those runs are (a)'s, not repeated under another key."""
+    return [{**data, "algorithm": "fedbn", "attention": ATTENTIONS, "seed": seeds, **extra},
+            {**data, "algorithm": "fedprox", "mu": 0.01, "attention": "se", "attention_local": [True, False],
+             "seed": seeds, **extra},
+            {**data, "algorithm": "fedprox", "mu": 0.01, "seed": seeds, **extra},
+            {**data, "algorithm": "fedbn", "attention": ["none", "se"], "seed": seeds, **extra, "domain_percent": percents}]
+
+
+def table1(profile: str, available: "Available | None" = None):
+    """Table 1 on the digit domains present: 5 methods x {base, SE, ECA, CA, hybrid}."""
+    doms = digits_domains(available)
+    rounds, seeds, methods, attns, extra = {
+        "smoke": (2, [0], ["fedavg", "fedbn", "ditto"], ["none", "se", "hybrid"], {"domain_percent": 0.02}),
+        "quick": (30, [0], list(METHODS), ATTENTIONS, {"eval_every": 5}),
+        "paper": (100, [0, 1, 2, 3, 4], list(METHODS), ATTENTIONS, {"eval_every": 10}),
+    }[profile]
+    return digits_base(doms, rounds), (method_cells(methods, attns, seeds, extra) if len(doms) >= 2 else [])
+
+
+def fig4(profile: str, available: "Available | None" = None):
+    """Figure 4 on the digits substitute (the smoke profile's default size is 2%, so its (c) adds 4%)."""
+    doms = digits_domains(available)
+    rounds, seeds, percents, extra = {"smoke": (2, [0], [0.02, 0.04], {"domain_percent": 0.02}),
+                                      "quick": (30, [0], [0.3], {"eval_every": 5}),
+                                      "paper": (100, [0, 1, 2], [0.2, 0.4, 0.6, 0.8, 1.0], {"eval_every": 10})}[profile]
+    return digits_base(doms, rounds), (fig4_cells(seeds, extra, percents) if len(doms) >= 2 else [])
+
+
+# pFedLA on Office-31, Office-Home, DomainNet (Sec. 4.2, Appendix): AlexNet with BN (Table 8), SGD lr 0.01, T = 200,
+# E = 1, every domain's full training split (domain_percent None = 100%), batch 32 (ours; the paper gives none).
+# Cells exist only for the data sets present (all their domains), so offline both grids are empty.
+OFFICE_SETS = ("office31", "officehome", "domainnet")
+
+
+def _office(profile: str, available: "Available | None"):
+    from ..data.domains import DOMAINS
+
+    available = _available(available)
+    rounds, seeds, extra = {"smoke": (1, [0], {"domain_percent": 0.05}), "quick": (10, [0], {"eval_every": 5}),
+                            "paper": (200, [0, 1, 2], {"eval_every": 10})}[profile]
+    sets = [d for d in OFFICE_SETS if available.domains_of(d) and set(DOMAINS[d]) <= set(available.domains_of(d))]
+    base = RunConfig.of(dataset="office31", partition="domains", n_clients=3, model="alexnet", lr=0.01, local_epochs=1,
+                        local_steps=None, batch_size=32, clients_per_round=None, rounds=rounds)
+    data = lambda d: {"dataset": d, "n_clients": len(DOMAINS[d])}
+    return base, sets, seeds, extra, data
+
+
+def office_table3(profile: str, available: "Available | None" = None):
+    """Table 3 on Office-31 / Office-Home / DomainNet, each where all its domains are present."""
+    base, sets, seeds, extra, data = _office(profile, available)
+    return base, [c for d in sets for c in method_cells(list(METHODS), ATTENTIONS, seeds, extra, **data(d))]
+
+
+def office_fig4(profile: str, available: "Available | None" = None):
+    """Figure 4 on Office-31, data size 10%-80% beside (a)'s 100%."""
+    base, sets, seeds, extra, data = _office(profile, available)
+    if "office31" not in sets:
+        return base, []
+    percents = {"smoke": [0.1], "quick": [0.3], "paper": [0.1, 0.2, 0.4, 0.6, 0.8]}[profile]
+    return base, fig4_cells(seeds, extra, percents, **data("office31"))
+
+
+EXPERIMENTS = {"pfedla_table1": table1, "pfedla_fig4": fig4, "pfedla_office_table3": office_table3,
+               "pfedla_office_fig4": office_fig4}
+
+
+# -- reports: per-domain accuracy, ours beside the paper's, with the arrows against each base method -----------------
+def _runs(cfgs, store=None):
+    """For each stored run of ``cfgs``: (config, evaluated rounds, {domain: accuracy curve in %}), the domains in the
+    config's client order and ``'avg'``, the plain mean over them (the paper's Average)."""
+    from ..data.domains import domain_names
+    from ..store import Store
+
+    for cfg, res in (store or Store()).stored(cfgs):
+        acc = res.client_acc * 100  # (evaluated rounds, N)
+        per = {d: acc[:, i] for i, d in enumerate(domain_names(cfg.get("dataset"), cfg.get("domains")))}
+        per["avg"] = acc.mean(1)
+        yield cfg, res.metrics["round"].to_numpy(), per
+
+
+def frame(cfgs, store=None) -> pd.DataFrame:
+    """One row per stored run and domain: algorithm, attention, attention_local, domain_percent, seed, domain,
+    ``final`` (the last evaluated round's accuracy, %), ``best`` (over evaluated rounds) and ``last3`` (the mean
+    of the last three evaluations: rounds 80-100 at the paper profile, a check on how much the paper's unstated
+    choice of the reported round matters). Each client is one domain, in the config's domain order;
+    ``domain='avg'`` is the plain mean over the domains (the paper's Average)."""
+    rows = []
+    for cfg, _, per in _runs(cfgs, store):
+        for d, curve in per.items():
+            rows.append({**{k: cfg.get(k) for k in ("algorithm", "attention", "attention_local", "domain_percent",
+                                                    "seed")},
+                         "domain": d, "final": float(curve[-1]), "best": float(np.nanmax(curve)),
+                         "last3": float(curve[-3:].mean())})
+    return pd.DataFrame(rows)
+
+
+def curves(cfgs, store=None) -> pd.DataFrame:
+    """pFedLA Figure 3's data: one row per stored run, evaluated round and domain (plus ``domain='avg'``, the
+    plain mean over the domains): algorithm, attention, attention_local, seed, round, domain, ``acc`` (%).
+    The rounds are the run's evaluated ones (every 10th at the paper profile)."""
+    rows = []
+    for cfg, rounds, per in _runs(cfgs, store):
+        fields = {k: cfg.get(k) for k in ("algorithm", "attention", "attention_local", "seed")}
+        for d, curve in per.items():
+            rows.extend({**fields, "round": int(rnd), "domain": d, "acc": float(v)} for rnd, v in zip(rounds, curve))
+    return pd.DataFrame(rows)
+
+
+def paper_vs_ours(frame: pd.DataFrame, dataset: str = "digits", table: str = "table1",
+                  metric: str = "final") -> pd.DataFrame:
+    """Wide table: one row per (algorithm, attention), per domain the paper's number, ours (mean over seeds of
+    ``metric``) and an arrow against the same method without attention (paper's arrow from the paper's numbers,
+    ours from ours). The paper's average is over its domains (five digit domains), ours over the domains run, so
+    only the per-domain columns compare like with like when fewer domains are run."""
+    ref = published()
+    ref = ref[(ref.table == table) & (ref.dataset == dataset)].rename(columns={"method": "algorithm"})
+    local = frame[frame.attention_local] if "attention_local" in frame else frame
+    ours = local.groupby(["algorithm", "attention", "domain"])[metric].agg(["mean", "count"]).reset_index()
+    out = ours.merge(ref[["algorithm", "attention", "domain", "value"]], on=["algorithm", "attention", "domain"],
+                     how="left").rename(columns={"mean": "ours", "value": "paper", "count": "runs"})
+    base = out[out.attention == "none"].set_index(["algorithm", "domain"])
+    arrow = lambda v, b: "" if pd.isna(v) or pd.isna(b) else ("↑" if v > b else "↓" if v < b else "=")
+    out["ours_arrow"] = [arrow(r.ours, base.ours.get((r.algorithm, r.domain))) if r.attention != "none" else ""
+                         for r in out.itertuples()]
+    out["paper_arrow"] = [arrow(r.paper, base.paper.get((r.algorithm, r.domain))) if r.attention != "none" else ""
+                          for r in out.itertuples()]
+    out["diff"] = out.ours - out.paper
+    order = {a: i for i, a in enumerate(["none", "se", "eca", "ca", "hybrid"])}
+    out = out.sort_values(["algorithm", "attention"], key=lambda s: s.map(order) if s.name == "attention" else s)
+    return out[["algorithm", "attention", "domain", "paper", "paper_arrow", "ours", "ours_arrow", "diff", "runs"]].round(2)
+
+
+# Student's t 97.5% quantiles for 1..30 degrees of freedom (two-sided 95% intervals; beyond 30: 1.96)
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def gains(frame: pd.DataFrame, metric: str = "final", dataset: str = "digits", table: str = "table1") -> pd.DataFrame:
+    """What attention adds to each FL method, paired by seed: one row per (algorithm, attention, domain) with
+    ``gain`` = mean over seeds of (with attention - the same method without, same seed), in points of ``metric``,
+    its 95% confidence interval ``low``..``high`` (Student's t over the seeds' paired differences; seeds share
+    the data, the batches and the base network's initial weights, so pairing removes most of the seed noise),
+    ``seeds``, ``sign``: '↑'/'↓' where the interval excludes 0, '' where it does not, and ``paper_gain``, the
+    paper's number minus its base, with ``paper_in_ci``: whether our interval contains it (our runs cannot tell
+    the paper's gain from ours). Seeds present for only one of the pair are left out. Rows come in the frame's
+    domain order (the average last). On ``domain='avg'`` the paper's gain is over its five digit domains, ours
+    over the domains run: not like with like when fewer are run."""
+    if metric not in ("final", "last3", "best"):
+        raise ValueError(f"metric={metric!r} is not one of: final, last3, best")
+    local = frame[frame.attention_local] if "attention_local" in frame else frame
+    wide = local.pivot_table(index=["algorithm", "domain", "seed"], columns="attention", values=metric)
+    if "none" not in wide:
+        raise ValueError("pfedla.gains needs the base runs (attention='none') beside the attention runs")
+    ref = published()
+    ref = ref[(ref.table == table) & (ref.dataset == dataset)].set_index(["method", "attention", "domain"]).value
+    rows = []
+    for att in [a for a in ("se", "eca", "ca", "hybrid") if a in wide]:
+        diff = (wide[att] - wide["none"]).dropna()
+        for (alg, dom), d in diff.groupby(level=[0, 1]):
+            n, m = len(d), float(d.mean())
+            half = _T975[min(n - 1, 30) - 1] * float(d.std(ddof=1)) / np.sqrt(n) if n > 1 else np.nan
+            low, high = m - half, m + half
+            paper = ref.get((alg, att, dom), np.nan) - ref.get((alg, "none", dom), np.nan)
+            rows.append({"algorithm": alg, "attention": att, "domain": dom, "gain": m, "low": low, "high": high,
+                         "seeds": n, "sign": "↑" if low > 0 else "↓" if high < 0 else "", "paper_gain": paper,
+                         "paper_in_ci": bool(low <= paper <= high) if not np.isnan(paper) else None})
+    out = pd.DataFrame(rows)
+    order = {d: i for i, d in enumerate(dict.fromkeys(list(local.domain[local.domain != "avg"]) + ["avg"]))}
+    out = out.sort_values(["domain", "algorithm"], key=lambda s: s.map(order) if s.name == "domain" else s, kind="stable")
+    return out.reset_index(drop=True).round({"gain": 2, "low": 2, "high": 2, "paper_gain": 2})
+
+
+# -- figures ---------------------------------------------------------------------------------------------------------
+def plot_hybrid_weights(weights, clients, title: str = "", mechanisms=("SE", "ECA", "CA")):
+    """pFedLA Table 5/11 as a heat map: each client's learned softmax weights per attention slot and mechanism.
+    ``weights``: (N, slots, 3); ``clients``: the N row labels (domains)."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import label_cells
+
+    w = np.asarray(weights, dtype=float)
+    n, slots, k = w.shape
+    fig, ax = plt.subplots(figsize=(1.1 * slots * k + 2, 0.5 * n + 1.6))
+    d = max(0.01, float(np.abs(w - 1 / 3).max()))  # a diverging scale centred on the initial 1/3
+    im = ax.imshow(w.reshape(n, slots * k), cmap="RdBu_r", vmin=1 / 3 - d, vmax=1 / 3 + d, aspect="auto")
+    label_cells(ax, w.reshape(n, slots * k), "{:.3f}")
+    ax.set_xticks(range(slots * k), [f"L{s + 1} {m}" for s in range(slots) for m in mechanisms], rotation=45, ha="right")
+    ax.set_yticks(range(n), clients)
+    fig.colorbar(im, ax=ax, label="weight (1/3 at the start)")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_fig4(avg: pd.DataFrame, default_percent: float, title: str = ""):
+    """pFedLA Figure 4's three panels from per-run average accuracies (``frame`` rows with domain == 'avg'):
+    (a) FedBN by attention type at the default data size, (b) FedProx without attention, with local SE and with
+    non-local SE, (c) FedBN and FedBN+SE over the local data size (``domain_percent``; runs at the default size have
+    it unset)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    avg = avg.assign(domain_percent=avg.domain_percent.fillna(default_percent))
+    a = avg[(avg.algorithm == "fedbn") & (avg.domain_percent == default_percent)]
+    b = avg[avg.algorithm == "fedprox"]
+    b = b.assign(setting=["none" if r.attention == "none" else ("local SE" if r.attention_local else "non-local SE")
+                          for r in b.itertuples()])
+    c = avg[(avg.algorithm == "fedbn") & avg.attention.isin(["none", "se"])]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+    sns.barplot(data=a, x="attention", y="final", order=["none", "se", "eca", "ca", "hybrid"], errorbar="sd", ax=axes[0])
+    axes[0].set_title("(a) FedBN + attention type")
+    sns.barplot(data=b, x="setting", y="final", order=["none", "local SE", "non-local SE"], errorbar="sd", ax=axes[1])
+    axes[1].set_title("(b) FedProx: local vs non-local SE")
+    sns.lineplot(data=c, x="domain_percent", y="final", hue="attention", marker="o", errorbar="sd", ax=axes[2])
+    axes[2].set_title("(c) local data size")
+    # (a) and (b) differ by a point or two near 85%: bars from 0 would hide them, so the y range spans the runs
+    # (every seed, so the error bars fit) and each bar is labelled with its mean
+    for ax, runs in ((axes[0], a), (axes[1], b)):
+        if len(runs):
+            lo, hi = runs.final.min(), runs.final.max()
+            ax.set_ylim(max(0.0, lo - max(2.0, 0.5 * (hi - lo))), min(100.0, hi + max(1.0, 0.25 * (hi - lo))))
+            ax.bar_label(ax.containers[0], fmt="%.2f", fontsize=8, label_type="center", color="white")
+    for ax in axes:
+        ax.set_ylabel("average accuracy over domains (%)"), ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig, (a, b, c)
+
+
+def plot_fig3(curves: pd.DataFrame, title: str = ""):
+    """pFedLA Figure 3 from ``curves`` rows: one panel per domain and one for the average over the domains, accuracy
+    over rounds, one colour per FL method, dashed without attention and solid with SE (mean over seeds, band: one
+    standard deviation)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    domains = [d for d in dict.fromkeys(curves.domain) if d != "avg"] + ["avg"]
+    fig, axes = plt.subplots(1, len(domains), figsize=(4.2 * len(domains), 3.6), sharex=True, squeeze=False)
+    data = curves.assign(setting=curves.attention.map({"none": "base", "se": "+ SE"}))
+    for k, (ax, d) in enumerate(zip(axes[0], domains)):
+        sns.lineplot(data=data[data.domain == d], x="round", y="acc", hue="algorithm", style="setting",
+                     style_order=["+ SE", "base"], errorbar="sd", ax=ax, legend=k == len(domains) - 1)
+        ax.set_title(f"({chr(ord('a') + k)}) {'average over domains' if d == 'avg' else d}")
+        ax.set_ylabel("test accuracy (%)"), ax.grid(alpha=0.3)
+    sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_gains(cmp: pd.DataFrame, title: str = ""):
+    """pFedLA Table 1's arrows as two heat maps side by side: attention minus its base method (points), one row per
+    (method, attention), one column per domain run, ours (``paper_vs_ours``'s ``ours``) and the paper's. Red:
+    attention helps; blue: it hurts. Returns the figure and the two gain tables (ours, paper)."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import label_cells
+
+    def gain(col):
+        wide = cmp.pivot_table(index=["algorithm", "attention"], columns="domain", values=col, sort=False)
+        wide = wide[[d for d in wide.columns if d != "avg"]]
+        base = wide.xs("none", level="attention")
+        out = wide.drop(index="none", level="attention")
+        return out - base.reindex(out.index.get_level_values("algorithm")).to_numpy()
+
+    ours, paper = gain("ours"), gain("paper")
+    d = max(0.5, float(np.nanmax(np.abs(np.concatenate([ours.to_numpy(), paper.to_numpy()])))))
+    fig, axes = plt.subplots(1, 2, figsize=(2.2 + 1.1 * 2 * ours.shape[1], 0.32 * len(ours) + 1.8), sharey=True)
+    for ax, g, name in ((axes[0], ours, "ours"), (axes[1], paper, "paper")):
+        im = ax.imshow(g.to_numpy(), cmap="RdBu_r", vmin=-d, vmax=d, aspect="auto")
+        label_cells(ax, g.to_numpy(), "{:+.1f}")
+        up = int((g.to_numpy() > 0).sum())
+        ax.set_title(f"{name}: {up} of {int(np.isfinite(g.to_numpy()).sum())} cells up")
+        ax.set_xticks(range(g.shape[1]), list(g.columns))
+    axes[0].set_yticks(range(len(ours)), [f"{a} + {t}" for a, t in ours.index])
+    fig.colorbar(im, ax=axes, label="attention − base method (points)")
+    fig.suptitle(title)
+    return fig, (ours, paper)
+
+
+def plot_gain_intervals(gains: pd.DataFrame, title: str = ""):
+    """``gains`` as a forest plot: one panel per domain (the average last), one row per (method, attention), our mean
+    paired gain with its 95% interval (filled: the interval excludes 0) and the paper's gain (red x; on the average
+    the paper's is over its own domains). Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    domains = [d for d in dict.fromkeys(gains.domain) if d != "avg"] + (["avg"] if "avg" in set(gains.domain) else [])
+    rows = list(dict.fromkeys(zip(gains.algorithm, gains.attention)))  # gains' order: method, then attention
+    fig, axes = plt.subplots(1, len(domains), figsize=(2.6 * len(domains) + 1.6, 0.28 * len(rows) + 1.4),
+                             sharey=True, squeeze=False)
+    for ax, dom in zip(axes[0], domains):
+        g = gains[gains.domain == dom].set_index(["algorithm", "attention"]).reindex(rows)
+        y = range(len(rows))
+        ax.hlines(y, g.low, g.high, color="0.4", lw=1.2)
+        sig = g.sign.fillna("") != ""
+        ax.scatter(g.gain[~sig], [i for i, s in zip(y, sig) if not s], s=22, facecolors="white", edgecolors="k", zorder=3)
+        ax.scatter(g.gain[sig], [i for i, s in zip(y, sig) if s], s=22, color="k", zorder=3)
+        ax.scatter(g.paper_gain, list(y), marker="x", color="tab:red", s=22, zorder=4)
+        ax.axvline(0, color="0.6", lw=0.8, ls="--")
+        ax.set_title(dom)
+        ax.set_xlabel("attention − base (points)")
+    axes[0, 0].set_yticks(range(len(rows)), [f"{a} + {t}" for a, t in rows])
+    axes[0, 0].invert_yaxis()
+    axes[0, -1].scatter([], [], s=22, facecolors="white", edgecolors="k", label="ours, 95% interval contains 0")
+    axes[0, -1].scatter([], [], s=22, color="k", label="ours, interval excludes 0")
+    axes[0, -1].scatter([], [], marker="x", color="tab:red", label="paper")
+    fig.legend(loc="lower center", ncol=3, bbox_to_anchor=(0.5, -0.02), frameon=False)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return fig

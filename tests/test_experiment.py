@@ -1,0 +1,87 @@
+"""The one entry point (``fedlib.experiment``) and the registry behind it (``fedlib.profiles``): grids are pure
+functions of (profile, available data), never of the store; dotted names work in ``where`` and in grid cells."""
+import pytest
+
+import fedlib
+from fedlib import experiments, profiles
+from fedlib.config import flat_field_names
+from fedlib.store import Store
+
+
+@pytest.fixture(autouse=True)
+def _no_forced_profile(monkeypatch):
+    monkeypatch.delenv("FEDLIB_PROFILE", raising=False)  # `make test` forces smoke
+
+
+def test_no_grid_reads_the_store(monkeypatch):
+    """Every experiment at every profile is built without touching the store (a step's output is an argument)."""
+    def refuse(*a, **k):
+        raise AssertionError("a grid read the store")
+    for name in ("has", "load", "stored", "meta", "configs"):
+        monkeypatch.setattr(Store, name, refuse)
+    av = profiles.Available(frozenset({"synthetic", "mnist", "fmnist", "cifar10"}),
+                            (("digits", ("mnist", "usps", "mnist_m")),))
+    for name in profiles.EXPERIMENTS:
+        for p in fedlib.PROFILES:
+            inputs = {profiles.STEPS[name][1]: {}} if name in profiles.STEPS else {}
+            base, grid = profiles.get(name, p, av, **inputs)
+            assert isinstance(grid, list) and base.validate()
+
+
+def test_experiment_trains_then_reads_and_stored_only_trains_nothing(tmp_path):
+    store = Store(tmp_path)
+    dry = fedlib.experiment("quickstart", "smoke", stored_only=True, progress=False, store=store)
+    assert dry.profile == "smoke" and len(dry.configs) == 2 and dry.runs == [] and dry.missing_runs == dry.configs
+    assert dry.table.empty and dry.frame.empty and not any(tmp_path.iterdir())  # nothing trained
+    assert "2 configs, 0 with results (stored only" in str(dry) and "not in the store (2)" in str(dry)
+    ex = fedlib.experiment("quickstart", "smoke", progress=False, store=store)
+    assert ex.runs == ex.configs and not ex.missing_runs and ex.absent == []
+    assert ex.base.get("rounds") == 5 and ex.grid == [{"algorithm": "fedavg"}, {"algorithm": "fedprox", "mu": 0.1}]
+    assert list(ex.table.algorithm) == ["fedavg", "fedprox"] and {"best_acc", "mu", "key"} <= set(ex.table)
+    assert sorted(ex.frame["round"].unique()) == [1, 2, 3, 4, 5] and set(ex.frame.key) == set(ex.table.key)
+    again = fedlib.experiment("quickstart", "smoke", stored_only=True, progress=False, store=store)
+    assert list(again.table.key) == list(ex.table.key)  # read back, not retrained (metrics stored at 6 digits)
+    assert (again.table.best_acc - ex.table.best_acc).abs().max() < 1e-5
+    # seeds replace every cell's; where keeps the matching configs (a list: any of its values)
+    two = fedlib.experiment("quickstart", "smoke", seeds=[0, 1], stored_only=True, progress=False, store=store)
+    assert [c.get("seed") for c in two.configs] == [0, 1, 0, 1] and len(two.missing_runs) == 2
+    one = fedlib.experiment("quickstart", "smoke", where={"algorithm": ["fedprox"]}, stored_only=True, store=store)
+    assert [c.get("algorithm") for c in one.configs] == ["fedprox"]
+
+
+def test_absent_data_is_reported_not_run(monkeypatch, tmp_path):
+    monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "no-data"))
+    ex = fedlib.experiment("fedmcsa_table2", "paper", stored_only=True, progress=False, store=Store(tmp_path))
+    assert ex.absent == ["fmnist", "mnist"] and {c.get("dataset") for c in ex.configs} == {"synthetic"}
+    assert len(ex.configs) == 2 * 7 * 3
+
+
+def test_dotted_names_in_where_and_in_grids(tmp_path):
+    store = Store(tmp_path)
+    flat = fedlib.experiment("fedmcsa_sigma", "smoke", where={"sigma": 0.0}, stored_only=True, store=store)
+    dotted = fedlib.experiment("fedmcsa_sigma", "smoke", where={"method.sigma": 0.0}, stored_only=True, store=store)
+    assert [c.key() for c in dotted.configs] == [c.key() for c in flat.configs] and len(flat.configs) == 2
+    assert profiles.flat_cells([{"local.lr": [0.01, 0.02], "method.mu": 0.1, "seed": 0}]) == [
+        {"lr": [0.01, 0.02], "mu": 0.1, "seed": 0}]
+    for bad in ({"method.sigmaa": 1}, {"sigmaa": 1}):
+        with pytest.raises(ValueError, match="is not a config field") as err:
+            fedlib.experiment("fedmcsa_sigma", "smoke", where=bad, stored_only=True, store=store)
+        assert ", ".join(sorted(flat_field_names())) in str(err.value)
+    with pytest.raises(ValueError, match="'mu' twice"):
+        profiles.flat_cells([{"mu": 0.1, "method.mu": 0.2}])
+
+
+def test_cli_dotted_where_and_the_winners_step(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path))
+    assert experiments.main(["fedmcsa_sigma", "--profile", "smoke", "--dry-run", "--where", "method.sigma=0.0"]) == 0
+    assert "2 configs, 0 stored" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        experiments.main(["fedmcsa_sigma", "--profile", "smoke", "--dry-run", "--where", "method.nope=1"])
+    err = capsys.readouterr().err
+    assert "--where='method.nope=1' must be FIELD=VALUE" in err and "sigma, " in err
+    # Table 1: the grid first (queued by name even when not asked for), then the winners step, then stage 2
+    assert experiments.main(["fedmcsa_table1", "--profile", "smoke", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    grid_line = out.index("24 configs, 0 stored")
+    step_line = out.index("step table1_winners: 0 winners from 0 of 24 fedmcsa_table1_grid runs stored")
+    assert grid_line < step_line
