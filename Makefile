@@ -22,8 +22,11 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 notebooks: env
 	$(BIN)/python scripts/run_notebooks.py $(if $(PROFILE),--profile $(PROFILE))
 
-## tests: unit tests, then nbval over every notebook at the smoke profile (results in a scratch store)
+## tests: lint and format check (ruff), unit tests, then nbval over every notebook at the smoke profile (results in a
+## scratch store)
 test: env
+	$(BIN)/ruff check fedlib tests scripts
+	$(BIN)/ruff format --check fedlib tests scripts
 	rm -rf build/test-results
 	FEDLIB_PROFILE=smoke FEDLIB_RESULTS=$(CURDIR)/build/test-results OMP_NUM_THREADS=1 \
 	  $(BIN)/python -m pytest -n 2 --dist loadfile -p no:cacheprovider tests notebooks --nbval --nbval-current-env
