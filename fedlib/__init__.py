@@ -5,14 +5,28 @@ aggregation, evaluation); all clients of a round train as one stacked model. Sta
 ``RunConfig`` and ``run`` (one run) or ``experiment`` (a named experiment of
 ``fedlib.profiles``); see README.md and notebooks/00_quickstart.ipynb.
 """
+
 __version__ = "0.1.0"
 
 from .config import PROFILES, RunConfig, resolve_profile
 from .runner import expand, results_frame, run, run_configs, run_grid, train
 from .store import Store
 
-__all__ = ["experiment", "Experiment", "RunConfig", "run", "run_grid", "run_configs", "train", "expand", "results_frame",
-           "Store", "PROFILES", "resolve_profile", "__version__"]
+__all__ = [
+    "experiment",
+    "Experiment",
+    "RunConfig",
+    "run",
+    "run_grid",
+    "run_configs",
+    "train",
+    "expand",
+    "results_frame",
+    "Store",
+    "PROFILES",
+    "resolve_profile",
+    "__version__",
+]
 
 
 def __getattr__(name: str):
@@ -20,5 +34,6 @@ def __getattr__(name: str):
     # ``python -m fedlib.experiments`` would find its own module already loaded by the package and warn
     if name in ("experiment", "Experiment"):
         from . import experiments
+
         return getattr(experiments, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

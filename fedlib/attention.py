@@ -5,6 +5,7 @@ convex weights psi computed from cosine similarities, so both are ``Mixing.to_pe
 matrices for the round loop. Vectorised: for each component, normalise the K flattened
 copies, S = P_n P_n^T, and a row softmax (milliseconds for 100 clients).
 """
+
 from __future__ import annotations
 
 import torch

@@ -24,6 +24,7 @@ ratio's ceiling: the loop's time over the time the round's FLOPs take at that ra
 stacked executor could beat the ceiling on that run without skipping arithmetic, so a target above it
 is out of this machine's reach that run, whatever the code.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,7 +54,12 @@ def _case_data(case: str) -> tuple[FederatedData, str, tuple, int]:
     ys = [rng.integers(0, 10, s) for s in sizes]
     tr = [np.arange(int(0.75 * s)) for s in sizes]
     te = [np.arange(int(0.75 * s), s) for s in sizes]
-    return FederatedData.from_clients(f"{case}-shaped", xs, ys, tr, te, 10), ("dnn" if case == "b" else "mlp"), hidden, batch
+    return (
+        FederatedData.from_clients(f"{case}-shaped", xs, ys, tr, te, 10),
+        ("dnn" if case == "b" else "mlp"),
+        hidden,
+        batch,
+    )
 
 
 def chain_flops(dims: list[int], clients: int, batch: int, steps: int) -> int:
@@ -78,7 +84,7 @@ def sgemm_rate(device: str = "cpu", n: int = 2000, repeats: int = 7) -> float:
         sync()
         if r:
             times.append(time.perf_counter() - t0)
-    return 2 * n ** 3 / min(times)
+    return 2 * n**3 / min(times)
 
 
 def ceiling(loop_s: float, flops: int, rate: float) -> float:
@@ -112,8 +118,9 @@ def _plan(split, clients: int, steps: int, batch: int, gen, device: str):
     return plan
 
 
-def bench_case(case: str, repeats: int = 5, device: str = "cpu", steps: int = 20, lr: float = 0.02,
-               momentum: float = 0.0) -> dict:
+def bench_case(
+    case: str, repeats: int = 5, device: str = "cpu", steps: int = 20, lr: float = 0.02, momentum: float = 0.0
+) -> dict:
     data, model_name, hidden, batch = _case_data(case)
     data = data.to(device)
     model = build_model(model_name, data.input_shape, 10, hidden, seed=0).to(device)
@@ -122,19 +129,30 @@ def bench_case(case: str, repeats: int = 5, device: str = "cpu", steps: int = 20
     opt = LocalSGD(lr=lr, momentum=momentum)
     gen = torch.Generator().manual_seed(0)
     execs = {"stacked": StackedExecutor(), "loop": LoopExecutor()}
-    times = _alternating({name: (lambda plan, ex=ex: ex.train(model, params, plan, data.train, opt))
-                          for name, ex in execs.items()},
-                         lambda r: (_plan(data.train, n, steps, batch, gen, device),), repeats, device)
+    times = _alternating(
+        {name: (lambda plan, ex=ex: ex.train(model, params, plan, data.train, opt)) for name, ex in execs.items()},
+        lambda r: (_plan(data.train, n, steps, batch, gen, device),),
+        repeats,
+        device,
+    )
     # The ratio is the median of per-repeat ratios: the two runs of a repeat are seconds apart, so
     # a slow spell of this shared VM (loop times here vary 0.2-0.4 s between runs) hits both alike.
-    ratios = [l / s for l, s in zip(times["loop"], times["stacked"])]
+    ratios = [lo / st for lo, st in zip(times["loop"], times["stacked"])]
     dims = [data.input_shape[0], *hidden, 10]
     flops = chain_flops(dims, n, batch, steps)
-    return {"flops": flops, "gflops": flops / statistics.median(times["stacked"]) / 1e9,
-            "case": case, "model": f"{model_name} {data.input_shape[0]}-{'-'.join(map(str, hidden))}-10",
-            "clients": n, "batch": batch, "steps": steps, "loop_s": statistics.median(times["loop"]),
-            "stacked_s": statistics.median(times["stacked"]), "ratio": statistics.median(ratios),
-            "ratio_range": (min(ratios), max(ratios))}
+    return {
+        "flops": flops,
+        "gflops": flops / statistics.median(times["stacked"]) / 1e9,
+        "case": case,
+        "model": f"{model_name} {data.input_shape[0]}-{'-'.join(map(str, hidden))}-10",
+        "clients": n,
+        "batch": batch,
+        "steps": steps,
+        "loop_s": statistics.median(times["loop"]),
+        "stacked_s": statistics.median(times["stacked"]),
+        "ratio": statistics.median(ratios),
+        "ratio_range": (min(ratios), max(ratios)),
+    }
 
 
 def bench_fedmix(repeats: int = 5, device: str = "cpu", clients: int = 10, steps: int = 20) -> dict:
@@ -148,15 +166,25 @@ def bench_fedmix(repeats: int = 5, device: str = "cpu", clients: int = 10, steps
     client = MixClient(LocalSGD(lr=0.01, momentum=0.5), lam=0.05, mean_size=10)
     mx, my = mean_dataset(split, 10, client.mean_size)
     gen = torch.Generator().manual_seed(0)
-    ways = {"loop": LoopExecutor(), "vmap": StackedExecutor(max_group=clients, kernel="vmap"),
-            "chain": StackedExecutor(max_group=clients, kernel="chain")}
+    ways = {
+        "loop": LoopExecutor(),
+        "vmap": StackedExecutor(max_group=clients, kernel="vmap"),
+        "chain": StackedExecutor(max_group=clients, kernel="chain"),
+    }
 
     def new_round(r):
         plan = _plan(split, clients, steps, batch, gen, device)
         return plan, client.objective(mx, my, pairing(r, plan, len(my)))
 
-    times = _alternating({name: (lambda plan, obj, ex=ex: ex.train(model, params, plan, split, client.opt, objective=obj))
-                          for name, ex in ways.items()}, new_round, repeats, device)
+    times = _alternating(
+        {
+            name: (lambda plan, obj, ex=ex: ex.train(model, params, plan, split, client.opt, objective=obj))
+            for name, ex in ways.items()
+        },
+        new_round,
+        repeats,
+        device,
+    )
     return {k: statistics.median(v) for k, v in times.items()} | {"clients": clients, "steps": steps, "batch": batch}
 
 
@@ -179,27 +207,39 @@ def main(argv=None):
     bad = [c for c in cases if c not in CASES]
     if bad:
         ap.error(f"--only: unknown case(s) {bad}; allowed: {', '.join(CASES)}")
-    print(f"torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}, "
-          f"momentum {args.momentum}, median of {args.repeats} rounds (ratio: median of paired rounds), "
-          f"glibc malloc: {'freed memory reused' if reuse else 'default'} (fedlib.malloc)")
+    print(
+        f"torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}, "
+        f"momentum {args.momentum}, median of {args.repeats} rounds (ratio: median of paired rounds), "
+        f"glibc malloc: {'freed memory reused' if reuse else 'default'} (fedlib.malloc)"
+    )
     rate = sgemm_rate(args.device)
-    print(f"one 2000x2000x2000 float32 matmul on this {args.device}: {rate / 1e9:.0f} GFLOP/s (the most the stacked "
-          "rates below could reach; ceiling: the loop's time over the round's FLOPs at this rate)")
+    print(
+        f"one 2000x2000x2000 float32 matmul on this {args.device}: {rate / 1e9:.0f} GFLOP/s (the most the stacked "
+        "rates below could reach; ceiling: the loop's time over the round's FLOPs at this rate)"
+    )
     if any(c in TARGETS for c in cases):
-        print(f"{'case':4} {'model':22} {'N':>4} {'B':>3} {'R':>3} {'loop s/round':>13} {'stacked s/round':>16} "
-              f"{'ratio':>7} {'range':>11} {'target':>13} {'stacked GFLOP/s':>16} {'ceiling':>8}")
+        print(
+            f"{'case':4} {'model':22} {'N':>4} {'B':>3} {'R':>3} {'loop s/round':>13} {'stacked s/round':>16} "
+            f"{'ratio':>7} {'range':>11} {'target':>13} {'stacked GFLOP/s':>16} {'ceiling':>8}"
+        )
     for c in [c for c in cases if c in TARGETS]:
         r = bench_case(c, args.repeats, args.device, momentum=args.momentum)
         lo, hi = r["ratio_range"]
         target = f">={TARGETS[c]} " + ("ok" if r["ratio"] >= TARGETS[c] else "MISSED")
-        print(f"({c})  {r['model']:22} {r['clients']:>4} {r['batch']:>3} {r['steps']:>3} {r['loop_s']:>13.4f} "
-              f"{r['stacked_s']:>16.4f} {r['ratio']:>7.1f} {lo:>5.1f}-{hi:<5.1f} {target:>13} {r['gflops']:>16.0f} "
-              f"{ceiling(r['loop_s'], r['flops'], rate):>8.1f}", flush=True)
+        print(
+            f"({c})  {r['model']:22} {r['clients']:>4} {r['batch']:>3} {r['steps']:>3} {r['loop_s']:>13.4f} "
+            f"{r['stacked_s']:>16.4f} {r['ratio']:>7.1f} {lo:>5.1f}-{hi:<5.1f} {target:>13} {r['gflops']:>16.0f} "
+            f"{ceiling(r['loop_s'], r['flops'], rate):>8.1f}",
+            flush=True,
+        )
     if "f" in cases:
         r = bench_fedmix(args.repeats, args.device)
-        print(f"(f)  fedmix, mlp 784-200-200-10, N={r['clients']}, B={r['batch']}, R={r['steps']}, momentum 0.5: "
-              f"loop {r['loop']:.4f}, vmap {r['vmap']:.4f}, chain {r['chain']:.4f} s/round; chain is "
-              f"{r['vmap'] / r['chain']:.1f}x the vmap path, {r['loop'] / r['chain']:.1f}x the loop", flush=True)
+        print(
+            f"(f)  fedmix, mlp 784-200-200-10, N={r['clients']}, B={r['batch']}, R={r['steps']}, momentum 0.5: "
+            f"loop {r['loop']:.4f}, vmap {r['vmap']:.4f}, chain {r['chain']:.4f} s/round; chain is "
+            f"{r['vmap'] / r['chain']:.1f}x the vmap path, {r['loop'] / r['chain']:.1f}x the loop",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ every stored run keeps its key (``tests/test_store_keys.py`` recomputes all of t
 field's default is left out of the key; changing an existing default orphans stored runs: bump
 ``SCHEMA`` on purpose if you must. ``config.json`` stays flat (``to_dict()``), in ``LEGACY`` order.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,7 +51,7 @@ PARTITIONS = {  # which partitions make sense for which data sets
     "mnist": ("labels", "shards", "iid", "dirichlet"),
     "fmnist": ("labels", "shards", "iid", "dirichlet"),
     "cifar10": ("labels", "shards", "iid", "dirichlet"),
-    "digits": ("domains",),             # feature shift (pFedLA after FedBN): one client per domain
+    "digits": ("domains",),  # feature shift (pFedLA after FedBN): one client per domain
     "office31": ("domains",),
     "officehome": ("domains",),
     "domainnet": ("domains",),
@@ -59,44 +60,104 @@ PARTITIONS = {  # which partitions make sense for which data sets
 # The schema-1 flat config, field by field, in its order: the reference every key is computed against.
 # Never edit a value here (it would orphan stored runs); new fields go into the parts, not here.
 LEGACY = {
-    "dataset": "synthetic", "partition": "natural", "n_clients": 100, "synthetic_alpha": 0.5, "synthetic_beta": 0.5,
-    "labels_per_client": 2, "shard_size": 300, "dirichlet_alpha": 0.5, "train_frac": 0.75, "normalize": "standardize",
-    "data_seed": 0, "domains": None, "domain_percent": None, "model": "mlr", "hidden": None, "algorithm": "fedavg",
-    "rounds": 100, "clients_per_round": 20, "fraction": None, "fraction_schedule": None, "selection": "uniform",
-    "attn_decay": 0.9, "local_steps": 20, "local_epochs": None, "batch_size": 20, "lr": 0.02, "lr_decay": 1.0,
-    "momentum": 0.0, "weight_decay": 0.0, "mu": 0.0, "sigma": 50.0, "lam": 5.0, "amp_self_weight": 0.5,
-    "mcsa_code": False, "beta": 1.0, "hf_delta": 1e-3, "personal_lr": 0.01, "inner_steps": 5, "server_lr": 1.0,
-    "mix_lam": 0.05, "mix_mean_size": 10, "mix_taylor_scale": "sample", "attention": "none", "attention_local": True,
-    "seed": 0, "executor": "auto", "device": "auto", "dtype": "float32", "eval_every": 1, "eval_train": False,
+    "dataset": "synthetic",
+    "partition": "natural",
+    "n_clients": 100,
+    "synthetic_alpha": 0.5,
+    "synthetic_beta": 0.5,
+    "labels_per_client": 2,
+    "shard_size": 300,
+    "dirichlet_alpha": 0.5,
+    "train_frac": 0.75,
+    "normalize": "standardize",
+    "data_seed": 0,
+    "domains": None,
+    "domain_percent": None,
+    "model": "mlr",
+    "hidden": None,
+    "algorithm": "fedavg",
+    "rounds": 100,
+    "clients_per_round": 20,
+    "fraction": None,
+    "fraction_schedule": None,
+    "selection": "uniform",
+    "attn_decay": 0.9,
+    "local_steps": 20,
+    "local_epochs": None,
+    "batch_size": 20,
+    "lr": 0.02,
+    "lr_decay": 1.0,
+    "momentum": 0.0,
+    "weight_decay": 0.0,
+    "mu": 0.0,
+    "sigma": 50.0,
+    "lam": 5.0,
+    "amp_self_weight": 0.5,
+    "mcsa_code": False,
+    "beta": 1.0,
+    "hf_delta": 1e-3,
+    "personal_lr": 0.01,
+    "inner_steps": 5,
+    "server_lr": 1.0,
+    "mix_lam": 0.05,
+    "mix_mean_size": 10,
+    "mix_taylor_scale": "sample",
+    "attention": "none",
+    "attention_local": True,
+    "seed": 0,
+    "executor": "auto",
+    "device": "auto",
+    "dtype": "float32",
+    "eval_every": 1,
+    "eval_train": False,
 }
 
 
 @dataclass(frozen=True)
 class DataConfig(Part):
     dataset: str = option("synthetic", choices=DATASETS)
-    partition: str = option("natural", choices=tuple(dict.fromkeys(p for v in PARTITIONS.values() for p in v)),
-                            doc="natural (Synthetic's own clients) | labels | shards | iid | dirichlet | domains")
+    partition: str = option(
+        "natural",
+        choices=tuple(dict.fromkeys(p for v in PARTITIONS.values() for p in v)),
+        doc="natural (Synthetic's own clients) | labels | shards | iid | dirichlet | domains",
+    )
     n_clients: int = option(100, ge=1, doc="N (FedMCSA), M (AdaFL)")
-    synthetic_alpha: float = option(0.5, ge=0, when=lambda d: d.dataset == "synthetic", when_doc="dataset='synthetic'",
-                                    doc="Synthetic(alpha, beta): model heterogeneity")
-    synthetic_beta: float = option(0.5, ge=0, when=lambda d: d.dataset == "synthetic", when_doc="dataset='synthetic'",
-                                   doc="... and feature heterogeneity")
+    synthetic_alpha: float = option(
+        0.5,
+        ge=0,
+        when=lambda d: d.dataset == "synthetic",
+        when_doc="dataset='synthetic'",
+        doc="Synthetic(alpha, beta): model heterogeneity",
+    )
+    synthetic_beta: float = option(
+        0.5,
+        ge=0,
+        when=lambda d: d.dataset == "synthetic",
+        when_doc="dataset='synthetic'",
+        doc="... and feature heterogeneity",
+    )
     labels_per_client: int = option(2, ge=1, when=lambda d: d.partition == "labels", when_doc="partition='labels'")
     shard_size: int = option(300, ge=1, when=lambda d: d.partition == "shards", when_doc="partition='shards'")
-    dirichlet_alpha: float = option(0.5, gt=0, when=lambda d: d.partition == "dirichlet",
-                                    when_doc="partition='dirichlet'")
+    dirichlet_alpha: float = option(
+        0.5, gt=0, when=lambda d: d.partition == "dirichlet", when_doc="partition='dirichlet'"
+    )
     train_frac: float = option(0.75, gt=0, le=1, doc="per-client train share (FedMCSA: 75/25)")
     normalize: str = option("standardize", choices=("standardize", "unit"))
     data_seed: int = option(0, ge=0, doc="partition/generation seed (0 reproduces pFedMe's Synthetic)")
     domains: tuple | None = option(None, doc="feature-shift data: which domains, one client each (None: all)")
-    domain_percent: float | None = option(None, doc="share of each domain's training set (None: the data set's own -- "
-                                                    "digits 10% as FedBN, Office/DomainNet 100%); pFedLA Figure 4(c)")
+    domain_percent: float | None = option(
+        None,
+        doc="share of each domain's training set (None: the data set's own -- "
+        "digits 10% as FedBN, Office/DomainNet 100%); pFedLA Figure 4(c)",
+    )
 
     def check(self, where=None, rename=None) -> None:
         self._check_domains()
         super().check(where, rename)
         if self.partition not in PARTITIONS[self.dataset]:
-            raise ValueError(f"RunConfig.partition={self.partition!r} is not one of: {', '.join(PARTITIONS[self.dataset])}")
+            raise ValueError(
+                f"RunConfig.partition={self.partition!r} is not one of: {', '.join(PARTITIONS[self.dataset])}"
+            )
 
     def _check_domains(self) -> None:
         """Feature-shift data sets: known domains, percent in (0, 1], one client per domain."""
@@ -105,18 +166,25 @@ class DataConfig(Part):
             raise ValueError(f"RunConfig.domain_percent={p!r} must be None or in (0, 1]")
         if self.dataset not in DOMAINS:
             if self.domains is not None or p is not None:
-                raise ValueError(f"RunConfig: domains/domain_percent set but dataset={self.dataset!r} has no domains "
-                                 f"(feature-shift data sets: {', '.join(DOMAINS)})")
+                raise ValueError(
+                    f"RunConfig: domains/domain_percent set but dataset={self.dataset!r} has no domains "
+                    f"(feature-shift data sets: {', '.join(DOMAINS)})"
+                )
             return
         allowed, d = DOMAINS[self.dataset], self.domains
-        if d is not None and (not isinstance(d, tuple) or not d or any(x not in allowed for x in d)
-                              or len(set(d)) != len(d)):
-            raise ValueError(f"RunConfig.domains={d!r} must be None or a tuple of distinct {self.dataset} domains "
-                             f"from: {', '.join(allowed)}")
+        if d is not None and (
+            not isinstance(d, tuple) or not d or any(x not in allowed for x in d) or len(set(d)) != len(d)
+        ):
+            raise ValueError(
+                f"RunConfig.domains={d!r} must be None or a tuple of distinct {self.dataset} domains "
+                f"from: {', '.join(allowed)}"
+            )
         n = len(d) if d is not None else len(allowed)
         if self.n_clients != n:
-            raise ValueError(f"RunConfig.n_clients={self.n_clients!r} must equal the number of domains ({n}: one "
-                             f"client per domain, RunConfig.domains={d!r})")
+            raise ValueError(
+                f"RunConfig.n_clients={self.n_clients!r} must equal the number of domains ({n}: one "
+                f"client per domain, RunConfig.domains={d!r})"
+            )
 
 
 @dataclass(frozen=True)
@@ -124,27 +192,38 @@ class ModelConfig(Part):
     name: str = option("mlr", choices=tuple(MODELS), doc="see fedlib.models.MODELS")
     hidden: tuple | None = option(None, doc="hidden widths, one per hidden layer of the model; None = its default")
     attention: str = option("none", choices=ATTENTIONS, doc="pFedLA module after each conv layer")
-    attention_local: bool = option(True, when=lambda m: m.attention != "none", when_doc="attention is not 'none'",
-                                   doc="pFedLA: attention parameters stay on the client (False: the non-local ablation)")
+    attention_local: bool = option(
+        True,
+        when=lambda m: m.attention != "none",
+        when_doc="attention is not 'none'",
+        doc="pFedLA: attention parameters stay on the client (False: the non-local ablation)",
+    )
 
     def check(self, where=None, rename=None) -> None:
         h = self.hidden
-        if h is not None and not (isinstance(h, tuple) and all(isinstance(x, int) and not isinstance(x, bool)
-                                                                and x > 0 for x in h)):
+        if h is not None and not (
+            isinstance(h, tuple) and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in h)
+        ):
             raise ValueError(f"RunConfig.hidden={h!r} must be None or a tuple of positive ints")
         super().check(where, rename)
         if self.hidden is not None:
             want = len(MODELS[self.name].default_hidden)
             if len(self.hidden) != want:
-                raise ValueError(f"RunConfig.hidden={self.hidden!r} has {len(self.hidden)} widths but model="
-                                 f"{self.name!r} has {want} hidden layer(s) (default {MODELS[self.name].default_hidden})")
+                raise ValueError(
+                    f"RunConfig.hidden={self.hidden!r} has {len(self.hidden)} widths but model="
+                    f"{self.name!r} has {want} hidden layer(s) (default {MODELS[self.name].default_hidden})"
+                )
         check_attention(self.name, self.attention, prefix="RunConfig.")
 
     def __eq__(self, other):
         # ``cfg.model == "dnn"`` (the flat config's spelling, in notebooks and user code) compares the name
         if isinstance(other, str):
             return self.name == other
-        return NotImplemented if type(other) is not ModelConfig else dataclasses.astuple(self) == dataclasses.astuple(other)
+        return (
+            NotImplemented
+            if type(other) is not ModelConfig
+            else dataclasses.astuple(self) == dataclasses.astuple(other)
+        )
 
 
 @dataclass(frozen=True)
@@ -165,13 +244,22 @@ class LocalConfig(Part):
 
 @dataclass(frozen=True)
 class SelectionConfig(Part):
-    rule: str = option("uniform", choices=("uniform", "attention"),
-                       doc="uniform | attention (AdaFL Eq. 1-2: probabilities from model divergence)")
+    rule: str = option(
+        "uniform",
+        choices=("uniform", "attention"),
+        doc="uniform | attention (AdaFL Eq. 1-2: probabilities from model divergence)",
+    )
     clients_per_round: int | None = option(20, ge=1, doc="S clients uploading per round")
     fraction: float | None = option(None, gt=0, le=1, doc="C (instead of clients_per_round)")
     fraction_schedule: tuple | None = option(None, doc="AdaFL dynamic fraction (gamma_1, gamma_T, F[, T])")
-    attn_decay: float = option(0.9, ge=0, lt=1, when=lambda s: s.rule == "attention", when_doc="selection='attention'",
-                               doc="AdaFL alpha: decay of the previous attention score")
+    attn_decay: float = option(
+        0.9,
+        ge=0,
+        lt=1,
+        when=lambda s: s.rule == "attention",
+        when_doc="selection='attention'",
+        doc="AdaFL alpha: decay of the previous attention score",
+    )
 
     def check(self, where=None, rename=None) -> None:
         super().check(where, rename)
@@ -181,10 +269,14 @@ class SelectionConfig(Part):
         if fs is not None:
             numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in fs)
             if not numbers or len(fs) not in (3, 4):
-                raise ValueError(f"RunConfig.fraction_schedule={fs!r} must be (gamma_1, gamma_T, F) or "
-                                 "(gamma_1, gamma_T, F, T), e.g. AdaFL's (0.1, 0.5, 5)")
+                raise ValueError(
+                    f"RunConfig.fraction_schedule={fs!r} must be (gamma_1, gamma_T, F) or "
+                    "(gamma_1, gamma_T, F, T), e.g. AdaFL's (0.1, 0.5, 5)"
+                )
             if self.clients_per_round is not None or self.fraction is not None:
-                raise ValueError("RunConfig: fraction_schedule replaces clients_per_round and fraction; set both to None")
+                raise ValueError(
+                    "RunConfig: fraction_schedule replaces clients_per_round and fraction; set both to None"
+                )
 
     def __eq__(self, other):
         # ``cfg.selection == "attention"`` (the flat config's spelling) compares the rule
@@ -284,8 +376,10 @@ class RunConfig(Part):
                 return part, f
             if part == "method":
                 return "method", f
-            raise ValueError(f"unknown RunConfig field {name!r}; dotted names are data.*, model.*, local.*, "
-                             "selection.*, method.* (fields: " + ", ".join(flat_field_names()) + ")")
+            raise ValueError(
+                f"unknown RunConfig field {name!r}; dotted names are data.*, model.*, local.*, "
+                "selection.*, method.* (fields: " + ", ".join(flat_field_names()) + ")"
+            )
         if name in _FLAT:
             return _FLAT[name]
         if name in LEGACY or name in {x.name for x in fields(method)}:
@@ -310,8 +404,9 @@ class RunConfig(Part):
         bad = sorted(k for k, v in unused.items() if k not in LEGACY or v != LEGACY[k])
         if bad:
             own = ", ".join(sorted(names)) or "none"
-            raise ValueError(f"RunConfig: {', '.join(bad)} set but algorithm={method.NAME!r} does not use it "
-                             f"(its options: {own})")
+            raise ValueError(
+                f"RunConfig: {', '.join(bad)} set but algorithm={method.NAME!r} does not use it (its options: {own})"
+            )
         method = dataclasses.replace(method, **{k: v for k, v in m.items() if k in names})
         parts = {p: dataclasses.replace(getattr(self, p), **updates[p]) for p in _PARTS}
         top = {f: updates[""][f] if f in updates[""] else getattr(self, f) for f in _TOP}
@@ -360,19 +455,24 @@ class RunConfig(Part):
         self.method.check("RunConfig")
         m, s = self.method, self.selection
         if not m.SELECTS and (s.rule != "uniform" or s.fraction_schedule is not None):
-            raise ValueError(f"RunConfig: algorithm={m.NAME!r} selects no clients, so selection and "
-                             "fraction_schedule do not apply")
+            raise ValueError(
+                f"RunConfig: algorithm={m.NAME!r} selects no clients, so selection and fraction_schedule do not apply"
+            )
         if not m.SGD_EXTRAS:
             extra = [k for k in ("momentum", "weight_decay") if getattr(self.local, k)]
             if extra:
-                raise ValueError(f"RunConfig: {', '.join(extra)} set but algorithm={m.NAME!r} takes plain gradient "
-                                 "steps (its client procedure has no momentum or weight decay)")
+                raise ValueError(
+                    f"RunConfig: {', '.join(extra)} set but algorithm={m.NAME!r} takes plain gradient "
+                    "steps (its client procedure has no momentum or weight decay)"
+                )
         if s.fraction_schedule is not None:
             from .selection import StepFraction  # raises naming what is wrong
+
             fs = s.fraction_schedule
             StepFraction(float(fs[0]), float(fs[1]), fs[2], fs[3] if len(fs) == 4 else self.rounds)
         if self.device == "cuda":
             import torch
+
             if not torch.cuda.is_available():
                 raise ValueError("RunConfig.device='cuda' but no CUDA device is available; use 'auto' or 'cpu'")
         return self
@@ -384,6 +484,7 @@ class RunConfig(Part):
         if self.device != "auto":
             return self.device
         import torch
+
         return "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -402,8 +503,11 @@ def _switch_method(old: MethodOptions, name: str) -> MethodOptions:
     carried = old.changed()
     dropped = sorted(set(carried) - names)
     if dropped:
-        raise ValueError(f"RunConfig: switching algorithm {old.NAME!r} -> {name!r} would drop "
-                         + ", ".join(f"{k}={carried[k]!r}" for k in dropped) + f" ({name!r} does not use it)")
+        raise ValueError(
+            f"RunConfig: switching algorithm {old.NAME!r} -> {name!r} would drop "
+            + ", ".join(f"{k}={carried[k]!r}" for k in dropped)
+            + f" ({name!r} does not use it)"
+        )
     return cls(**carried)
 
 

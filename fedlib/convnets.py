@@ -25,6 +25,7 @@ channels), ECA (gamma = 2, b = 1) WITH a bias (the LeNet hybrid row needs it), `
 All nets use PyTorch's default initialisation. ``input_shape`` is (C, H, W); LeNet needs 28x28 for the
 published count (other sizes change its FC), AlexNet any size >= 63x63, MobileNetV2 any size >= 1.
 """
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -72,8 +73,15 @@ class LeNet(nn.Module):
     (6 channels) and ``attn2`` (16). ``attention_options`` override ``PFEDLA_ATTENTION['lenet']``.
     """
 
-    def __init__(self, input_shape=(3, 28, 28), n_classes: int = 10, hidden=(120, 84), attention: str = "none",
-                 padding: int = 0, **attention_options):
+    def __init__(
+        self,
+        input_shape=(3, 28, 28),
+        n_classes: int = 10,
+        hidden=(120, 84),
+        attention: str = "none",
+        padding: int = 0,
+        **attention_options,
+    ):
         super().__init__()
         _check_attention(attention)
         c, h, w = input_shape
@@ -110,11 +118,23 @@ class AlexNet(nn.Module):
     layers); the others get ``nn.Identity``.
     """
 
-    CONVS = ((64, 11, 4, 2, True), (192, 5, 1, 2, True), (384, 3, 1, 1, False), (256, 3, 1, 1, False),
-             (256, 3, 1, 1, True))  # (out channels, kernel, stride, padding, max-pool after)
+    CONVS = (
+        (64, 11, 4, 2, True),
+        (192, 5, 1, 2, True),
+        (384, 3, 1, 1, False),
+        (256, 3, 1, 1, False),
+        (256, 3, 1, 1, True),
+    )  # (out channels, kernel, stride, padding, max-pool after)
 
-    def __init__(self, input_shape=(3, 224, 224), n_classes: int = 10, hidden=(4096, 4096), attention: str = "none",
-                 slots: Iterable[int] = (1, 2, 3, 4, 5), **attention_options):
+    def __init__(
+        self,
+        input_shape=(3, 224, 224),
+        n_classes: int = 10,
+        hidden=(4096, 4096),
+        attention: str = "none",
+        slots: Iterable[int] = (1, 2, 3, 4, 5),
+        **attention_options,
+    ):
         super().__init__()
         _check_attention(attention)
         h1, h2 = _hidden("alexnet", hidden, 2)
@@ -178,11 +198,19 @@ class MobileNetV2(nn.Module):
     global average pool, Linear(1280, classes) (Table 9's final 1x1 conv). Slots ``blocks.{i}.attn``.
     """
 
-    SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
-                (6, 320, 1, 1))
+    SETTINGS = (
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    )
 
-    def __init__(self, input_shape=(3, 224, 224), n_classes: int = 1000, hidden=(), attention: str = "none",
-                 **attention_options):
+    def __init__(
+        self, input_shape=(3, 224, 224), n_classes: int = 1000, hidden=(), attention: str = "none", **attention_options
+    ):
         super().__init__()
         _check_attention(attention)
         if tuple(hidden):
@@ -210,4 +238,3 @@ NETS = {"lenet": LeNet, "alexnet": AlexNet, "mobilenetv2": MobileNetV2}
 
 
 __all__ = ["LeNet", "AlexNet", "MobileNetV2", "Bottleneck", "NETS", "PFEDLA_ATTENTION", "ATTENTION_OPTION_KEYS"]
-

@@ -16,6 +16,7 @@ Several experiments run as one queue, in the order named, a config shared by two
 a step (FedMCSA Table 1's winners) queues the experiment the step reads first, trains the queue so far, runs the
 step on the stored results, then queues its own configs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,6 +42,7 @@ class Experiment:
     ``after`` the experiment it was computed from. ``runs`` / ``missing_runs``: the configs with / without a stored
     result; ``table``: one summary row per run (``runner.run_configs``), ``frame``: per-round results
     (``runner.results_frame``), both over ``runs``."""
+
     name: str
     profile: str
     base: RunConfig
@@ -81,13 +83,18 @@ class Experiment:
 
     def summary(self) -> str:
         sets = sorted({c.get("dataset") for c in self.configs})
-        lines = [f"{self.name}, profile {self.profile}: {len(self.configs)} configs, {len(self.runs)} with results"
-                 f"{' (stored only: nothing trains)' if self.stored_only else ''}; data sets: {', '.join(sets) or '-'}"
-                 f"; absent: {', '.join(self.absent) or 'none'}"]
+        lines = [
+            f"{self.name}, profile {self.profile}: {len(self.configs)} configs, {len(self.runs)} with results"
+            f"{' (stored only: nothing trains)' if self.stored_only else ''}; data sets: {', '.join(sets) or '-'}"
+            f"; absent: {', '.join(self.absent) or 'none'}"
+        ]
         missing = self.missing_runs
         if missing:
-            lines.append(f"not in the store ({len(missing)}): " + "; ".join(c.label() for c in missing[:3])
-                         + (" ..." if len(missing) > 3 else ""))
+            lines.append(
+                f"not in the store ({len(missing)}): "
+                + "; ".join(c.label() for c in missing[:3])
+                + (" ..." if len(missing) > 3 else "")
+            )
         return "\n".join(lines)
 
     __str__ = summary
@@ -117,10 +124,20 @@ def _matches(cfg: RunConfig, where: dict) -> bool:
     return all(cfg.get(k) in v if isinstance(v, list) else cfg.get(k) == v for k, v in where.items())
 
 
-def experiment(name: str, profile: str | None = None, *, seeds=None, stored_only: bool = False,
-               where: dict | None = None, fields: dict | None = None, jobs: int = 1, progress: bool = True,
-               inputs: dict | None = None, store: Store | str | None = None,
-               available: "profiles.Available | None" = None) -> Experiment:
+def experiment(
+    name: str,
+    profile: str | None = None,
+    *,
+    seeds=None,
+    stored_only: bool = False,
+    where: dict | None = None,
+    fields: dict | None = None,
+    jobs: int = 1,
+    progress: bool = True,
+    inputs: dict | None = None,
+    store: Store | str | None = None,
+    available: "profiles.Available | None" = None,
+) -> Experiment:
     """Experiment ``name`` at ``profile`` (env FEDLIB_PROFILE wins; default 'quick') over the data sets present:
     trained where not stored (``jobs`` at a time), or with ``stored_only`` read from the store only (nothing trains;
     ``missing_runs`` lists the rest). ``seeds``: only these seeds (every cell's); ``where``: ``{field: value or
@@ -137,8 +154,9 @@ def experiment(name: str, profile: str | None = None, *, seeds=None, stored_only
     if name in profiles.STEPS:
         prior, keyword, step = profiles.STEPS[name]
         if keyword not in inputs:
-            after = experiment(prior, profile, stored_only=stored_only, jobs=jobs, progress=progress, store=store,
-                               available=available)
+            after = experiment(
+                prior, profile, stored_only=stored_only, jobs=jobs, progress=progress, store=store, available=available
+            )
             inputs[keyword] = step(after.configs, store)
     base, grid = profiles.get(name, profile, available, **inputs)
     grid, absent = profiles.available_cells(profiles.flat_cells(grid), base, available)
@@ -168,18 +186,28 @@ def status(profile: str | None = None, where: dict | None = None):
         cfgs, done = ex.configs, ex.runs
         hours = sum(store.meta(c).get("wall_seconds", 0) for c in done) / 3600
         going = [i for c in cfgs if c not in done and (i := store.checkpoint(c).info())]
-        rows.append({"experiment": name, "configs": len(cfgs), "stored": len(done), "to run": len(cfgs) - len(done),
-                     "resumable (round/T)": ", ".join(f"{i['round']}/{i['rounds']}" for i in going),
-                     "stored wall h": round(hours, 1),
-                     "absent data": ", ".join(ex.absent) or ("" if cfgs else "all (no cells)")})
+        rows.append(
+            {
+                "experiment": name,
+                "configs": len(cfgs),
+                "stored": len(done),
+                "to run": len(cfgs) - len(done),
+                "resumable (round/T)": ", ".join(f"{i['round']}/{i['rounds']}" for i in going),
+                "stored wall h": round(hours, 1),
+                "absent data": ", ".join(ex.absent) or ("" if cfgs else "all (no cells)"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("experiment", nargs="+", choices=["status"] + sorted(profiles.EXPERIMENTS),
-                    help="one or more experiments (one queue), or 'status': one line per experiment, stored / to "
-                         "run, runs nothing")
+    ap.add_argument(
+        "experiment",
+        nargs="+",
+        choices=["status"] + sorted(profiles.EXPERIMENTS),
+        help="one or more experiments (one queue), or 'status': one line per experiment, stored / to run, runs nothing",
+    )
     ap.add_argument("--profile", default=None, help="smoke | quick | paper (default: FEDLIB_PROFILE or quick)")
     ap.add_argument("--where", action="append", default=[], help="FIELD=VALUE filter, e.g. seed=0 or method.mu=0.1")
     ap.add_argument("--jobs", type=int, default=1, help="configs trained at a time, one process each (default 1)")
@@ -195,8 +223,10 @@ def main(argv=None) -> int:
         except ValueError:
             k = None
         if k is None:
-            ap.error(f"--where={w!r} must be FIELD=VALUE with FIELD a config field, flat or dotted (method.mu): "
-                     f"{', '.join(sorted(flat_field_names()))}")
+            ap.error(
+                f"--where={w!r} must be FIELD=VALUE with FIELD a config field, flat or dotted (method.mu): "
+                f"{', '.join(sorted(flat_field_names()))}"
+            )
         try:
             where[k] = ast.literal_eval(v)
         except (ValueError, SyntaxError):
@@ -235,8 +265,10 @@ def main(argv=None) -> int:
             flush()  # the step reads the stored results of the experiment before it: train those first
             before = experiment(prior, args.profile, stored_only=True, progress=False, store=store)
             inputs[keyword] = step(before.configs, store)
-            print(f"step {step.__name__}: {len(inputs[keyword])} {keyword} from {len(before.runs)} of "
-                  f"{len(before.configs)} {prior} runs stored")
+            print(
+                f"step {step.__name__}: {len(inputs[keyword])} {keyword} from {len(before.runs)} of "
+                f"{len(before.configs)} {prior} runs stored"
+            )
         ex = experiment(name, args.profile, where=where, stored_only=True, progress=False, inputs=inputs, store=store)
         queue += [c for c in ex.configs if c.key() not in seen and not seen.add(c.key())]
         missing += [m for m in ex.absent if m not in missing]

@@ -40,6 +40,7 @@ the whole attention module, its BN included, is what "sharing the attention" mea
 layers are the backbone's BN layers (those of the FedBN paper's models). To keep CA's BN local as well
 under FedBN with shared attention, add the marker: ``shared_except("bn", "ca.norm")``.
 """
+
 from __future__ import annotations
 
 import math
@@ -91,7 +92,7 @@ class ECA(nn.Module):
         self.conv = nn.Conv1d(1, 1, self.k, padding=(self.k - 1) // 2, bias=bias)
 
     def mask(self, x: torch.Tensor) -> torch.Tensor:
-        z = x.mean(dim=(2, 3)).unsqueeze(1)                 # (N, 1, C): channels as the 1-D axis
+        z = x.mean(dim=(2, 3)).unsqueeze(1)  # (N, 1, C): channels as the 1-D axis
         return torch.sigmoid(self.conv(z)).squeeze(1)[:, :, None, None]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -105,18 +106,18 @@ class CA(nn.Module):
         super().__init__()
         self.mid = max(min_mid, channels // reduction, 1)
         self.reduce = nn.Conv2d(channels, self.mid, 1)
-        self.norm = nn.BatchNorm2d(self.mid)                # named "norm", not "bn": see the module docstring
-        self.act = nn.Hardswish()                           # h-swish: x relu6(x + 3) / 6
+        self.norm = nn.BatchNorm2d(self.mid)  # named "norm", not "bn": see the module docstring
+        self.act = nn.Hardswish()  # h-swish: x relu6(x + 3) / 6
         self.conv_h = nn.Conv2d(self.mid, channels, 1)
         self.conv_w = nn.Conv2d(self.mid, channels, 1)
 
     def mask(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[2], x.shape[3]
-        x_h = x.mean(dim=3, keepdim=True)                   # (N, C, H, 1): pooled along W
-        x_w = x.mean(dim=2, keepdim=True).transpose(2, 3)   # (N, C, W, 1): pooled along H
+        x_h = x.mean(dim=3, keepdim=True)  # (N, C, H, 1): pooled along W
+        x_w = x.mean(dim=2, keepdim=True).transpose(2, 3)  # (N, C, W, 1): pooled along H
         y = self.act(self.norm(self.reduce(torch.cat([x_h, x_w], dim=2))))
         y_h, y_w = torch.split(y, [h, w], dim=2)
-        a_h = torch.sigmoid(self.conv_h(y_h))               # (N, C, H, 1)
+        a_h = torch.sigmoid(self.conv_h(y_h))  # (N, C, H, 1)
         a_w = torch.sigmoid(self.conv_w(y_w.transpose(2, 3)))  # (N, C, 1, W)
         return a_h * a_w
 
@@ -129,8 +130,16 @@ class Hybrid(nn.Module):
 
     MECHANISMS = ("se", "eca", "ca")
 
-    def __init__(self, channels: int, se_reduction: int = 16, ca_reduction: int = 32, ca_min_mid: int = 8,
-                 eca_gamma: float = 2, eca_b: float = 1, eca_bias: bool = False):
+    def __init__(
+        self,
+        channels: int,
+        se_reduction: int = 16,
+        ca_reduction: int = 32,
+        ca_min_mid: int = 8,
+        eca_gamma: float = 2,
+        eca_b: float = 1,
+        eca_bias: bool = False,
+    ):
         super().__init__()
         self.se = SE(channels, se_reduction)
         self.eca = ECA(channels, eca_gamma, eca_b, eca_bias)
@@ -149,8 +158,17 @@ class Hybrid(nn.Module):
         return x * self.mask(x)
 
 
-def make_attention(kind: str, channels: int, *, se_reduction: int = 16, ca_reduction: int = 32,
-                   ca_min_mid: int = 8, eca_gamma: float = 2, eca_b: float = 1, eca_bias: bool = False) -> nn.Module:
+def make_attention(
+    kind: str,
+    channels: int,
+    *,
+    se_reduction: int = 16,
+    ca_reduction: int = 32,
+    ca_min_mid: int = 8,
+    eca_gamma: float = 2,
+    eca_b: float = 1,
+    eca_bias: bool = False,
+) -> nn.Module:
     """The attention module for one slot: ``kind`` in none | se | eca | ca | hybrid (none: ``nn.Identity``).
 
     The keyword defaults are the original papers' (SE r = 16, CA r = 32 with 8 mid channels at least,

@@ -14,6 +14,7 @@ stay below the threshold, unchanged. The cost: a process's resident memory stays
 Called by ``runner.train`` for CPU runs and by the benchmark; ``FEDLIB_MALLOC=default`` leaves glibc as it is.
 No-op (returns False) off Linux/glibc (e.g. musl, macOS, Windows).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -41,6 +42,7 @@ def keep_freed_memory() -> bool:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):  # not glibc
         return _applied
-    _applied = all(mallopt(p, v) == 1 for p, v in ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 1 << 30),
-                                                    (M_TOP_PAD, 256 << 20)))
+    _applied = all(
+        mallopt(p, v) == 1 for p, v in ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 1 << 30), (M_TOP_PAD, 256 << 20))
+    )
     return _applied

@@ -10,6 +10,7 @@ average of the last l rounds (AdaFL, l = 10), rounds to reach a target (AdaFL: t
 round at which the mean of the last 5 rounds exceeds the target), communication cost
 (AdaFL: model uploads, sum over rounds of gamma^(t) M).
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,9 @@ from .models import linear_chain
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, params: dict[str, torch.Tensor], split: Split, per_client: bool,
-             chunk: int = 8192) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def evaluate(
+    model: nn.Module, params: dict[str, torch.Tensor], split: Split, per_client: bool, chunk: int = 8192
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(correct, loss_sum, n) per client of ``split``.
 
     ``per_client=False``: ``params`` is one model (no client axis) used for every client, so
@@ -42,10 +44,10 @@ def evaluate(model: nn.Module, params: dict[str, torch.Tensor], split: Split, pe
     if not per_client:
         owner = torch.repeat_interleave(torch.arange(n_clients, device=split.x.device), split.sizes)
         for a in range(0, len(split.y), chunk):
-            x, y = split.x[a:a + chunk].to(dtype), split.y[a:a + chunk]
+            x, y = split.x[a : a + chunk].to(dtype), split.y[a : a + chunk]
             out = functional_call(model, params, (x,))
-            correct.index_add_(0, owner[a:a + chunk], (out.argmax(1) == y).to(torch.float64))
-            loss.index_add_(0, owner[a:a + chunk], F.cross_entropy(out, y, reduction="none").to(torch.float64))
+            correct.index_add_(0, owner[a : a + chunk], (out.argmax(1) == y).to(torch.float64))
+            loss.index_add_(0, owner[a : a + chunk], F.cross_entropy(out, y, reduction="none").to(torch.float64))
     else:
         layers = linear_chain(model)
         for i in range(n_clients):

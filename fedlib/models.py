@@ -25,6 +25,7 @@ Capabilities are declared, not guessed from names (issue "Engine v2", item 5):
 
 New entries are covered by the contract tests in ``tests/test_models.py`` automatically.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,12 +45,13 @@ KERNELS = ("chain", "vmap", "loop")  # executor kernels, fastest first (see ``ke
 class ModelSpec:
     """A registry entry. ``kernel`` declares what the built model is (checked by ``kernel_of`` and the
     contract tests): "chain" for Linear chains, "vmap" for buffer-free models, "loop" for models with buffers."""
+
     name: str
     build: Callable[..., nn.Module]  # build(input_shape, n_classes, hidden[, attention=]) -> nn.Module
     default_hidden: tuple[int, ...]
     doc: str
-    attention_slots: bool = False    # build takes attention= (pFedLA's local attention after each conv layer)
-    kernel: str = "chain"            # executor kernel of the built model, one of KERNELS (see ``kernel_of``)
+    attention_slots: bool = False  # build takes attention= (pFedLA's local attention after each conv layer)
+    kernel: str = "chain"  # executor kernel of the built model, one of KERNELS (see ``kernel_of``)
     example_shapes: tuple[tuple[int, ...], ...] = ((60,), (1, 28, 28))  # inputs it takes (contract tests)
 
     def __post_init__(self):
@@ -91,31 +93,76 @@ def fedmix_cnn(input_shape, n_classes, hidden=(512, 512)) -> nn.Module:
     h1, h2 = tuple(hidden)[:2]
     conv = lambda i, o: [nn.Conv2d(i, o, kernel_size=3, stride=1, padding=1), nn.ReLU()]
     return nn.Sequential(
-        *conv(c, 32), *conv(32, 64), nn.MaxPool2d(2, 2),
-        *conv(64, 128), *conv(128, 128), nn.MaxPool2d(2, 2), nn.Dropout(0.1),
-        *conv(128, 256), *conv(256, 256), nn.MaxPool2d(2, 2), nn.Dropout(0.1),
-        nn.Flatten(), nn.Linear(256 * (h // 8) * (w // 8), h1), nn.ReLU(), nn.Linear(h1, h2), nn.ReLU(),
-        nn.Dropout(0.1), nn.Linear(h2, n_classes))
+        *conv(c, 32),
+        *conv(32, 64),
+        nn.MaxPool2d(2, 2),
+        *conv(64, 128),
+        *conv(128, 128),
+        nn.MaxPool2d(2, 2),
+        nn.Dropout(0.1),
+        *conv(128, 256),
+        *conv(256, 256),
+        nn.MaxPool2d(2, 2),
+        nn.Dropout(0.1),
+        nn.Flatten(),
+        nn.Linear(256 * (h // 8) * (w // 8), h1),
+        nn.ReLU(),
+        nn.Linear(h1, h2),
+        nn.ReLU(),
+        nn.Dropout(0.1),
+        nn.Linear(h2, n_classes),
+    )
 
 
 MODELS: dict[str, ModelSpec] = {
     "mlr": ModelSpec("mlr", lambda s, c, h=(): _chain(s, c, ()), (), "softmax regression (FedMCSA/pFedMe MLR)"),
-    "dnn": ModelSpec("dnn", lambda s, c, h=(100,): _chain(s, c, tuple(h)[:1]), (100,),
-                     "one hidden ReLU layer (FedMCSA/pFedMe DNN; 20 units on Synthetic, 100 on images)"),
-    "mlp": ModelSpec("mlp", lambda s, c, h=(200, 200): _chain(s, c, tuple(h)[:2]), (200, 200),
-                     "two hidden ReLU layers (McMahan et al. 2NN, AdaFL's 784-200-200-10)"),
-    "cnn": ModelSpec("cnn", fedmix_cnn, (512, 512),
-                     "FedMix's CIFAR-10 CNN (6 conv3x3 32-64-128-128-256-256, 3 maxpools, FC 512-512; AdaFL's CIFAR-10 model)",
-                     kernel="vmap", example_shapes=((3, 32, 32), (1, 28, 28))),
-    "lenet": ModelSpec("lenet", lambda s, c, h=(120, 84), attention="none": convnets.LeNet(s, c, h, attention),
-                       (120, 84), "LeNet with BN, pFedLA Table 7 (digits, 3x28x28)",
-                       attention_slots=True, kernel="loop", example_shapes=((3, 28, 28), (3, 32, 32))),
-    "alexnet": ModelSpec("alexnet", lambda s, c, h=(4096, 4096), attention="none": convnets.AlexNet(s, c, h, attention),
-                         (4096, 4096), "AlexNet with BN, pFedLA Table 8 = FedBN's AlexNet (Office, 3x224x224)",
-                         attention_slots=True, kernel="loop", example_shapes=((3, 224, 224), (3, 64, 64))),
-    "mobilenetv2": ModelSpec("mobilenetv2", lambda s, c, h=(), attention="none": convnets.MobileNetV2(s, c, h, attention),
-                             (), "MobileNetV2 with pFedLA Table 10's bottleneck, classification head",
-                             attention_slots=True, kernel="loop", example_shapes=((3, 28, 28), (3, 64, 64))),
+    "dnn": ModelSpec(
+        "dnn",
+        lambda s, c, h=(100,): _chain(s, c, tuple(h)[:1]),
+        (100,),
+        "one hidden ReLU layer (FedMCSA/pFedMe DNN; 20 units on Synthetic, 100 on images)",
+    ),
+    "mlp": ModelSpec(
+        "mlp",
+        lambda s, c, h=(200, 200): _chain(s, c, tuple(h)[:2]),
+        (200, 200),
+        "two hidden ReLU layers (McMahan et al. 2NN, AdaFL's 784-200-200-10)",
+    ),
+    "cnn": ModelSpec(
+        "cnn",
+        fedmix_cnn,
+        (512, 512),
+        "FedMix's CIFAR-10 CNN (6 conv3x3 32-64-128-128-256-256, 3 maxpools, FC 512-512; AdaFL's CIFAR-10 model)",
+        kernel="vmap",
+        example_shapes=((3, 32, 32), (1, 28, 28)),
+    ),
+    "lenet": ModelSpec(
+        "lenet",
+        lambda s, c, h=(120, 84), attention="none": convnets.LeNet(s, c, h, attention),
+        (120, 84),
+        "LeNet with BN, pFedLA Table 7 (digits, 3x28x28)",
+        attention_slots=True,
+        kernel="loop",
+        example_shapes=((3, 28, 28), (3, 32, 32)),
+    ),
+    "alexnet": ModelSpec(
+        "alexnet",
+        lambda s, c, h=(4096, 4096), attention="none": convnets.AlexNet(s, c, h, attention),
+        (4096, 4096),
+        "AlexNet with BN, pFedLA Table 8 = FedBN's AlexNet (Office, 3x224x224)",
+        attention_slots=True,
+        kernel="loop",
+        example_shapes=((3, 224, 224), (3, 64, 64)),
+    ),
+    "mobilenetv2": ModelSpec(
+        "mobilenetv2",
+        lambda s, c, h=(), attention="none": convnets.MobileNetV2(s, c, h, attention),
+        (),
+        "MobileNetV2 with pFedLA Table 10's bottleneck, classification head",
+        attention_slots=True,
+        kernel="loop",
+        example_shapes=((3, 28, 28), (3, 64, 64)),
+    ),
 }
 
 
@@ -124,12 +171,21 @@ def check_attention(name: str, attention: str, prefix: str = "") -> None:
     (``prefix``, e.g. 'RunConfig.', says where the value came from)."""
     if attention != "none" and not MODELS[name].attention_slots:
         slotted = ", ".join(n for n, m in MODELS.items() if m.attention_slots)
-        raise ValueError(f"{prefix}attention={attention!r} needs a model with attention slots ({slotted}); "
-                         f"model={name!r} has none (use attention='none')")
+        raise ValueError(
+            f"{prefix}attention={attention!r} needs a model with attention slots ({slotted}); "
+            f"model={name!r} has none (use attention='none')"
+        )
 
 
-def build_model(name: str, input_shape, n_classes: int, hidden=None, seed: int | None = None,
-                dtype=torch.float32, attention: str = "none") -> nn.Module:
+def build_model(
+    name: str,
+    input_shape,
+    n_classes: int,
+    hidden=None,
+    seed: int | None = None,
+    dtype=torch.float32,
+    attention: str = "none",
+) -> nn.Module:
     """Build registry model ``name``; ``seed`` makes the initial weights reproducible.
 
     ``attention`` (none | se | eca | ca | hybrid): pFedLA's local attention, for models with attention

@@ -9,6 +9,7 @@ range, names not in ``choices``, and a value set where ``when`` says the field d
 
 This module imports nothing from fedlib, so models, data and algorithms can all depend on it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,13 +20,22 @@ from typing import Callable, ClassVar
 _KINDS = ("bool", "int", "float", "str", "tuple")
 
 
-def option(default, *, doc: str = "", ge=None, gt=None, le=None, lt=None, choices=None,
-           when: Callable | None = None, when_doc: str = ""):
+def option(
+    default,
+    *,
+    doc: str = "",
+    ge=None,
+    gt=None,
+    le=None,
+    lt=None,
+    choices=None,
+    when: Callable | None = None,
+    when_doc: str = "",
+):
     """A dataclass field with its checks: bounds ``ge``/``gt``/``le``/``lt``, allowed ``choices``, and
     ``when(part) -> bool`` (with ``when_doc``, e.g. "dataset='synthetic'"): where the field applies; a
     value other than the default where it does not apply is refused."""
-    meta = {"doc": doc, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "when": when,
-            "when_doc": when_doc}
+    meta = {"doc": doc, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "when": when, "when_doc": when_doc}
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -93,8 +103,10 @@ def _check_bounds(name: str, v, m: dict) -> None:
     if not (low_bad or high_bad):
         return
     if lo is not None and hi is not None:
-        raise ValueError(f"{name} must be in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
-                         + (f" ({m['doc']})" if m.get("doc") else ""))
+        raise ValueError(
+            f"{name} must be in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+            + (f" ({m['doc']})" if m.get("doc") else "")
+        )
     if low_bad:
         raise ValueError(f"{name} must be > {lo}" if lo_open and v == lo else f"{name} must be a number >= {lo}")
     raise ValueError(f"{name} must be a number {'<' if hi_open else '<='} {hi}")
@@ -123,6 +135,7 @@ class MethodOptions(Part):
     round (Local does not, so selection options do not apply to it). ``SGD_EXTRAS``: its client procedure
     honours SGD momentum and weight decay (pFedMe's and Per-FedAvg's steps are plain gradient steps).
     """
+
     NAME: ClassVar[str] = ""
     SELECTS: ClassVar[bool] = True
     SGD_EXTRAS: ClassVar[bool] = True

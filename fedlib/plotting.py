@@ -4,6 +4,7 @@
 Figures are saved as ``figures/<name>.<profile>.png``: a smoke run in CI never overwrites
 the committed quick- or paper-profile figures. ``FEDLIB_FIGURES`` moves the folder.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,11 @@ def savefig(fig, name: str, profile: str) -> Path:
     return path
 
 
-ACCURACY_LABELS = {"test_acc": "sample-weighted mean test accuracy", "test_acc_mean": "unweighted mean test accuracy",
-                   "global_test_acc": "global test accuracy"}
+ACCURACY_LABELS = {
+    "test_acc": "sample-weighted mean test accuracy",
+    "test_acc_mean": "unweighted mean test accuracy",
+    "global_test_acc": "global test accuracy",
+}
 
 
 def late_range(frame: pd.DataFrame, metric: str, skip: float = 0.1, pad: float = 0.01) -> tuple[float, float]:
@@ -43,8 +47,14 @@ def late_range(frame: pd.DataFrame, metric: str, skip: float = 0.1, pad: float =
     return max(0.0, float(late.min()) - pad), min(1.0, float(late.max()) + pad / 2)
 
 
-def accuracy_curves(frame: pd.DataFrame, hue: str = "algorithm", metrics=("test_acc", "test_acc_mean"), title: str = "",
-                    zoom: bool = False, panels: str | None = None):
+def accuracy_curves(
+    frame: pd.DataFrame,
+    hue: str = "algorithm",
+    metrics=("test_acc", "test_acc_mean"),
+    title: str = "",
+    zoom: bool = False,
+    panels: str | None = None,
+):
     """Mean test accuracy per round (one panel per metric), mean over seeds with a band. ``zoom``: accuracy
     panels show only the range after the first tenth of the rounds (``late_range``, over the whole frame, so
     panels of one metric share it). ``panels``: a column of ``frame``; one panel per metric and value of it
@@ -57,7 +67,9 @@ def accuracy_curves(frame: pd.DataFrame, hue: str = "algorithm", metrics=("test_
     fig, axes = plt.subplots(1, len(cells), figsize=(5.5 * len(cells), 3.8), squeeze=False)
     for ax, (m, v) in zip(axes[0], cells):
         data = frame if v is None else frame[frame[panels] == v]
-        sns.lineplot(data=data, x="round", y=m, hue=hue, errorbar=("sd", 1), ax=ax, **({"linewidth": 0.8} if zoom else {}))
+        sns.lineplot(
+            data=data, x="round", y=m, hue=hue, errorbar=("sd", 1), ax=ax, **({"linewidth": 0.8} if zoom else {})
+        )
         ax.set_ylabel(ACCURACY_LABELS.get(m, m))
         if v is not None:
             ax.set_title(str(v))
@@ -101,8 +113,14 @@ def paper_vs_ours_bars(cmp: pd.DataFrame, title: str = ""):
         sub = cmp[(cmp.dataset == d) & (cmp.model == m)]
         x = range(len(sub))
         ax.bar([i - 0.2 for i in x], sub.paper.fillna(0), width=0.4, label="paper", color="#bbbbbb")
-        ax.bar([i + 0.2 for i in x], sub.ours_weighted, width=0.4, yerr=sub.ours_weighted_std.fillna(0),
-               label="ours", color="#1f77b4")
+        ax.bar(
+            [i + 0.2 for i in x],
+            sub.ours_weighted,
+            width=0.4,
+            yerr=sub.ours_weighted_std.fillna(0),
+            label="ours",
+            color="#1f77b4",
+        )
         ax.set_xticks(list(x))
         ax.set_xticklabels(sub.algorithm, rotation=45, ha="right")
         ax.set_title(f"{d} / {m}")

@@ -9,6 +9,7 @@ its output as an argument (``get(name, profile, winners=...)``); ``fedlib.experi
 A notebook or a script asks for ``fedlib.experiment(name, profile)`` (``fedlib.experiments``), which uses ``get``
 and ``available_cells``; so no notebook carries its own hyperparameters.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ class Available:
     """Which data sets are under the data root: the only input an experiment's grid takes besides the profile.
     ``datasets``: the data sets present (Synthetic is generated, so always); ``domains``: for each feature-shift data
     set, the domains present (empty: absent)."""
+
     datasets: frozenset = frozenset({"synthetic"})
     domains: tuple = ()  # ((data set, (domain, ...)), ...)
 
@@ -32,8 +34,10 @@ class Available:
 
         flat = {d for d in ("mnist", "fmnist", "cifar10") if readers.available(d, root)}
         present = domains.available(root) if root is not None else domains.available()
-        return cls(frozenset({"synthetic"} | flat | {d for d, doms in present.items() if doms}),
-                   tuple((d, tuple(doms)) for d, doms in present.items()))
+        return cls(
+            frozenset({"synthetic"} | flat | {d for d, doms in present.items() if doms}),
+            tuple((d, tuple(doms)) for d, doms in present.items()),
+        )
 
     def domains_of(self, dataset: str) -> tuple:
         """The domains of a feature-shift data set that are present (empty when it is absent)."""
@@ -48,12 +52,18 @@ class Available:
 def quickstart(profile: str, available: Available | None = None):
     base = RunConfig.of(model="dnn", hidden=(20,))
     return {
-        "smoke": (base.replace(n_clients=10, clients_per_round=5, rounds=5, local_steps=5),
-                  [{"algorithm": "fedavg"}, {"algorithm": "fedprox", "mu": 0.1}]),
-        "quick": (base.replace(rounds=150),
-                  [{"algorithm": "fedavg", "seed": [0, 1]}, {"algorithm": "fedprox", "mu": 0.1, "seed": [0, 1]}]),
-        "paper": (base.replace(rounds=800),
-                  [{"algorithm": "fedavg", "seed": [0, 1, 2]}, {"algorithm": "fedprox", "mu": 0.1, "seed": [0, 1, 2]}]),
+        "smoke": (
+            base.replace(n_clients=10, clients_per_round=5, rounds=5, local_steps=5),
+            [{"algorithm": "fedavg"}, {"algorithm": "fedprox", "mu": 0.1}],
+        ),
+        "quick": (
+            base.replace(rounds=150),
+            [{"algorithm": "fedavg", "seed": [0, 1]}, {"algorithm": "fedprox", "mu": 0.1, "seed": [0, 1]}],
+        ),
+        "paper": (
+            base.replace(rounds=800),
+            [{"algorithm": "fedavg", "seed": [0, 1, 2]}, {"algorithm": "fedprox", "mu": 0.1, "seed": [0, 1, 2]}],
+        ),
     }[profile]
 
 
@@ -62,8 +72,9 @@ EXPERIMENTS = {"quickstart": quickstart, **fedmcsa.EXPERIMENTS, **adafl.EXPERIME
 STEPS = {**fedmcsa.STEPS}
 
 
-def get(name: str, profile: str | None = None, available: Available | None = None,
-        **inputs) -> tuple[RunConfig, list[dict]]:
+def get(
+    name: str, profile: str | None = None, available: Available | None = None, **inputs
+) -> tuple[RunConfig, list[dict]]:
     """(base config, grid) of experiment ``name`` at ``profile`` (env FEDLIB_PROFILE wins, default 'quick') for the
     data ``available`` (default: what is under the data root now). An experiment with a step (``STEPS``) takes the
     step's output by its keyword, e.g. ``get('fedmcsa_table1', 'paper', winners=...)``."""
@@ -74,8 +85,10 @@ def get(name: str, profile: str | None = None, available: Available | None = Non
     if name in STEPS:
         after, keyword, step = STEPS[name]
         if keyword not in inputs:
-            raise ValueError(f"experiment={name!r} takes {keyword}=..., the output of the step "
-                             f"{step.__module__}.{step.__name__} over {after!r}'s runs (fedlib.experiment runs it)")
+            raise ValueError(
+                f"experiment={name!r} takes {keyword}=..., the output of the step "
+                f"{step.__module__}.{step.__name__} over {after!r}'s runs (fedlib.experiment runs it)"
+            )
     return EXPERIMENTS[name](profile, available, **inputs)
 
 
@@ -84,8 +97,10 @@ def flat_name(name: str) -> str:
     the allowed names when there is none."""
     flat = name.rsplit(".", 1)[-1]
     if flat not in flat_field_names():
-        raise ValueError(f"{name!r} is not a config field; fields (flat, or dotted such as method.mu, local.lr): "
-                         f"{', '.join(sorted(flat_field_names()))}")
+        raise ValueError(
+            f"{name!r} is not a config field; fields (flat, or dotted such as method.mu, local.lr): "
+            f"{', '.join(sorted(flat_field_names()))}"
+        )
     return flat
 
 
@@ -103,8 +118,9 @@ def flat_cells(grid: list[dict]) -> list[dict]:
     return out
 
 
-def available_cells(grid: list[dict], base: RunConfig,
-                    available: Available | None = None) -> tuple[list[dict], list[str]]:
+def available_cells(
+    grid: list[dict], base: RunConfig, available: Available | None = None
+) -> tuple[list[dict], list[str]]:
     """The grid cells whose data set is present, and the names of the absent data sets. A cell that names no data
     set uses ``base``'s (AdaFL's cells take MNIST from the base config), and a cell that names no domains uses
     ``base``'s domains (pFedLA's digits cells run on the domains present, which ``base`` lists)."""

@@ -2,6 +2,7 @@
 published number. Each paper's own reports live in its module: ``fedlib.papers.fedmcsa`` (Table 1's tuning),
 ``fedlib.papers.adafl`` (best / last-10 / rounds and cost to a target), ``fedlib.papers.pfedla`` (per-domain
 accuracy, arrows, paired gains)."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -12,9 +13,14 @@ from . import paper_data
 def ours_summary(table: pd.DataFrame, keys=("dataset", "model", "algorithm")) -> pd.DataFrame:
     """Mean and std over seeds of the best (over rounds) sample-weighted and unweighted mean accuracies, in %."""
     g = table.groupby(list(keys))
-    out = pd.DataFrame({
-        "ours_weighted": g.best_acc.mean() * 100, "ours_weighted_std": g.best_acc.std(ddof=0) * 100,
-        "ours_unweighted": g.best_acc_mean.mean() * 100, "runs": g.size()})
+    out = pd.DataFrame(
+        {
+            "ours_weighted": g.best_acc.mean() * 100,
+            "ours_weighted_std": g.best_acc.std(ddof=0) * 100,
+            "ours_unweighted": g.best_acc_mean.mean() * 100,
+            "runs": g.size(),
+        }
+    )
     return out.reset_index()
 
 

@@ -5,6 +5,7 @@
 validates them all before training any, skips those already stored, and stores each run as
 soon as it finishes: an interrupted grid resumes where it stopped and loses nothing finished.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -27,13 +28,24 @@ from .store import Store
 
 def _meta(cfg: RunConfig, device: str, seconds: float, executor: str) -> dict:
     import numpy
+
     import fedlib
+
     commit = git_commit()
     dev = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine()
-    return {"fedlib": fedlib.__version__, "torch": torch.__version__, "numpy": numpy.__version__,
-            "python": platform.python_version(), "git_commit": commit, "device": device, "device_name": dev,
-            "executor": executor, "threads": torch.get_num_threads(), "wall_seconds": round(seconds, 3),
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return {
+        "fedlib": fedlib.__version__,
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+        "git_commit": commit,
+        "device": device,
+        "device_name": dev,
+        "executor": executor,
+        "threads": torch.get_num_threads(),
+        "wall_seconds": round(seconds, 3),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
 
 
 def train(cfg: RunConfig, progress: bool = True, data_root=None, checkpoint: Checkpoint | None = None) -> RunResult:
@@ -46,15 +58,29 @@ def train(cfg: RunConfig, progress: bool = True, data_root=None, checkpoint: Che
     dtype = getattr(torch, cfg.dtype)
     data = load_federated(cfg, data_root).to(device, dtype)
     m = cfg.model
-    model = build_model(m.name, data.input_shape, data.n_classes, m.hidden, seed=cfg.seed, dtype=dtype,
-                        attention=m.attention).to(device)
+    model = build_model(
+        m.name, data.input_shape, data.n_classes, m.hidden, seed=cfg.seed, dtype=dtype, attention=m.attention
+    ).to(device)
     algorithm = build_algorithm(cfg, n_samples=data.train.sizes.cpu().numpy())
     executor = make_executor(cfg.executor, model, group_bytes=_GROUP_BYTES)
     t0 = time.perf_counter()
-    result = simulate(algorithm, data, model, executor, cfg.rounds, local_steps=cfg.local_steps,
-                      local_epochs=cfg.local_epochs, batch_size=cfg.batch_size, seed=cfg.seed,
-                      eval_every=cfg.eval_every, eval_train=cfg.eval_train, progress=progress,
-                      desc=f"{cfg.algorithm} {cfg.dataset}/{m.name}", lr_decay=cfg.lr_decay, checkpoint=checkpoint)
+    result = simulate(
+        algorithm,
+        data,
+        model,
+        executor,
+        cfg.rounds,
+        local_steps=cfg.local_steps,
+        local_epochs=cfg.local_epochs,
+        batch_size=cfg.batch_size,
+        seed=cfg.seed,
+        eval_every=cfg.eval_every,
+        eval_train=cfg.eval_train,
+        progress=progress,
+        desc=f"{cfg.algorithm} {cfg.dataset}/{m.name}",
+        lr_decay=cfg.lr_decay,
+        checkpoint=checkpoint,
+    )
     resumed = result.meta.get("resumed", [])
     before = resumed[-1]["elapsed"] if resumed else 0.0  # wall time of the interrupted part(s)
     result.meta = _meta(cfg, device, time.perf_counter() - t0 + before, executor.name)
@@ -64,8 +90,9 @@ def train(cfg: RunConfig, progress: bool = True, data_root=None, checkpoint: Che
     return result
 
 
-def run(cfg: RunConfig, store: Store | None = None, progress: bool = True, force: bool = False,
-        data_root=None) -> RunResult:
+def run(
+    cfg: RunConfig, store: Store | None = None, progress: bool = True, force: bool = False, data_root=None
+) -> RunResult:
     """The stored result of ``cfg``, training and storing it first if needed (``force`` retrains from scratch).
     Training snapshots itself every few minutes (``Store.checkpoint``): an interrupted run continues from there."""
     cfg.validate()
@@ -101,16 +128,23 @@ def expand(base: RunConfig, grid: dict | list[dict]) -> list[RunConfig]:
     return out
 
 
-def run_grid(base: RunConfig, grid: dict | list[dict], store: Store | None = None, progress: bool = True,
-             data_root=None) -> pd.DataFrame:
+def run_grid(
+    base: RunConfig, grid: dict | list[dict], store: Store | None = None, progress: bool = True, data_root=None
+) -> pd.DataFrame:
     """Run every config of the grid (skipping stored ones); one summary row per config."""
     cfgs = expand(base, grid)  # validates every config before any training starts
     varied = ["algorithm", "seed"] + [k for g in ([grid] if isinstance(grid, dict) else grid) for k in g]
     return run_configs(cfgs, store, progress, data_root, varied)
 
 
-def run_configs(cfgs: list[RunConfig], store: Store | None = None, progress: bool = True, data_root=None,
-                columns=("algorithm", "seed"), jobs: int = 1) -> pd.DataFrame:
+def run_configs(
+    cfgs: list[RunConfig],
+    store: Store | None = None,
+    progress: bool = True,
+    data_root=None,
+    columns=("algorithm", "seed"),
+    jobs: int = 1,
+) -> pd.DataFrame:
     """Run validated configs (skipping stored ones); one summary row per config, in the order given.
 
     ``jobs`` > 1 trains that many configs at a time, each in its own process with one thread: the runs
@@ -164,11 +198,11 @@ def _run_parallel(todo: list[RunConfig], store: Store, jobs: int, progress: bool
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=_worker_setup,
-                             initargs=(jobs,)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=_worker_setup, initargs=(jobs,)
+    ) as pool:
         futures = {pool.submit(_run_in_worker, c, str(store.root), data_root): c for c in todo}
-        bar = tqdm(as_completed(futures), total=len(futures), desc=f"training ({jobs} processes)",
-                   disable=not progress)
+        bar = tqdm(as_completed(futures), total=len(futures), desc=f"training ({jobs} processes)", disable=not progress)
         try:
             for f in bar:
                 c = futures[f]
@@ -185,5 +219,9 @@ def results_frame(cfgs: list[RunConfig], store: Store | None = None) -> pd.DataF
     store = store or Store()
     frames = []
     for cfg, res in store.stored(cfgs):
-        frames.append(res.metrics.assign(key=cfg.key(), **{k: str(v) if isinstance(v, tuple) else v for k, v in cfg.to_dict().items()}))
+        frames.append(
+            res.metrics.assign(
+                key=cfg.key(), **{k: str(v) if isinstance(v, tuple) else v for k, v in cfg.to_dict().items()}
+            )
+        )
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

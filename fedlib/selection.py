@@ -18,6 +18,7 @@ Rounding K = gamma M: the paper's fractions times M = 100 are whole numbers; in 
 round half up and keep at least one client (K = max(1, floor(gamma M + 1/2))), after
 removing float noise (0.30000000000000004 * 100 is 30, not 31 under a ceiling).
 """
+
 from __future__ import annotations
 
 import math
@@ -38,6 +39,7 @@ def clients_for(fraction: float, n_clients: int) -> int:
 @dataclass(frozen=True)
 class ConstantFraction:
     """gamma(t) = ``fraction`` for every round; or a fixed count S (``clients_per_round``, FedMCSA's S)."""
+
     fraction: float | None = None
     clients_per_round: int | None = None
 
@@ -60,6 +62,7 @@ class StepFraction:
     Dyn. FedAvg uses T = 1500): rounds 1-200 at 0.1, 201-400 at 0.2, ..., 801-1000 at 0.5.
     With F = 1 the fraction is ``start`` throughout.
     """
+
     start: float
     end: float
     steps: int
@@ -98,6 +101,7 @@ class UniformSelection:
     ``clients_per_round`` (S) or ``fraction`` (C) give a constant K; ``schedule`` a K(t)
     (AdaFL's "Dyn. FedAvg" is this with a ``StepFraction``). All None: full participation.
     """
+
     clients_per_round: int | None = None
     fraction: float | None = None
     schedule: object | None = None
@@ -133,6 +137,7 @@ class AttentionSelection:
     floating tensor of the state dict, flattened and concatenated (the paper: all weight matrices).
     If every d_i is 0 the scores stay as they are (Eq. 2 would divide by zero).
     """
+
     n_samples: np.ndarray
     decay: float = 0.9
     clients_per_round: int | None = None

@@ -6,6 +6,7 @@ accuracies. State is explicit: the global model (no client axis) and every clien
 model (client axis, N rows) -- the latter holds personalised models and parameters that
 never leave the client (FedBN's BN, pFedLA's attention).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,19 +32,31 @@ from .stages import Algorithm, Mixing, Params, keep_local, mix
 
 # per-round columns, in order; *_mean are unweighted client means, the rest sample-weighted
 # gm_*: the global model's accuracy, for methods that evaluate personalised models but also keep one (pFedMe's GM)
-COLUMNS = ("round", "test_acc", "test_acc_mean", "test_loss", "train_acc", "train_loss",
-           "global_test_acc", "gm_test_acc", "gm_test_acc_mean", "selected", "uploads", "seconds")
+COLUMNS = (
+    "round",
+    "test_acc",
+    "test_acc_mean",
+    "test_loss",
+    "train_acc",
+    "train_loss",
+    "global_test_acc",
+    "gm_test_acc",
+    "gm_test_acc_mean",
+    "selected",
+    "uploads",
+    "seconds",
+)
 
 
 @dataclass
 class State:
     round: int
-    global_params: Params           # name -> tensor (no client axis)
-    client_params: Params           # name -> (N, ...): each client's current model (Theta_i)
-    sent: Params                    # name -> (N, ...): the last personalised model the server sent (W_i)
-    fresh: torch.Tensor             # (N,) bool: W_i arrived since the client last trained
+    global_params: Params  # name -> tensor (no client axis)
+    client_params: Params  # name -> (N, ...): each client's current model (Theta_i)
+    sent: Params  # name -> (N, ...): the last personalised model the server sent (W_i)
+    fresh: torch.Tensor  # (N,) bool: W_i arrived since the client last trained
     extra: dict[str, Params] = field(default_factory=dict)  # per-client state of one method (pFedMe's theta_i)
-    lr_scale: float = 1.0           # eta_t / eta this round (``lr_decay``); client procedures scale their steps by it
+    lr_scale: float = 1.0  # eta_t / eta this round (``lr_decay``); client procedures scale their steps by it
 
 
 @dataclass
@@ -51,6 +64,7 @@ class RunResult:
     """What a run produces: ``metrics`` (one row per evaluated round, ``COLUMNS``), per-client test
     accuracy and mean loss ``client_acc``, ``client_loss`` (rounds evaluated x N), the clients'
     test sizes, and metadata."""
+
     metrics: pd.DataFrame
     client_acc: np.ndarray
     client_loss: np.ndarray
@@ -62,15 +76,21 @@ class RunResult:
     # final round) for pFedLA_h models; 'attention' (windows x layers x N x N) and 'attention_layers' for
     # aggregators that send personalised models (FedMCSA, HeurFedAMP; see ``AttentionTrace``)
     traces: dict = field(default_factory=dict)
-    state: State | None = None      # the final state (in memory only, not stored)
+    state: State | None = None  # the final state (in memory only, not stored)
 
     def summary(self) -> dict:
         m = self.metrics
-        return {"best_acc": M.best(m.test_acc), "best_acc_mean": M.best(m.test_acc_mean),
-                "final_acc": float(m.test_acc.iloc[-1]), "last10_acc": M.last_mean(m.test_acc, 10),
-                # the global model on the data set's own test set (AdaFL's metric; NaN where there is none)
-                "best_global_acc": M.best(m.global_test_acc), "last10_global_acc": M.last_mean(m.global_test_acc, 10),
-                "uploads": int(m.uploads.iloc[-1]), "seconds": float(m.seconds.iloc[-1])}
+        return {
+            "best_acc": M.best(m.test_acc),
+            "best_acc_mean": M.best(m.test_acc_mean),
+            "final_acc": float(m.test_acc.iloc[-1]),
+            "last10_acc": M.last_mean(m.test_acc, 10),
+            # the global model on the data set's own test set (AdaFL's metric; NaN where there is none)
+            "best_global_acc": M.best(m.global_test_acc),
+            "last10_global_acc": M.last_mean(m.global_test_acc, 10),
+            "uploads": int(m.uploads.iloc[-1]),
+            "seconds": float(m.seconds.iloc[-1]),
+        }
 
 
 def init_state(model: nn.Module, n_clients: int) -> State:
@@ -119,14 +139,19 @@ def evaluation_params(alg: Algorithm, state: State, which: str | None = None) ->
     if all(alg.shared(n) for n in state.client_params):
         return state.global_params, False
     n_clients = next(iter(state.client_params.values())).shape[0]
-    return {n: (state.global_params[n].unsqueeze(0).expand(n_clients, *state.global_params[n].shape)
-                if alg.shared(n) else t) for n, t in state.client_params.items()}, True
+    return {
+        n: (
+            state.global_params[n].unsqueeze(0).expand(n_clients, *state.global_params[n].shape) if alg.shared(n) else t
+        )
+        for n, t in state.client_params.items()
+    }, True
 
 
 @dataclass
 class Run:
     """What a running ``simulate`` carries from round to round besides the stages: the ``State``, the random
     streams (selection, mini-batches, evaluation batches) and the round's settings. ``state_dict()`` is plain data."""
+
     alg: Algorithm
     data: FederatedData
     model: nn.Module
@@ -142,8 +167,12 @@ class Run:
     eval_gen: torch.Generator
 
     def state_dict(self) -> dict:
-        return {"state": {f.name: getattr(self.state, f.name) for f in dataclasses.fields(State)},
-                "rng": self.rng.bit_generator.state, "gen": self.gen.get_state(), "eval_gen": self.eval_gen.get_state()}
+        return {
+            "state": {f.name: getattr(self.state, f.name) for f in dataclasses.fields(State)},
+            "rng": self.rng.bit_generator.state,
+            "gen": self.gen.get_state(),
+            "eval_gen": self.eval_gen.get_state(),
+        }
 
     def load_state_dict(self, d: dict) -> None:
         dev = self.data.train.x.device
@@ -157,6 +186,7 @@ class Run:
 @dataclass
 class Round:
     """One round's outcome: who uploaded, what the server made of it, and the uploads themselves."""
+
     t: int
     selected: np.ndarray
     mixing: Mixing
@@ -185,7 +215,9 @@ def run_round(run: Run, t: int) -> Round:
     for name, v in trained.items():
         state.client_params[name][tr] = v
     state.fresh[tr] = False
-    pos = torch.as_tensor(np.searchsorted(trainers, sel), device=dev)  # uploads: the selected clients' shared parameters
+    pos = torch.as_tensor(
+        np.searchsorted(trainers, sel), device=dev
+    )  # uploads: the selected clients' shared parameters
     up = {k: v[pos] for k, v in trained.items() if alg.shared(k) and v.is_floating_point()}
     mixing = alg.aggregate(up, data.train.sizes.cpu().to(torch.float64)[torch.as_tensor(sel)], sel)
     if mixing.to_global is not None:  # w <- (1 - beta) w + beta sum_k p_k w_k   (beta = 1: FedAvg; pFedMe's beta)
@@ -205,11 +237,25 @@ def run_round(run: Run, t: int) -> Round:
     return Round(t, sel, mixing, up)
 
 
-def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, rounds: int, *,
-             local_steps: int | None = 20, local_epochs: int | None = None, batch_size: int = 20,
-             seed: int = 0, eval_every: int = 1, eval_train: bool = False, progress: bool = True,
-             desc: str | None = None, on_round=None, lr_decay: float = 1.0,
-             checkpoint: "Checkpoint | None" = None) -> RunResult:
+def simulate(
+    alg: Algorithm,
+    data: FederatedData,
+    model: nn.Module,
+    executor,
+    rounds: int,
+    *,
+    local_steps: int | None = 20,
+    local_epochs: int | None = None,
+    batch_size: int = 20,
+    seed: int = 0,
+    eval_every: int = 1,
+    eval_train: bool = False,
+    progress: bool = True,
+    desc: str | None = None,
+    on_round=None,
+    lr_decay: float = 1.0,
+    checkpoint: "Checkpoint | None" = None,
+) -> RunResult:
     """Run ``rounds`` rounds of ``alg``; ``model`` holds the initial weights (on the data's device and dtype).
 
     Each round is ``run_round``; after it the callbacks run in order: the traces (selection, attention), the
@@ -218,13 +264,29 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
     """
     if alg.local_groups:  # declared groups (FedBN's bn, pFedLA's attn) -> which parameters stay on the clients
         alg.shared = keep_local(param_groups(model), tuple(alg.local_groups))
-    run = Run(alg, data, model, executor, rounds, local_steps, local_epochs, batch_size, lr_decay,
-              init_state(model, data.n_clients), np.random.default_rng(seed), torch.Generator().manual_seed(seed + 1),
-              torch.Generator().manual_seed(seed + 2))
+    run = Run(
+        alg,
+        data,
+        model,
+        executor,
+        rounds,
+        local_steps,
+        local_epochs,
+        batch_size,
+        lr_decay,
+        init_state(model, data.n_clients),
+        np.random.default_rng(seed),
+        torch.Generator().manual_seed(seed + 1),
+        torch.Generator().manual_seed(seed + 2),
+    )
     evaluation = Evaluation(eval_every, eval_train)
-    callbacks = {"selection": SelectionTrace(data.n_clients, rounds), "attention": AttentionTrace(data.n_clients, rounds),
-                 "user": OnRound(on_round), "evaluation": evaluation,
-                 "progress": ProgressBar(rounds, desc or alg.name, progress, evaluation)}
+    callbacks = {
+        "selection": SelectionTrace(data.n_clients, rounds),
+        "attention": AttentionTrace(data.n_clients, rounds),
+        "user": OnRound(on_round),
+        "evaluation": evaluation,
+        "progress": ProgressBar(rounds, desc or alg.name, progress, evaluation),
+    }
     saver = callbacks["checkpoint"] = Checkpointing(checkpoint, rounds, callbacks)
     done, resumed = saver.resume(run)
     for t in range(done + 1, rounds + 1):
@@ -233,9 +295,15 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
             cb.after_round(run, out)
     callbacks["progress"].close()
     traces = {k: v for cb in callbacks.values() for k, v in cb.traces(run).items()}
-    return RunResult(evaluation.frame(), np.array(evaluation.accs), np.array(evaluation.losses),
-                     data.test.sizes.cpu().numpy(), state=run.state, traces=traces,
-                     meta={"resumed": resumed} if resumed else {})
+    return RunResult(
+        evaluation.frame(),
+        np.array(evaluation.accs),
+        np.array(evaluation.losses),
+        data.test.sizes.cpu().numpy(),
+        state=run.state,
+        traces=traces,
+        meta={"resumed": resumed} if resumed else {},
+    )
 
 
 # -- callbacks: each reads the round's outcome and keeps (and snapshots) what it records ------------------------
@@ -263,6 +331,7 @@ class OnRound(Callback):
 @dataclass
 class Evaluation(Callback):
     """Per-round metrics (``COLUMNS``) and per-client accuracies and losses, every ``every`` rounds and the last."""
+
     every: int = 1
     train: bool = False
     rows: list = field(default_factory=list)
@@ -278,8 +347,9 @@ class Evaluation(Callback):
         alg, state = run.alg, run.state
         if alg.before_eval is not None:
             alg.before_eval(run.executor, run.model, state, run.data.train, run.eval_gen)
-        row = _evaluate_round(alg, state, run.data, run.model, out.t, len(out.selected), self.uploads, self.train,
-                              self.t0)
+        row = _evaluate_round(
+            alg, state, run.data, run.model, out.t, len(out.selected), self.uploads, self.train, self.t0
+        )
         self.accs.append(row.pop("_client_acc"))
         self.losses.append(row.pop("_client_loss"))
         self.rows.append(row)
@@ -323,6 +393,7 @@ class ProgressBar(Callback):
 class SelectionTrace(Callback):
     """'selected' (rounds x N, bool: uploaded in round t) for every run; 'selection_scores' from a selection stage
     that keeps a score history (AdaFL's a^(t) used to draw round t); 'hybrid_weights' from pFedLA_h models."""
+
     n: int = 0
     rounds: int = 0
     selected: np.ndarray | None = None
@@ -337,11 +408,14 @@ class SelectionTrace(Callback):
         out = {"selected": self.selected}
         history = run.alg.select.state_dict().get("history") if hasattr(run.alg.select, "state_dict") else None
         if history:
-            out["selection_scores"] = np.array(history[-self.rounds:])
+            out["selection_scores"] = np.array(history[-self.rounds :])
         logits = hybrid_logits(run.model)  # pFedLA_h: each client's softmax(u) per attention slot, (N, slots, 3)
         if logits:
-            out["hybrid_weights"] = torch.stack([torch.softmax(run.state.client_params[k].to(torch.float64), -1)
-                                                 for k in logits], 1).cpu().numpy()
+            out["hybrid_weights"] = (
+                torch.stack([torch.softmax(run.state.client_params[k].to(torch.float64), -1) for k in logits], 1)
+                .cpu()
+                .numpy()
+            )
         return out
 
     def state_dict(self):
@@ -355,6 +429,7 @@ class SelectionTrace(Callback):
 class Checkpointing(Callback):
     """Snapshots at round ends (every ``checkpoint.every_seconds``), and resuming from one: the run's state and
     random streams, the selection stage's state and every other callback's state -- tensors and plain data."""
+
     checkpoint: "Checkpoint | None" = None
     rounds: int = 0
     callbacks: dict = field(default_factory=dict)
@@ -373,8 +448,9 @@ class Checkpointing(Callback):
                 if name != "checkpoint":
                     cb.load_state_dict(snap["callbacks"].get(name, {}))
             elapsed = snap["elapsed"]
-            self.resumed = snap["resumed"] + [{"round": snap["round"], "commit": snap["commit"],
-                                               "elapsed": round(elapsed, 3)}]
+            self.resumed = snap["resumed"] + [
+                {"round": snap["round"], "commit": snap["commit"], "elapsed": round(elapsed, 3)}
+            ]
         self.t0 = time.perf_counter() - elapsed
         self.callbacks["evaluation"].t0 = self.t0
         self.last_save = time.perf_counter()
@@ -385,9 +461,17 @@ class Checkpointing(Callback):
         if ck is None or out.t >= self.rounds or time.perf_counter() - self.last_save < ck.every_seconds:
             return
         select = run.alg.select.state_dict() if hasattr(run.alg.select, "state_dict") else {}
-        ck.save({"round": out.t, "rounds": self.rounds, "elapsed": time.perf_counter() - self.t0,
-                 "run": run.state_dict(), "select": select, "resumed": self.resumed,
-                 "callbacks": {k: cb.state_dict() for k, cb in self.callbacks.items() if k != "checkpoint"}})
+        ck.save(
+            {
+                "round": out.t,
+                "rounds": self.rounds,
+                "elapsed": time.perf_counter() - self.t0,
+                "run": run.state_dict(),
+                "select": select,
+                "resumed": self.resumed,
+                "callbacks": {k: cb.state_dict() for k, cb in self.callbacks.items() if k != "checkpoint"},
+            }
+        )
         self.last_save = time.perf_counter()
 
 
@@ -406,6 +490,7 @@ class Checkpoint:
     The result's ``meta['resumed']`` lists the round and git commit of each resumption, since a resumed
     run could mix code versions. ``Store.checkpoint(cfg)`` gives the one ``runner.run`` uses.
     """
+
     path: Path
     every_seconds: float = 300.0
 
@@ -438,8 +523,11 @@ class Checkpoint:
             if not isinstance(snap, dict) or snap.get("format") != SNAPSHOT_FORMAT:
                 raise ValueError(f"not a fedlib snapshot of format {SNAPSHOT_FORMAT}")
         except Exception as e:  # noqa: BLE001  (any unreadable file: refuse it, never execute it)
-            warnings.warn(f"snapshot {self.path} is not usable ({type(e).__name__}: {str(e)[:120]}); the run restarts "
-                          "from round 1", stacklevel=2)
+            warnings.warn(
+                f"snapshot {self.path} is not usable ({type(e).__name__}: {str(e)[:120]}); the run restarts "
+                "from round 1",
+                stacklevel=2,
+            )
             return None
         return _from_plain(snap) if snap.get("rounds") == rounds else None
 
@@ -488,8 +576,16 @@ def _from_plain(obj):
 def git_commit() -> str | None:
     """The git commit of the checkout fedlib runs from (None outside a git checkout): recorded with every run."""
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
-                              capture_output=True, text=True, timeout=5).stdout.strip() or None
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"],
+                cwd=Path(__file__).resolve().parent,
+                capture_output=True,
+                text=True,
+                timeout=5,
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -540,21 +636,34 @@ def _evaluate_round(alg, state, data, model, t, n_sel, uploads, eval_train, t0) 
     correct, loss, cnt = M.evaluate(model, params, data.test, per_client)
     with np.errstate(invalid="ignore", divide="ignore"):
         acc, client_loss = correct / cnt, loss / cnt
-    row = {"round": t, "test_acc": M.weighted_mean(acc, cnt), "test_acc_mean": M.unweighted_mean(acc, cnt),
-           "test_loss": float(loss.sum() / max(cnt.sum(), 1)), "train_acc": np.nan, "train_loss": np.nan,
-           "global_test_acc": np.nan, "gm_test_acc": np.nan, "gm_test_acc_mean": np.nan, "selected": n_sel, "uploads": uploads,
-           "_client_acc": acc, "_client_loss": client_loss}
+    row = {
+        "round": t,
+        "test_acc": M.weighted_mean(acc, cnt),
+        "test_acc_mean": M.unweighted_mean(acc, cnt),
+        "test_loss": float(loss.sum() / max(cnt.sum(), 1)),
+        "train_acc": np.nan,
+        "train_loss": np.nan,
+        "global_test_acc": np.nan,
+        "gm_test_acc": np.nan,
+        "gm_test_acc_mean": np.nan,
+        "selected": n_sel,
+        "uploads": uploads,
+        "_client_acc": acc,
+        "_client_loss": client_loss,
+    }
     if alg.report_global:
         g_params, g_per_client = evaluation_params(alg, state, "global")
         c, _, k = M.evaluate(model, g_params, data.test, g_per_client)
         with np.errstate(invalid="ignore", divide="ignore"):
             row["gm_test_acc"], row["gm_test_acc_mean"] = M.weighted_mean(c / k, k), M.unweighted_mean(c / k, k)
     if eval_train:
-        c, l, k = M.evaluate(model, params, data.train, per_client)
-        row["train_acc"], row["train_loss"] = float(c.sum() / k.sum()), float(l.sum() / k.sum())
+        c, loss, k = M.evaluate(model, params, data.train, per_client)
+        row["train_acc"], row["train_loss"] = float(c.sum() / k.sum()), float(loss.sum() / k.sum())
     if data.global_test is not None and alg.evaluate == "global" and not per_client:
         gx, gy = data.global_test
-        one = Split(gx, gy, torch.zeros(1, dtype=torch.long, device=gx.device), torch.tensor([len(gy)], device=gx.device))
+        one = Split(
+            gx, gy, torch.zeros(1, dtype=torch.long, device=gx.device), torch.tensor([len(gy)], device=gx.device)
+        )
         c, _, k = M.evaluate(model, params, one, False)
         row["global_test_acc"] = float(c.sum() / k.sum())
     row["seconds"] = time.perf_counter() - t0

@@ -7,6 +7,7 @@ parameters are shared), so methods combine by configuration. This module holds t
 server-side maths as plain functions (in the spirit of Flower's ``aggregate.py``) and the
 small stage objects the round loop in ``simulation.py`` calls.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ class Mixing:
     ``to_personal``: (K, K) matrix, or one per parameter name; row i holds the weights of
     the personalised model sent back to the i-th uploader (attention aggregators).
     """
+
     to_global: torch.Tensor | None = None
     to_personal: torch.Tensor | dict[str, torch.Tensor] | None = None
     beta: float = 1.0  # new global = (1 - beta) old + beta (sum_k w_k P_k); pFedMe's server beta
@@ -57,6 +59,7 @@ def weighted_mean(uploads: Params, weights: torch.Tensor) -> Params:
 @dataclass
 class WeightedMean:
     """FedAvg aggregation: the new global model is the mean of the uploads weighted by n_k (``by='samples'``) or equally."""
+
     by: str = "samples"
 
     def __call__(self, uploads: Params, n_samples: torch.Tensor, clients: np.ndarray) -> Mixing:
@@ -80,6 +83,7 @@ def shared_except(*markers: str) -> Callable[[str], bool]:
 class also_local:
     """``shared`` with parameters whose name contains one of ``markers`` kept local too
     (pFedLA's attention on top of FedBN's BN: ``also_local(shared_except('bn'), 'attn')``)."""
+
     base: Callable[[str], bool]
     markers: tuple
 
@@ -95,6 +99,7 @@ class also_local:
 class keep_local:
     """``shared`` from declared groups: a parameter travels unless its group (``groups[name]``, from
     ``fedlib.models.param_groups``) is one of ``local`` (FedBN: ``("bn",)``, pFedLA: ``("attn",)``)."""
+
     groups: dict
     local: tuple
 
@@ -109,6 +114,7 @@ def local_sgd(cfg, **changes):
     """The client optimiser of a run config's local part (``lr``, ``momentum``, ``weight_decay``), with ``changes``
     (a method's proximal ``mu``); the lr schedule is applied per round by the engine, in one place."""
     from .executors import LocalSGD
+
     lo = cfg.local
     return LocalSGD(lr=lo.lr, momentum=lo.momentum, weight_decay=lo.weight_decay, **changes)
 
@@ -139,6 +145,7 @@ class Algorithm:
     server optimiser taking the uploads' mean as its pseudo-gradient target (FedAvgM, FedAdam); it keeps
     its own tensors in ``state.extra`` under its method's key, so snapshots carry them.
     """
+
     name: str
     select: Selector | None = None  # set by ``build_algorithm`` from the config's selection part
     local: "object" = None  # executors.LocalSGD: the round's optimiser before the lr schedule
@@ -159,7 +166,11 @@ class Algorithm:
     def __post_init__(self):
         if self.aggregate is None:
             raise ValueError(f"Algorithm {self.name!r} needs an aggregate stage")
-        for attr, allowed in (("trains", ("selected", "all")), ("start", ("global", "personal")),
-                              ("anchor", ("start", "received")), ("evaluate", ("global", "personal"))):
+        for attr, allowed in (
+            ("trains", ("selected", "all")),
+            ("start", ("global", "personal")),
+            ("anchor", ("start", "received")),
+            ("evaluate", ("global", "personal")),
+        ):
             if getattr(self, attr) not in allowed:
                 raise ValueError(f"Algorithm.{attr}={getattr(self, attr)!r} is not one of: {', '.join(allowed)}")

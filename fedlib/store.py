@@ -14,6 +14,7 @@ A run's folder is written in a temporary sibling and renamed into place, so a re
 interrupted grid) only ever sees complete results. The root is ``FEDLIB_RESULTS`` or the
 project's ``results/`` folder.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,11 +62,18 @@ class Store:
         try:
             (tmp / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
             result.metrics.to_csv(tmp / "metrics.csv", index=False, float_format="%.6g")
-            traces = {f"trace_{k}": (v.astype(np.float32) if v.dtype.kind == "f" else v) for k, v in result.traces.items()}
+            traces = {
+                f"trace_{k}": (v.astype(np.float32) if v.dtype.kind == "f" else v) for k, v in result.traces.items()
+            }
             # accuracies at float32: float16 would move a 95% accuracy by up to 0.02 points, the size of the
             # differences the tables print; the losses only feed curves, so float16 keeps them small
-            np.savez_compressed(tmp / "clients.npz", acc=result.client_acc.astype(np.float32),
-                                loss=result.client_loss.astype(np.float16), n=result.client_n, **traces)
+            np.savez_compressed(
+                tmp / "clients.npz",
+                acc=result.client_acc.astype(np.float32),
+                loss=result.client_loss.astype(np.float16),
+                n=result.client_n,
+                **traces,
+            )
             (tmp / "meta.json").write_text(json.dumps(result.meta, indent=1, sort_keys=True, default=str))
             if final.exists() and replace:  # swap in the new folder, then drop the old one
                 old = Path(tempfile.mkdtemp(prefix=f"_tmp-old-{cfg.key()}-", dir=self.root))
@@ -91,7 +99,7 @@ class Store:
             return None
         with np.load(p / "clients.npz") as z:
             acc, loss, n = z["acc"].astype(np.float64), z["loss"].astype(np.float64), z["n"]
-            traces = {k[len("trace_"):]: z[k] for k in z.files if k.startswith("trace_")}
+            traces = {k[len("trace_") :]: z[k] for k in z.files if k.startswith("trace_")}
         return RunResult(pd.read_csv(p / "metrics.csv"), acc, loss, n, self.meta(cfg), cfg, traces=traces)
 
     def stored(self, cfgs):

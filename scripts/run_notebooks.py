@@ -8,6 +8,7 @@ store without retraining. ``-p NAME=V1,V2`` passes papermill parameters; comma l
 to a grid (one executed copy per combination). A notebook lists the data sets it needs in
 its metadata (``metadata.fedlib.requires``); when one is absent it is reported and skipped.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,6 +50,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import papermill as pm
+
     from fedlib.config import resolve_profile
     from fedlib.data import readers
 
@@ -72,8 +74,14 @@ def main(argv=None) -> int:
             t0 = time.time()
             print(f"RUN  {nb.name} {params or ''} -> {target.name}", flush=True)
             try:
-                pm.execute_notebook(str(nb), str(target), parameters={"PROFILE": profile, **params},
-                                    cwd=str(nb.parent), kernel_name="python3", progress_bar=False)
+                pm.execute_notebook(
+                    str(nb),
+                    str(target),
+                    parameters={"PROFILE": profile, **params},
+                    cwd=str(nb.parent),
+                    kernel_name="python3",
+                    progress_bar=False,
+                )
                 status[f"{nb.name}{suffix}"] = f"ok ({time.time() - t0:.0f} s)"
             except Exception as e:  # report and go on: one failing notebook must not hide the others
                 status[f"{nb.name}{suffix}"] = f"FAILED: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

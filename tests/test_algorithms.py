@@ -1,9 +1,10 @@
 """FedAvg/FedProx end to end: golden numbers on 2 clients, FedProx(mu=0) == FedAvg, contract over the registry."""
+
 import numpy as np
 import pytest
 import torch
-
 from conftest import small_synthetic
+
 from fedlib.algorithms import ALGORITHMS, build_algorithm
 from fedlib.config import RunConfig
 from fedlib.data.federated import FederatedData
@@ -16,7 +17,9 @@ def _two_client_data():
     # client 0: one row x=(1,0) label 0 (train) ; client 1: three rows x=(0,1) label 1 (train); tests mirror them
     x = np.array([[1, 0], [0, 1], [0, 1], [0, 1], [1, 0], [0, 1]], dtype=np.float64)
     y = np.array([0, 1, 1, 1, 0, 1])
-    return FederatedData.from_parts("two", x, y, [np.array([0]), np.array([1, 2, 3])], [np.array([4]), np.array([5])], 2)
+    return FederatedData.from_parts(
+        "two", x, y, [np.array([0]), np.array([1, 2, 3])], [np.array([4]), np.array([5])], 2
+    )
 
 
 def test_fedavg_one_round_golden():
@@ -46,6 +49,7 @@ def test_fedavg_global_model_golden():
     for p in model.parameters():
         torch.nn.init.zeros_(p)
     from fedlib import simulation
+
     captured = {}
     orig = simulation._evaluate_round
 
@@ -65,8 +69,17 @@ def test_fedavg_global_model_golden():
 
 def _run(cfg, data, executor):
     model = build_model(cfg.model.name, data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
-    return simulate(build_algorithm(cfg), data, model, executor, cfg.rounds, local_steps=cfg.local_steps,
-                    batch_size=cfg.batch_size, seed=cfg.seed, progress=False)
+    return simulate(
+        build_algorithm(cfg),
+        data,
+        model,
+        executor,
+        cfg.rounds,
+        local_steps=cfg.local_steps,
+        batch_size=cfg.batch_size,
+        seed=cfg.seed,
+        progress=False,
+    )
 
 
 def test_fedprox_mu0_equals_fedavg():
@@ -84,8 +97,17 @@ def test_fedprox_mu0_equals_fedavg():
 def test_algorithm_contract_both_executors(name):
     """Every registered algorithm runs on both executors, gives the same float64 results, and learns."""
     data = small_synthetic(n_clients=5, rows=200)
-    cfg = RunConfig(n_clients=5, clients_per_round=3, rounds=6, local_steps=5, batch_size=8, model="dnn",
-                    lr=0.1, algorithm=name, **({"mu": 0.1} if "mu" in ALGORITHMS[name].option_names() else {}))
+    cfg = RunConfig(
+        n_clients=5,
+        clients_per_round=3,
+        rounds=6,
+        local_steps=5,
+        batch_size=8,
+        model="dnn",
+        lr=0.1,
+        algorithm=name,
+        **({"mu": 0.1} if "mu" in ALGORITHMS[name].option_names() else {}),
+    )
     a = _run(cfg, data, StackedExecutor())
     b = _run(cfg, data, LoopExecutor())
     assert np.allclose(a.metrics.test_loss, b.metrics.test_loss, rtol=0, atol=1e-10)

@@ -1,11 +1,12 @@
 """FedMCSA / HeurFedAMP attention: hand-checkable weights on 3 clients, limits, and the Table 2 equivalences."""
+
 import math
 
 import numpy as np
 import pytest
 import torch
-
 from conftest import small_synthetic
+
 from fedlib.algorithms import build_algorithm
 from fedlib.attention import cosine_matrix, heurfedamp_weights, mcsa_weights
 from fedlib.config import RunConfig
@@ -67,7 +68,7 @@ def test_start_and_anchor_follow_algorithm_1():
     model = build_model("mlr", (2,), 2, seed=0, dtype=torch.float64)
     state = init_state(model, 3)
     for n in state.sent:
-        state.sent[n] += 1.0                      # W_i differ from the clients' own models
+        state.sent[n] += 1.0  # W_i differ from the clients' own models
     state.fresh[:] = torch.tensor([True, False, True])
     alg = build_algorithm(RunConfig(algorithm="fedmcsa"))
     start, anchor = start_models(alg, state, torch.arange(3))
@@ -76,19 +77,37 @@ def test_start_and_anchor_follow_algorithm_1():
     assert all(torch.equal(anchor[k], state.sent[k]) for k in anchor)  # W_local, received or not
     fedprox = build_algorithm(RunConfig(algorithm="fedprox", mu=1.0))
     s2, a2 = start_models(fedprox, state, torch.arange(3))
-    assert all(torch.equal(s2[k], a2[k]) for k in s2)                  # FedProx pulls toward its start
+    assert all(torch.equal(s2[k], a2[k]) for k in s2)  # FedProx pulls toward its start
 
 
 def _simulate(cfg, data, alg=None, on_round=None, rounds=4):
     model = build_model(cfg.model.name, data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
-    return simulate(alg or build_algorithm(cfg), data, model, StackedExecutor(), rounds, local_steps=cfg.local_steps,
-                    batch_size=cfg.batch_size, seed=cfg.seed, progress=False, on_round=on_round)
+    return simulate(
+        alg or build_algorithm(cfg),
+        data,
+        model,
+        StackedExecutor(),
+        rounds,
+        local_steps=cfg.local_steps,
+        batch_size=cfg.batch_size,
+        seed=cfg.seed,
+        progress=False,
+        on_round=on_round,
+    )
 
 
 def test_minus_mcsa_lambda0_full_participation_is_fedavg_equal_weights():
     data = small_synthetic(n_clients=4)
-    cfg = RunConfig(n_clients=4, clients_per_round=4, local_steps=3, batch_size=5, model="dnn", lr=0.1,
-                    algorithm="fedmcsa-mcsa", lam=0.0)
+    cfg = RunConfig(
+        n_clients=4,
+        clients_per_round=4,
+        local_steps=3,
+        batch_size=5,
+        model="dnn",
+        lr=0.1,
+        algorithm="fedmcsa-mcsa",
+        lam=0.0,
+    )
     a = _simulate(cfg, data)
     fedavg_equal = Algorithm("fedavg-equal", UniformSelection(4), LocalSGD(0.1), WeightedMean("uniform"))
     b = _simulate(cfg, data, alg=fedavg_equal)
@@ -100,8 +119,16 @@ def test_minus_mcsa_lambda0_full_participation_is_fedavg_equal_weights():
 
 def test_fedmcsa_sends_attention_models_to_sampled_only():
     data = small_synthetic(n_clients=6)
-    cfg = RunConfig(n_clients=6, clients_per_round=3, local_steps=3, batch_size=5, model="dnn", lr=0.1,
-                    algorithm="fedmcsa", sigma=5.0)
+    cfg = RunConfig(
+        n_clients=6,
+        clients_per_round=3,
+        local_steps=3,
+        batch_size=5,
+        model="dnn",
+        lr=0.1,
+        algorithm="fedmcsa",
+        sigma=5.0,
+    )
     seen = []
 
     def check(t, sel, mixing, state):
@@ -120,8 +147,16 @@ def test_fedmcsa_sends_attention_models_to_sampled_only():
 def test_fedmcsa_high_sigma_keeps_clients_apart():
     """sigma -> inf: every W_i is the client's own model, so clients never mix (the local-training limit)."""
     data = small_synthetic(n_clients=4)
-    cfg = RunConfig(n_clients=4, clients_per_round=4, local_steps=3, batch_size=5, model="mlr", lr=0.1,
-                    algorithm="fedmcsa", sigma=1e6)
+    cfg = RunConfig(
+        n_clients=4,
+        clients_per_round=4,
+        local_steps=3,
+        batch_size=5,
+        model="mlr",
+        lr=0.1,
+        algorithm="fedmcsa",
+        sigma=1e6,
+    )
     res = _simulate(cfg, data)
     for n in res.state.client_params:
         assert torch.equal(res.state.sent[n], res.state.client_params[n])
@@ -151,8 +186,9 @@ def test_attention_trace_is_stored_compactly():
     import fedlib
     from fedlib import RunConfig, Store
 
-    cfg = RunConfig(algorithm="fedmcsa", n_clients=8, clients_per_round=4, rounds=6, local_steps=2, model="dnn",
-                    hidden=(8,))
+    cfg = RunConfig(
+        algorithm="fedmcsa", n_clients=8, clients_per_round=4, rounds=6, local_steps=2, model="dnn", hidden=(8,)
+    )
     res = fedlib.run(cfg, progress=False)
     att, names = res.traces["attention"], res.traces["attention_layers"]
     assert att.shape == (6, 4, 8, 8) and list(names) == ["1.weight", "1.bias", "3.weight", "3.bias"]

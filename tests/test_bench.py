@@ -1,4 +1,5 @@
 """The benchmark's FLOP count, which turns its timings into a rate against the machine's matmul rate."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -42,5 +43,6 @@ def test_bench_rejects_unknown_case(capsys):
 
 def test_fedmix_case_times_the_three_paths():
     from fedlib.bench import bench_fedmix
+
     r = bench_fedmix(repeats=1, clients=2, steps=2)
     assert {"loop", "vmap", "chain"} <= set(r) and all(r[k] > 0 for k in ("loop", "vmap", "chain"))

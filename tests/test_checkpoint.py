@@ -1,12 +1,13 @@
 """Interrupted runs continue from their snapshot and give the uninterrupted run's numbers, for every algorithm."""
+
 import json
 
 import numpy as np
 import pytest
 import torch
+from conftest import small_synthetic
 
 import fedlib.simulation as simulation
-from conftest import small_synthetic
 from fedlib import RunConfig, Store, run
 from fedlib.algorithms import ALGORITHMS, build_algorithm
 from fedlib.executors import StackedExecutor
@@ -21,14 +22,26 @@ class Interrupt(Exception):
 def _simulate(cfg, data, **kw):
     model = build_model(cfg.model.name, data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
     alg = build_algorithm(cfg, n_samples=data.train.sizes.numpy())
-    return simulate(alg, data, model, StackedExecutor(), cfg.rounds, local_steps=cfg.local_steps,
-                    batch_size=cfg.batch_size, seed=cfg.seed, progress=False, eval_every=2, **kw)
+    return simulate(
+        alg,
+        data,
+        model,
+        StackedExecutor(),
+        cfg.rounds,
+        local_steps=cfg.local_steps,
+        batch_size=cfg.batch_size,
+        seed=cfg.seed,
+        progress=False,
+        eval_every=2,
+        **kw,
+    )
 
 
 def _stop_at(t_stop):
     def on_round(t, *_):
         if t == t_stop:
             raise Interrupt
+
     return on_round
 
 
@@ -50,7 +63,8 @@ def _same(a, b):
 CASES = [dict(algorithm=name) for name in sorted(ALGORITHMS)] + [
     # AdaFL: the attention scores and the fraction schedule live outside State
     dict(algorithm="fedavg", selection="attention", fraction_schedule=(0.2, 0.6, 3)),
-    dict(algorithm="scaffold", selection="attention", fraction=0.4)]
+    dict(algorithm="scaffold", selection="attention", fraction=0.4),
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(str(v) for v in c.values()))
@@ -58,8 +72,17 @@ def test_resumed_run_equals_uninterrupted(case, tmp_path):
     """Stopped after round 4 (the snapshot of round 3 is the last), then continued in a fresh algorithm, model and
     executor: metrics, client accuracies, traces and the final models are bit-identical to a run never stopped."""
     data = small_synthetic(n_clients=5, rows=80)
-    cfg = RunConfig(n_clients=5, clients_per_round=2, rounds=6, local_steps=3, batch_size=8, model="dnn", lr=0.1,
-                    **({"mu": 0.1} if "mu" in ALGORITHMS[case["algorithm"]].option_names() else {}), **case)
+    cfg = RunConfig(
+        n_clients=5,
+        clients_per_round=2,
+        rounds=6,
+        local_steps=3,
+        batch_size=8,
+        model="dnn",
+        lr=0.1,
+        **({"mu": 0.1} if "mu" in ALGORITHMS[case["algorithm"]].option_names() else {}),
+        **case,
+    )
     whole = _simulate(cfg, data)
     ck = Checkpoint(tmp_path / "run.pt", every_seconds=0)
     with pytest.raises(Interrupt):
@@ -154,8 +177,10 @@ def test_grid_finishes_stopped_runs_first(tmp_path, monkeypatch):
 
 class _Payload:
     """Unpickling this runs a command: what a planted snapshot would do under torch.load(weights_only=False)."""
+
     def __reduce__(self):
         import os
+
         return (os.system, ("touch " + str(_Payload.marker),))
 
 

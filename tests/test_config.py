@@ -1,28 +1,38 @@
 """Configs are validated before any training, with errors naming the field and the allowed values."""
+
 import pytest
 
 from fedlib.config import RunConfig, from_dict, resolve_profile
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(dataset="cifar100"), "RunConfig.dataset='cifar100' is not one of: synthetic, mnist, fmnist, cifar10"),
-    (dict(partition="shards"), "RunConfig.partition='shards' is not one of: natural"),
-    (dict(dataset="mnist", partition="natural"), "RunConfig.partition='natural' is not one of: labels, shards, iid, dirichlet"),
-    (dict(model="resnet"), "RunConfig.model='resnet' is not one of: mlr, dnn, mlp"),  # the registry's first entries
-    (dict(algorithm="fedsgd"), "RunConfig.algorithm=.fedsgd. is not one of: fedavg, fedprox, fedmcsa, fedmcsa-mcsa, fedavg\\+mcsa, heurfedamp, local, pfedme, pfedme\\+mcsa, perfedavg, perfedavg-hf"),
-    (dict(executor="gpu"), "RunConfig.executor='gpu' is not one of: auto, stacked, loop"),
-    (dict(dtype="float16"), "RunConfig.dtype='float16' is not one of: float32, float64"),
-    (dict(rounds=0), "RunConfig.rounds=0 must be a number >= 1"),
-    (dict(rounds=2.5), "RunConfig.rounds=2.5 must be an integer"),
-    (dict(lr=0.0), "RunConfig.lr=0.0 must be > 0"),
-    (dict(momentum=1.0), "RunConfig.momentum=1.0 must be in \\[0, 1\\)"),
-    (dict(train_frac=0.0), "RunConfig.train_frac=0.0 must be in \\(0, 1\\]"),
-    (dict(fraction=0.1), "give clients_per_round or fraction, not both"),
-    (dict(local_steps=None), "local_steps or local_epochs must be set"),
-    (dict(mu=0.1), "mu set but algorithm='fedavg' does not use it"),
-    (dict(hidden=[20]), "RunConfig.hidden=\\[20\\] must be None or a tuple of positive ints"),
-    (dict(clients_per_round=0), "RunConfig.clients_per_round=0 must be a number >= 1"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(dataset="cifar100"), "RunConfig.dataset='cifar100' is not one of: synthetic, mnist, fmnist, cifar10"),
+        (dict(partition="shards"), "RunConfig.partition='shards' is not one of: natural"),
+        (
+            dict(dataset="mnist", partition="natural"),
+            "RunConfig.partition='natural' is not one of: labels, shards, iid, dirichlet",
+        ),
+        (dict(model="resnet"), "RunConfig.model='resnet' is not one of: mlr, dnn, mlp"),  # the registry's first entries
+        (
+            dict(algorithm="fedsgd"),
+            "RunConfig.algorithm=.fedsgd. is not one of: fedavg, fedprox, fedmcsa, fedmcsa-mcsa, fedavg\\+mcsa, heurfedamp, local, pfedme, pfedme\\+mcsa, perfedavg, perfedavg-hf",
+        ),
+        (dict(executor="gpu"), "RunConfig.executor='gpu' is not one of: auto, stacked, loop"),
+        (dict(dtype="float16"), "RunConfig.dtype='float16' is not one of: float32, float64"),
+        (dict(rounds=0), "RunConfig.rounds=0 must be a number >= 1"),
+        (dict(rounds=2.5), "RunConfig.rounds=2.5 must be an integer"),
+        (dict(lr=0.0), "RunConfig.lr=0.0 must be > 0"),
+        (dict(momentum=1.0), "RunConfig.momentum=1.0 must be in \\[0, 1\\)"),
+        (dict(train_frac=0.0), "RunConfig.train_frac=0.0 must be in \\(0, 1\\]"),
+        (dict(fraction=0.1), "give clients_per_round or fraction, not both"),
+        (dict(local_steps=None), "local_steps or local_epochs must be set"),
+        (dict(mu=0.1), "mu set but algorithm='fedavg' does not use it"),
+        (dict(hidden=[20]), "RunConfig.hidden=\\[20\\] must be None or a tuple of positive ints"),
+        (dict(clients_per_round=0), "RunConfig.clients_per_round=0 must be a number >= 1"),
+    ],
+)
 def test_validation_messages(change, message):
     with pytest.raises(ValueError, match=message):
         RunConfig().replace(**change).validate()

@@ -1,5 +1,6 @@
 """pFedLA's conv nets and local attention: contracts over every net x attention kind, the published
 parameter counts of Tables 2 and 4, and hand-checkable golden numbers for SE, ECA, CA and the hybrid."""
+
 import math
 
 import pytest
@@ -7,9 +8,9 @@ import torch
 from torch import nn
 
 from fedlib import convnets
-from fedlib.papers import pfedla_params
 from fedlib.local_attention import CA, ECA, KINDS, SE, Hybrid, eca_kernel_size, make_attention
 from fedlib.paper_data import load
+from fedlib.papers import pfedla_params
 
 ATTENTION_TYPES = (SE, ECA, CA, Hybrid)
 # small but complete instances: every layer and slot of the real nets, narrow FC layers where that is free
@@ -47,16 +48,22 @@ def test_contract(model, attention):
         assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, n
 
     # naming contract: attention state lives exactly under names with "attn", backbone BN exactly under "bn"
-    attn_mods = [n for n, m in net.named_modules() if isinstance(m, ATTENTION_TYPES) and n.split(".")[-1].startswith("attn")]
-    assert len(attn_mods) == len([m for m in net.modules() if isinstance(m, ATTENTION_TYPES)]) / (4 if attention == "hybrid" else 1)
+    attn_mods = [
+        n for n, m in net.named_modules() if isinstance(m, ATTENTION_TYPES) and n.split(".")[-1].startswith("attn")
+    ]
+    assert len(attn_mods) == len([m for m in net.modules() if isinstance(m, ATTENTION_TYPES)]) / (
+        4 if attention == "hybrid" else 1
+    )
     assert len(attn_mods) == (0 if attention == "none" else NETS[model][2])
     in_attn = lambda k: any(k.startswith(a + ".") for a in attn_mods)
-    bn_mods = [n for n, m in net.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and not in_attn(n + ".")]
+    bn_mods = [
+        n for n, m in net.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and not in_attn(n + ".")
+    ]
     in_bn = lambda k: any(k.startswith(b + ".") for b in bn_mods)
     assert all("attn" in a for a in attn_mods) and all("bn" in b for b in bn_mods)
     for k in net.state_dict():
         assert ("attn" in k) == in_attn(k), k
-        assert ("bn" in k) == in_bn(k), k      # CA's own BatchNorm is "norm": attention, not FedBN's "bn"
+        assert ("bn" in k) == in_bn(k), k  # CA's own BatchNorm is "norm": attention, not FedBN's "bn"
 
 
 @pytest.mark.parametrize("model", sorted(NETS))
@@ -65,7 +72,7 @@ def test_state_dict_round_trip(model):
     a, shape = _build(model, "hybrid", seed=0)
     b, _ = _build(model, "hybrid", seed=1)
     x = torch.randn(3, *shape)
-    a.train()(x)                               # moves BN running statistics, so buffers differ from b's
+    a.train()(x)  # moves BN running statistics, so buffers differ from b's
     b.load_state_dict(a.state_dict())
     a.eval(), b.eval()
     assert torch.equal(a(x), b(x))
@@ -87,9 +94,17 @@ def test_float64_and_bad_kinds():
 
 # -- published parameter counts (pFedLA Tables 2 and 4) ---------------------------------------------------
 # REPRODUCED exactly (count as printed and Param-Adds % by the paper's rule): 9 of the 10 rows.
-EXACT = {("lenet", "none"): 45_178, ("lenet", "se"): 45_318, ("lenet", "eca"): 45_184, ("lenet", "hybrid"): 45_950,
-         ("alexnet", "none"): 57_149_535, ("alexnet", "se"): 57_189_471, ("alexnet", "eca"): 57_149_563,
-         ("alexnet", "ca"): 57_184_227, ("alexnet", "hybrid"): 57_224_206}
+EXACT = {
+    ("lenet", "none"): 45_178,
+    ("lenet", "se"): 45_318,
+    ("lenet", "eca"): 45_184,
+    ("lenet", "hybrid"): 45_950,
+    ("alexnet", "none"): 57_149_535,
+    ("alexnet", "se"): 57_189_471,
+    ("alexnet", "eca"): 57_149_563,
+    ("alexnet", "ca"): 57_184_227,
+    ("alexnet", "hybrid"): 57_224_206,
+}
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +115,18 @@ def table():
 def test_paper_data_is_tables_2_and_4():
     p = load("pfedla_params")
     assert list(p.paper_params) == [45.17, 45.31, 45.18, 45.54, 45.95, 57.14, 57.18, 57.14, 57.18, 57.22]
-    assert list(p.paper_adds_pct.astype(str)) == ["-", "0.30", "0.02", "0.80", "1.72", "-", "0.07", "< 0.01", "0.07", "0.14"]
+    assert list(p.paper_adds_pct.astype(str)) == [
+        "-",
+        "0.30",
+        "0.02",
+        "0.80",
+        "1.72",
+        "-",
+        "0.07",
+        "< 0.01",
+        "0.07",
+        "0.14",
+    ]
 
 
 @pytest.mark.parametrize("key", sorted(EXACT))
@@ -129,7 +155,7 @@ def test_lenet_ca_row_is_not_reproducible(table):
 
 
 def test_paper_printing_rules():
-    assert pfedla_params.printed(45_178, "K") == 45.17           # truncated: rounding would print 45.18
+    assert pfedla_params.printed(45_178, "K") == 45.17  # truncated: rounding would print 45.18
     assert pfedla_params.printed(57_149_535, "M") == 57.14
     assert pfedla_params.adds_pct_paper_rule(45_184, 45_178, "K") == 0.02  # from exact counts: 0.013%
     assert pfedla_params.adds_pct_paper_rule(57_149_563, 57_149_535, "M") == 0.0  # printed "< 0.01"
@@ -137,9 +163,9 @@ def test_paper_printing_rules():
 
 def test_readings_that_do_not_reproduce():
     """The alternative readings of Tables 7-8 miss published numbers (the evidence for our choices)."""
-    assert pfedla_params.count("lenet", padding=1) == 62_458                          # Table 7's padding 1: FC(400, 120)
-    assert pfedla_params.count("lenet", "hybrid", eca_bias=False) == 45_948            # 45.94K, not 45.95K
-    assert pfedla_params.count("alexnet", n_classes=10) == 57_063_498                  # Table 8's FC(4096, 10): 57.06M
+    assert pfedla_params.count("lenet", padding=1) == 62_458  # Table 7's padding 1: FC(400, 120)
+    assert pfedla_params.count("lenet", "hybrid", eca_bias=False) == 45_948  # 45.94K, not 45.95K
+    assert pfedla_params.count("alexnet", n_classes=10) == 57_063_498  # Table 8's FC(4096, 10): 57.06M
     assert pfedla_params.count("alexnet", "ca", n_classes=31, slots=(1, 2, 3, 4)) == 57_177_547  # 57.17M
     r = pfedla_params.readings()
     ours = r[r.reading.str.startswith("ours")].set_index("model")
@@ -174,7 +200,7 @@ def test_eca_kernel_sizes():
 
 
 def test_se_by_hand():
-    se = SE(2, reduction=2)                                  # hidden = 1
+    se = SE(2, reduction=2)  # hidden = 1
     with torch.no_grad():
         se.fc1.weight.copy_(torch.tensor([[1.0, 1.0]]))
         se.fc2.weight.copy_(torch.tensor([[0.5], [-0.25]]))
@@ -186,7 +212,7 @@ def test_se_by_hand():
 
 
 def test_eca_by_hand():
-    eca = ECA(4, gamma=1, b=1, bias=True).double()           # k = 3, zero padding 1
+    eca = ECA(4, gamma=1, b=1, bias=True).double()  # k = 3, zero padding 1
     with torch.no_grad():
         eca.conv.weight.copy_(torch.tensor([[[1.0, 0.0, -1.0]]]))
         eca.conv.bias.fill_(0.5)
@@ -198,10 +224,10 @@ def test_eca_by_hand():
 
 
 def test_ca_by_hand():
-    ca = CA(2, reduction=2, min_mid=1).double().eval()      # mip = 1; BN in eval = identity below
+    ca = CA(2, reduction=2, min_mid=1).double().eval()  # mip = 1; BN in eval = identity below
     with torch.no_grad():
         ca.reduce.weight.fill_(1.0), ca.reduce.bias.zero_()  # y = sum over the 2 channels
-        ca.norm.eps = 0.0                                    # running mean 0, var 1, weight 1, bias 0
+        ca.norm.eps = 0.0  # running mean 0, var 1, weight 1, bias 0
         ca.conv_h.weight.copy_(torch.tensor([[[[1.0]]], [[[-1.0]]]])), ca.conv_h.bias.zero_()
         ca.conv_w.weight.copy_(torch.tensor([[[[0.5]]], [[[0.0]]]])), ca.conv_w.bias.copy_(torch.tensor([0.0, 1.0]))
     x = torch.tensor([[[[1.0, 2.0], [3.0, 4.0]], [[1.0, 1.0], [1.0, 1.0]]]], dtype=torch.float64)
@@ -210,8 +236,10 @@ def test_ca_by_hand():
     yh, yw = [hswish(2.5), hswish(4.5)], [hswish(3.0), hswish(4.0)]
     a_h = [[_sigmoid(v) for v in yh], [_sigmoid(-v) for v in yh]]
     a_w = [[_sigmoid(0.5 * v) for v in yw], [_sigmoid(1.0) for _ in yw]]
-    want = torch.tensor([[[[x[0, c, i, j].item() * a_h[c][i] * a_w[c][j] for j in range(2)] for i in range(2)]
-                          for c in range(2)]], dtype=torch.float64)
+    want = torch.tensor(
+        [[[[x[0, c, i, j].item() * a_h[c][i] * a_w[c][j] for j in range(2)] for i in range(2)] for c in range(2)]],
+        dtype=torch.float64,
+    )
     assert torch.allclose(ca(x), want, atol=1e-15)
     assert abs(hswish(2.5) - 2.5 * 5.5 / 6) < 1e-15
 
@@ -223,11 +251,11 @@ def test_hybrid_softmax_mixing_by_hand():
     hy.eca.mask = lambda x: torch.full((1, 2, 1, 1), 0.5, dtype=x.dtype)
     hy.ca.mask = lambda x: torch.full((1, 2, 2, 2), 0.8, dtype=x.dtype)
     x = torch.ones(1, 2, 2, 2, dtype=torch.float64)
-    assert torch.allclose(hy(x), x * (0.2 + 0.5 + 0.8) / 3)                               # 0.5
+    assert torch.allclose(hy(x), x * (0.2 + 0.5 + 0.8) / 3)  # 0.5
     with torch.no_grad():
-        hy.logits.copy_(torch.log(torch.tensor([2.0, 1.0, 1.0])))                          # weights 1/2, 1/4, 1/4
+        hy.logits.copy_(torch.log(torch.tensor([2.0, 1.0, 1.0])))  # weights 1/2, 1/4, 1/4
     assert torch.allclose(hy.weights(), torch.tensor([0.5, 0.25, 0.25], dtype=torch.float64))
-    assert torch.allclose(hy(3 * x), 3 * x * (0.5 * 0.2 + 0.25 * 0.5 + 0.25 * 0.8))        # 3 * 0.425
+    assert torch.allclose(hy(3 * x), 3 * x * (0.5 * 0.2 + 0.25 * 0.5 + 0.25 * 0.8))  # 3 * 0.425
 
 
 def test_hybrid_is_eq8_with_real_modules():

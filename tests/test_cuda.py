@@ -5,11 +5,12 @@ Mini-batch plans and client selections are drawn on the CPU from the run's seed 
 CUDA and the same run on the CPU see the same batches and the same clients; in float64 the only difference left is
 the order of floating-point sums inside the kernels (cuBLAS vs the CPU's BLAS), far below the tolerances here.
 """
+
 import numpy as np
 import pytest
 import torch
-
 from conftest import small_synthetic
+
 from fedlib.algorithms import ALGORITHMS
 from fedlib.config import RunConfig
 from fedlib.data.federated import sample_epochs
@@ -25,8 +26,10 @@ def test_stacked_on_cuda_equals_loop_on_cpu_float64(model_name):
     data = small_synthetic(n_clients=5, rows=90)
     model = build_model(model_name, (60,), 10, hidden=(8, 6), seed=1, dtype=torch.float64)
     g = torch.Generator().manual_seed(0)
-    start = {n: t.unsqueeze(0).repeat(5, *[1] * t.dim()) + 0.05 * torch.randn(5, *t.shape, generator=g, dtype=t.dtype)
-             for n, t in model.state_dict().items()}
+    start = {
+        n: t.unsqueeze(0).repeat(5, *[1] * t.dim()) + 0.05 * torch.randn(5, *t.shape, generator=g, dtype=t.dtype)
+        for n, t in model.state_dict().items()
+    }
     # epoch-based plan: padded batches and clients that stop early, the masked path
     plan = sample_epochs(data.train, torch.arange(5), 2, 16, torch.Generator().manual_seed(3))
     opt = LocalSGD(lr=0.05, momentum=0.9, weight_decay=0.001, mu=1.0)
@@ -42,10 +45,26 @@ def test_stacked_on_cuda_equals_loop_on_cpu_float64(model_name):
 def _cfg(name, **kw):
     extra = {"mu": 0.1} if "mu" in ALGORITHMS[name].option_names() else {}
     if ALGORITHMS[name].SELECTS:  # AdaFL's selection on every method that selects clients
-        extra |= {"selection": "attention", "fraction_schedule": (0.2, 0.6, 2), "clients_per_round": None,
-                  "fraction": None}
-    return RunConfig(dataset="synthetic", n_clients=10, rounds=4, local_epochs=1, batch_size=10, model="dnn",
-                     hidden=(8,), lr=0.05, algorithm=name, dtype="float64", **extra, **kw)
+        extra |= {
+            "selection": "attention",
+            "fraction_schedule": (0.2, 0.6, 2),
+            "clients_per_round": None,
+            "fraction": None,
+        }
+    return RunConfig(
+        dataset="synthetic",
+        n_clients=10,
+        rounds=4,
+        local_epochs=1,
+        batch_size=10,
+        model="dnn",
+        hidden=(8,),
+        lr=0.05,
+        algorithm=name,
+        dtype="float64",
+        **extra,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))

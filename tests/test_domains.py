@@ -1,6 +1,7 @@
 """Feature-shift data sets (fedlib.data.domains): digits from the real offline files (skipped when
 absent), Office-31 / Office-Home / DomainNet from tiny generated image folders, and the RunConfig
 integration."""
+
 from __future__ import annotations
 
 import hashlib
@@ -36,6 +37,7 @@ def _forget_in_process_memos():
     modules see a fresh process state (test_readers checks that MNIST-M is decoded into its own cache)."""
     yield
     import fedlib.data as data
+
     readers._cached.cache_clear()
     data._load_domains_cached.cache_clear()
 
@@ -51,12 +53,12 @@ def test_digits_fedbn_protocol_counts_shapes_values():
     root = need(*MNIST, *USPS)
     fd = domains.digits(("mnist", "usps"), root=root)
     assert fd.n_clients == 2 and fd.n_classes == 10 and fd.input_shape == (3, 28, 28)
-    assert fd.train.sizes.tolist() == [743, 743]            # FedBN: 10 % = floor(743.8) per domain
-    assert fd.test.sizes.tolist() == [10000, 2007]           # full official test sets
+    assert fd.train.sizes.tolist() == [743, 743]  # FedBN: 10 % = floor(743.8) per domain
+    assert fd.test.sizes.tolist() == [10000, 2007]  # full official test sets
     assert fd.train.x.shape == (1486, 3, 28, 28) and fd.train.x.dtype == torch.float32
     assert fd.test.x.shape[1:] == (3, 28, 28) and fd.global_test is None
     assert float(fd.train.x.min()) == -1.0 and float(fd.train.x.max()) == 1.0  # (x/255 - 0.5)/0.5
-    assert torch.equal(fd.train.x[:, 0], fd.train.x[:, 2])   # grey replicated to 3 channels
+    assert torch.equal(fd.train.x[:, 0], fd.train.x[:, 2])  # grey replicated to 3 channels
     assert set(fd.train.y.unique().tolist()) == set(range(10))
 
     # the exact recipe: MNIST rows are the seeded draw, normalised, no resize at 28x28
@@ -69,6 +71,7 @@ def test_digits_fedbn_protocol_counts_shapes_values():
 
     # USPS: truncated to uint8, PIL-bilinear resized 16 -> 28, as FedBN's transform_usps
     from PIL import Image
+
     xu_raw, yu_raw = readers.load_usps("train", root=root)
     iu = domains._subset(np.arange(7291), 743, domains._rng(0, "usps", 1))
     xu, yu = fd.train.client(1)
@@ -84,7 +87,7 @@ def test_digits_determinism_percent_and_split():
     c = domains.digits(("usps",), seed=1, root=root)
     assert torch.equal(a.train.x, b.train.x) and torch.equal(a.train.y, b.train.y)
     assert not torch.equal(a.train.x, c.train.x)
-    assert torch.equal(a.test.x, c.test.x)                    # official test set: no draw
+    assert torch.equal(a.test.x, c.test.x)  # official test set: no draw
     # percent: floor(7438 p), nested (a larger share keeps the smaller one's images), capped at the pool
     assert [domains.train_count(p) for p in (0.05, 0.1, 0.2, 0.5, 0.7, 1.0)] == [371, 743, 1487, 3719, 5206, 7438]
     d = domains.digits(("usps",), percent=0.2, root=root)
@@ -136,6 +139,7 @@ def colour(label: int, i: int) -> tuple[int, int, int]:
 def make_folder(base: Path, classes, n=5, ext=".jpg", shape=(30, 40)):
     """Solid-colour images ``base/<class>/img<i><ext>``; class colour from its index in ``classes``' dataset list."""
     from PIL import Image
+
     for name, label in classes:
         (base / name).mkdir(parents=True, exist_ok=True)
         for i in range(n):
@@ -155,13 +159,13 @@ def check_colours(fd, client):
 
 
 def test_office31_layout_labels_resize_split(tmp_path):
-    make_folder(tmp_path / "office31" / "amazon" / "images", OFFICE_CLASSES)    # original release layout
-    make_folder(tmp_path / "office31" / "webcam", OFFICE_CLASSES[:2], n=10)     # flattened layout
-    (tmp_path / "office31" / "amazon" / "images" / "not_a_class").mkdir()      # ignored
+    make_folder(tmp_path / "office31" / "amazon" / "images", OFFICE_CLASSES)  # original release layout
+    make_folder(tmp_path / "office31" / "webcam", OFFICE_CLASSES[:2], n=10)  # flattened layout
+    (tmp_path / "office31" / "amazon" / "images" / "not_a_class").mkdir()  # ignored
     fd = domains.office31(("webcam", "amazon"), size=16, root=tmp_path)
     assert fd.name == "office31(webcam,amazon)" and fd.n_classes == 31 and fd.input_shape == (3, 16, 16)
     assert fd.train.x.shape[1:] == (3, 16, 16) and fd.train.x.dtype == torch.float32
-    assert 0.0 <= float(fd.train.x.min()) and float(fd.train.x.max()) <= 1.0   # x / 255
+    assert 0.0 <= float(fd.train.x.min()) and float(fd.train.x.max()) <= 1.0  # x / 255
     # 80/20 stratified: webcam 2 x 10 -> 2 test per class; amazon 3 x 5 -> 1 test per class
     assert fd.train.sizes.tolist() == [16, 12] and fd.test.sizes.tolist() == [4, 3]
     assert sorted(fd.test.client(1)[1].tolist()) == [0, 17, 30]
@@ -185,6 +189,7 @@ def test_office_cache_makes_second_load_decode_free(tmp_path, monkeypatch):
 
     def no_decode(*a, **k):
         raise AssertionError("decoded again despite the cache")
+
     monkeypatch.setattr(domains, "_decode", no_decode)
     second = domains.office31(("dslr",), size=8, root=tmp_path)
     assert torch.equal(first.train.x, second.train.x)
@@ -199,7 +204,7 @@ def test_officehome_variants_and_class_order(tmp_path):
     make_folder(nested / "Art", classes[:1], ext=".JPG")
     fd = domains.officehome(("Real World", "Art"), size=12, root=tmp_path)
     assert fd.n_classes == 65 and fd.train.sizes.tolist() == [12, 4] and fd.test.sizes.tolist() == [3, 1]
-    assert domains.CLASSES["officehome"][58:60] == ("TV", "Table")   # sorted (ImageFolder) order
+    assert domains.CLASSES["officehome"][58:60] == ("TV", "Table")  # sorted (ImageFolder) order
     check_colours(fd, 0), check_colours(fd, 1)
     assert domains.available(tmp_path)["officehome"] == ("Art", "Real World")
 
@@ -207,7 +212,7 @@ def test_officehome_variants_and_class_order(tmp_path):
 def test_domainnet_top10_and_official_split(tmp_path):
     base = tmp_path / "DomainNet"
     make_folder(base / "clipart", [("bird", 0), ("zebra", 9)], n=5)
-    make_folder(base / "clipart", [("aircraft_carrier", 0)], n=2)   # not one of FedBN's ten: ignored
+    make_folder(base / "clipart", [("aircraft_carrier", 0)], n=2)  # not one of FedBN's ten: ignored
     make_folder(base / "sketch", [("whale", 6)], n=5)
     fd = domains.domainnet(("clipart", "sketch"), size=8, root=tmp_path)
     assert fd.n_classes == 10 and fd.input_shape == (3, 8, 8)
@@ -242,17 +247,23 @@ def test_missing_image_dataset_names_dataset_layout_and_root(tmp_path):
 # --------------------------------------------------------------------------- RunConfig integration
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(domains=("mnist", "cifar")), "RunConfig.domains=.*must be None or a tuple of distinct digits domains from: "
-                                       "mnist, svhn, usps, synthdigits, mnist_m"),
-    (dict(domains="mnist", n_clients=1), "RunConfig.domains='mnist' must be None or a tuple"),
-    (dict(domains=("usps", "usps"), n_clients=2), "RunConfig.domains=.*distinct"),
-    (dict(domain_percent=0.0), "RunConfig.domain_percent=0.0 must be None or in \\(0, 1\\]"),
-    (dict(domain_percent=1.5), "RunConfig.domain_percent=1.5 must be None or in \\(0, 1\\]"),
-    (dict(n_clients=3), "RunConfig.n_clients=3 must equal the number of domains \\(5.*RunConfig.domains=None"),
-    (dict(domains=("mnist", "usps"), n_clients=3), "RunConfig.n_clients=3 must equal the number of domains \\(2"),
-    (dict(partition="labels"), "RunConfig.partition='labels' is not one of: domains"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            dict(domains=("mnist", "cifar")),
+            "RunConfig.domains=.*must be None or a tuple of distinct digits domains from: "
+            "mnist, svhn, usps, synthdigits, mnist_m",
+        ),
+        (dict(domains="mnist", n_clients=1), "RunConfig.domains='mnist' must be None or a tuple"),
+        (dict(domains=("usps", "usps"), n_clients=2), "RunConfig.domains=.*distinct"),
+        (dict(domain_percent=0.0), "RunConfig.domain_percent=0.0 must be None or in \\(0, 1\\]"),
+        (dict(domain_percent=1.5), "RunConfig.domain_percent=1.5 must be None or in \\(0, 1\\]"),
+        (dict(n_clients=3), "RunConfig.n_clients=3 must equal the number of domains \\(5.*RunConfig.domains=None"),
+        (dict(domains=("mnist", "usps"), n_clients=3), "RunConfig.n_clients=3 must equal the number of domains \\(2"),
+        (dict(partition="labels"), "RunConfig.partition='labels' is not one of: domains"),
+    ],
+)
 def test_config_validation(change, message):
     base = RunConfig(dataset="digits", partition="domains", n_clients=5)
     base.validate()
@@ -287,8 +298,9 @@ def test_load_federated_digits_three_clients():
 
 def test_load_federated_office31_from_generated_folder(tmp_path):
     make_folder(tmp_path / "office31" / "amazon" / "images", OFFICE_CLASSES, n=5, shape=(12, 10))
-    cfg = RunConfig(dataset="office31", partition="domains", domains=("amazon",), n_clients=1,
-                    domain_percent=1.0).validate()
+    cfg = RunConfig(
+        dataset="office31", partition="domains", domains=("amazon",), n_clients=1, domain_percent=1.0
+    ).validate()
     fd = load_federated(cfg, root=tmp_path)
     assert fd.n_clients == 1 and fd.input_shape == (3, 224, 224) and fd.n_classes == 31
     assert fd.train.sizes.tolist() == [12] and fd.test.sizes.tolist() == [3]

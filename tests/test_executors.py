@@ -1,12 +1,22 @@
 """The stacked executor computes exactly what the per-client loop does (float64, same mini-batches)."""
+
 import pytest
 import torch
+from conftest import small_synthetic
 from torch import nn
 
-from conftest import small_synthetic
 from fedlib.data.federated import sample_epochs, sample_steps
-from fedlib.executors import (PROCESS_CACHE_BYTES, CrossEntropy, LocalSGD, LoopExecutor, Objective, StackedExecutor,
-                              chain_forward, fast_path, make_executor)
+from fedlib.executors import (
+    PROCESS_CACHE_BYTES,
+    CrossEntropy,
+    LocalSGD,
+    LoopExecutor,
+    Objective,
+    StackedExecutor,
+    chain_forward,
+    fast_path,
+    make_executor,
+)
 from fedlib.models import MODELS, build_model, linear_chain
 
 OPTS = {
@@ -19,8 +29,10 @@ OPTS = {
 
 def _params(model, k, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return {n: t.unsqueeze(0).repeat(k, *[1] * t.dim()) + 0.05 * torch.randn(k, *t.shape, generator=g, dtype=t.dtype)
-            for n, t in model.state_dict().items()}
+    return {
+        n: t.unsqueeze(0).repeat(k, *[1] * t.dim()) + 0.05 * torch.randn(k, *t.shape, generator=g, dtype=t.dtype)
+        for n, t in model.state_dict().items()
+    }
 
 
 def _maxdiff(a, b):
@@ -39,8 +51,11 @@ def test_stacked_equals_loop_float64(model_name, opt_name, sampler, group):
     anchor = _params(model, k, seed=7)  # a different anchor than the start, to test the prox direction
     gen = torch.Generator().manual_seed(3)
     clients = torch.arange(k)
-    plan = (sample_steps(data.train, clients, 6, 7, gen) if sampler == "steps"
-            else sample_epochs(data.train, clients, 2, 16, gen))
+    plan = (
+        sample_steps(data.train, clients, 6, 7, gen)
+        if sampler == "steps"
+        else sample_epochs(data.train, clients, 2, 16, gen)
+    )
     opt = OPTS[opt_name]
     loop = LoopExecutor().train(model, start, plan, data.train, opt, anchor=anchor)
     stacked = StackedExecutor(max_group=group).train(model, start, plan, data.train, opt, anchor=anchor)
@@ -84,6 +99,7 @@ def test_hand_checked_mlr_step():
     dL/dW = (p - onehot) x^T for a batch of one sample.
     """
     from fedlib.data.federated import BatchPlan, Split
+
     x = torch.tensor([[1.0, 2.0], [-1.0, 0.5]], dtype=torch.float64)
     y = torch.tensor([0, 2])
     split = Split(x, y, torch.tensor([0, 1]), torch.tensor([1, 1]))
@@ -94,7 +110,9 @@ def test_hand_checked_mlr_step():
     third = 1 / 3
     # client 0: label 0, x=(1,2): grad_b = (1/3-1, 1/3, 1/3); W row c = -0.3 * grad_b[c] * x
     assert torch.allclose(out["1.bias"][0], torch.tensor([0.2, -0.1, -0.1], dtype=torch.float64))
-    assert torch.allclose(out["1.weight"][0], torch.tensor([[0.2, 0.4], [-0.1, -0.2], [-0.1, -0.2]], dtype=torch.float64))
+    assert torch.allclose(
+        out["1.weight"][0], torch.tensor([[0.2, 0.4], [-0.1, -0.2], [-0.1, -0.2]], dtype=torch.float64)
+    )
     # client 1: label 2, x=(-1,0.5)
     assert torch.allclose(out["1.bias"][1], -0.3 * torch.tensor([third, third, third - 1], dtype=torch.float64))
     assert torch.allclose(out["1.weight"][1][2], torch.tensor([-0.2, 0.1], dtype=torch.float64))
@@ -140,11 +158,16 @@ def test_any_objective_on_every_executor_with_the_generic_terms(sampler):
     data = small_synthetic(n_clients=4, rows=80)
     model = build_model("mlp", (60,), 10, hidden=(8, 6), seed=1, dtype=torch.float64)
     start, anchor = _params(model, 4), _params(model, 4, seed=7)
-    drift = {n: 0.01 * torch.randn(t.shape, generator=torch.Generator().manual_seed(2), dtype=t.dtype)
-             for n, t in start.items()}
+    drift = {
+        n: 0.01 * torch.randn(t.shape, generator=torch.Generator().manual_seed(2), dtype=t.dtype)
+        for n, t in start.items()
+    }
     gen = torch.Generator().manual_seed(3)
-    plan = (sample_steps(data.train, torch.arange(4), 5, 7, gen) if sampler == "steps"
-            else sample_epochs(data.train, torch.arange(4), 2, 16, gen))
+    plan = (
+        sample_steps(data.train, torch.arange(4), 5, 7, gen)
+        if sampler == "steps"
+        else sample_epochs(data.train, torch.arange(4), 2, 16, gen)
+    )
     opt, obj = OPTS["all"], _SmoothedCE()
     assert fast_path("chain", obj) is None and fast_path("chain", _SubclassedCE()) is None
     assert fast_path("chain", CrossEntropy()) is not None

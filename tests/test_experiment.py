@@ -1,5 +1,6 @@
 """The one entry point (``fedlib.experiment``) and the registry behind it (``fedlib.profiles``): grids are pure
 functions of (profile, available data), never of the store; dotted names work in ``where`` and in grid cells."""
+
 import pytest
 
 import fedlib
@@ -15,12 +16,15 @@ def _no_forced_profile(monkeypatch):
 
 def test_no_grid_reads_the_store(monkeypatch):
     """Every experiment at every profile is built without touching the store (a step's output is an argument)."""
+
     def refuse(*a, **k):
         raise AssertionError("a grid read the store")
+
     for name in ("has", "load", "stored", "meta", "configs"):
         monkeypatch.setattr(Store, name, refuse)
-    av = profiles.Available(frozenset({"synthetic", "mnist", "fmnist", "cifar10"}),
-                            (("digits", ("mnist", "usps", "mnist_m")),))
+    av = profiles.Available(
+        frozenset({"synthetic", "mnist", "fmnist", "cifar10"}), (("digits", ("mnist", "usps", "mnist_m")),)
+    )
     for name in profiles.EXPERIMENTS:
         for p in fedlib.PROFILES:
             inputs = {profiles.STEPS[name][1]: {}} if name in profiles.STEPS else {}
@@ -62,7 +66,8 @@ def test_dotted_names_in_where_and_in_grids(tmp_path):
     dotted = fedlib.experiment("fedmcsa_sigma", "smoke", where={"method.sigma": 0.0}, stored_only=True, store=store)
     assert [c.key() for c in dotted.configs] == [c.key() for c in flat.configs] and len(flat.configs) == 2
     assert profiles.flat_cells([{"local.lr": [0.01, 0.02], "method.mu": 0.1, "seed": 0}]) == [
-        {"lr": [0.01, 0.02], "mu": 0.1, "seed": 0}]
+        {"lr": [0.01, 0.02], "mu": 0.1, "seed": 0}
+    ]
     for bad in ({"method.sigmaa": 1}, {"sigmaa": 1}):
         with pytest.raises(ValueError, match="is not a config field") as err:
             fedlib.experiment("fedmcsa_sigma", "smoke", where=bad, stored_only=True, store=store)

@@ -1,9 +1,10 @@
 """FedAvgM (Hsu et al. 2019): a hand-checkable server step, the FedAvg limit, both executors."""
+
 import numpy as np
 import pytest
 import torch
-
 from conftest import small_synthetic
+
 from fedlib import RunConfig
 from fedlib.algorithms import build_algorithm
 from fedlib.algorithms.fedavgm import ServerMomentum
@@ -18,14 +19,30 @@ def _state():
 
 def _run(cfg, data, executor):
     model = build_model("dnn", data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
-    return simulate(build_algorithm(cfg), data, model, executor, cfg.rounds, local_steps=cfg.local_steps,
-                    batch_size=cfg.batch_size, progress=False)
+    return simulate(
+        build_algorithm(cfg),
+        data,
+        model,
+        executor,
+        cfg.rounds,
+        local_steps=cfg.local_steps,
+        batch_size=cfg.batch_size,
+        progress=False,
+    )
 
 
 def test_both_executors_agree():
     data = small_synthetic(n_clients=3, rows=60)
-    cfg = RunConfig(n_clients=3, clients_per_round=2, rounds=3, local_steps=2, batch_size=4, lr=0.1, model="dnn",
-                    algorithm="fedavgm")
+    cfg = RunConfig(
+        n_clients=3,
+        clients_per_round=2,
+        rounds=3,
+        local_steps=2,
+        batch_size=4,
+        lr=0.1,
+        model="dnn",
+        algorithm="fedavgm",
+    )
     a, b = _run(cfg, data, StackedExecutor()), _run(cfg, data, LoopExecutor())
     assert np.allclose(a.metrics.test_loss, b.metrics.test_loss, rtol=0, atol=1e-10)
 

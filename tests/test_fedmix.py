@@ -94,7 +94,7 @@ def test_golden_softmax_regression(taylor, scale):
     ys = np.array([0, 2])
     means_x = np.array([[0.5, 0.5], [2.0, -1.0]])
     means_y = np.array([[0.5, 0.5, 0.0], [0.0, 0.25, 0.75]])
-    pair = torch.tensor([[[1, 0]]])            # sample 0 pairs with mean 1, sample 1 with mean 0
+    pair = torch.tensor([[[1, 0]]])  # sample 0 pairs with mean 1, sample 1 with mean 0
     lam = 0.2
     tscale = 1.0 if scale == "sample" else (1 - lam) / 2  # batch scale: (1 - lam) / B, B = 2
     want_W, want_b = _closed_form_step(W, b, xs, ys, means_x[[1, 0]], means_y[[1, 0]], lam, taylor, tscale)
@@ -105,9 +105,11 @@ def test_golden_softmax_regression(taylor, scale):
     plan = BatchPlan(torch.tensor([[[0, 1]]]))
     client = MixClient(LocalSGD(lr=1.0), lam, 1, taylor, scale)
     mx, my = torch.tensor(means_x), torch.tensor(means_y)
-    for got in (_train("train_loop", client, model, params, plan, split, mx, my, pair, client.opt),
-                _train("train_vmap", client, model, params, plan, split, mx, my, pair, client.opt),
-                _train("train_chain", client, model, params, plan, split, mx, my, pair, client.opt)):
+    for got in (
+        _train("train_loop", client, model, params, plan, split, mx, my, pair, client.opt),
+        _train("train_vmap", client, model, params, plan, split, mx, my, pair, client.opt),
+        _train("train_chain", client, model, params, plan, split, mx, my, pair, client.opt),
+    ):
         assert np.allclose(got["1.weight"][0].numpy(), want_W, atol=1e-14, rtol=0)
         assert np.allclose(got["1.bias"][0].numpy(), want_b, atol=1e-14, rtol=0)
     if taylor:  # the Taylor term changes the step: dropping it gives a different update
@@ -137,8 +139,11 @@ def test_lam_zero_is_fedavg(taylor):
 # -- the two implementations agree --------------------------------------------------------------------
 class _SmallConv(nn.Sequential):
     """Conv -> ReLU -> max-pool -> Linear: the second-order path through conv and pooling, without dropout."""
+
     def __init__(self):
-        super().__init__(nn.Conv2d(1, 3, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(3 * 3 * 3, 4))
+        super().__init__(
+            nn.Conv2d(1, 3, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(3 * 3 * 3, 4)
+        )
 
 
 def _image_data(sizes=(9, 14, 5)) -> Split:
@@ -193,7 +198,9 @@ def test_loop_matches_chain(taylor, hidden, masked):
     model = build_model("dnn" if len(hidden) == 1 else "mlp", (60,), 10, hidden, seed=0, dtype=F64)
     plan, ref, (start, mx, my, pair, client) = _against_loop("train_chain", model, split, 10, taylor)
     assert (plan.active is not None) == masked
-    plain = _train("train_chain", MixClient(client.opt, 0.0, 3, taylor), model, start, plan, split, mx, my, pair, client.opt)
+    plain = _train(
+        "train_chain", MixClient(client.opt, 0.0, 3, taylor), model, start, plan, split, mx, my, pair, client.opt
+    )
     assert _max_diff(plain, ref) > 1e-4  # lam matters: the mixing terms are in the step
 
 
@@ -205,8 +212,9 @@ def test_batch_scale_matches_loop_on_masked_epochs(path):
     model = build_model("mlp", (60,), 10, (7, 5), seed=0, dtype=F64)
     plan, ref, (start, mx, my, pair, client) = _against_loop(path, model, split, 10, True, "batch")
     assert plan.weight is not None and not bool(plan.weight.all())  # padded rows in some steps
-    per_sample = _train("train_loop", MixClient(client.opt, client.lam, 3, True), model, start, plan, split, mx, my, pair,
-                        client.opt)
+    per_sample = _train(
+        "train_loop", MixClient(client.opt, client.lam, 3, True), model, start, plan, split, mx, my, pair, client.opt
+    )
     assert _max_diff(per_sample, ref) > 1e-6
 
 
@@ -225,9 +233,10 @@ def test_engine_dispatch_and_lr_scale():
         assert set(state.extra[MEANS_KEY]) == {"x", "y"}
     assert _max_diff(outs[0], outs[1]) < 1e-12
     mx, my = mean_dataset(data.train, 10, 4)
-    half = _train("train_loop", client, model, start, plan, data.train, mx, my, pairing(3, plan, len(my)), LocalSGD(lr=0.05))
+    half = _train(
+        "train_loop", client, model, start, plan, data.train, mx, my, pairing(3, plan, len(my)), LocalSGD(lr=0.05)
+    )
     assert _max_diff(outs[0], half) < 1e-12
-
 
 
 @pytest.mark.parametrize("taylor", [True, False])
@@ -246,20 +255,23 @@ def test_generic_terms_apply_to_the_mix_objectives(taylor):
     drift = {n: 0.01 * torch.randn(t.shape, generator=g, dtype=F64) for n, t in start.items()}
     ref = LoopExecutor().train(model, start, plan, split, opt, anchor, drift, objective=obj)
     for kernel in ("vmap", "chain"):
-        got = StackedExecutor(max_group=2, kernel=kernel).train(model, start, plan, split, opt, anchor, drift, objective=obj)
+        got = StackedExecutor(max_group=2, kernel=kernel).train(
+            model, start, plan, split, opt, anchor, drift, objective=obj
+        )
         assert _max_diff(got, ref) < 1e-10
     assert _max_diff(ref, LoopExecutor().train(model, start, plan, split, opt, anchor, objective=obj)) > 1e-4
+
 
 # -- the mean set -------------------------------------------------------------------------------------
 def test_mean_dataset_hand_example():
     x = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [10.0, 0.0], [20.0, 0.0]], dtype=F64)
     y = torch.tensor([0, 1, 1, 2, 2])
-    split = Split(x, y, torch.tensor([0, 3]), torch.tensor([3, 2]))   # client 0: 3 rows, client 1: 2 rows
+    split = Split(x, y, torch.tensor([0, 3]), torch.tensor([3, 2]))  # client 0: 3 rows, client 1: 2 rows
     mx, my = mean_dataset(split, 3, 2)
-    assert mx.shape == (3, 2) and my.shape == (3, 3)                  # ceil(3/2) + ceil(2/2) means
+    assert mx.shape == (3, 2) and my.shape == (3, 3)  # ceil(3/2) + ceil(2/2) means
     assert torch.equal(mx, torch.tensor([[2.0, 3.0], [5.0, 6.0], [15.0, 0.0]], dtype=F64))
     assert torch.equal(my, torch.tensor([[0.5, 0.5, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], dtype=F64))
-    mx, my = mean_dataset(split, 3, 100)                               # M_k >= n_k: one mean per client ("all")
+    mx, my = mean_dataset(split, 3, 100)  # M_k >= n_k: one mean per client ("all")
     assert torch.allclose(mx, torch.tensor([[3.0, 4.0], [15.0, 0.0]], dtype=F64))
     assert torch.allclose(my, torch.tensor([[1 / 3, 2 / 3, 0.0], [0.0, 0.0, 1.0]], dtype=F64))
     assert torch.allclose(my.sum(1), torch.ones(2, dtype=F64))
@@ -298,8 +310,18 @@ def test_registered_with_their_fields():
 
 
 def test_end_to_end_tiny():
-    base = RunConfig(n_clients=4, clients_per_round=2, rounds=2, local_steps=2, batch_size=5, model="mlr",
-                     algorithm="fedmix", mix_lam=0.1, mix_mean_size=5, dtype="float64")
+    base = RunConfig(
+        n_clients=4,
+        clients_per_round=2,
+        rounds=2,
+        local_steps=2,
+        batch_size=5,
+        model="mlr",
+        algorithm="fedmix",
+        mix_lam=0.1,
+        mix_mean_size=5,
+        dtype="float64",
+    )
     runs = {ex: fedlib.train(base.replace(executor=ex), progress=False) for ex in ("loop", "stacked")}
     for res in runs.values():
         m = res.metrics
@@ -321,10 +343,19 @@ def test_cnn_contract_and_size():
     for n, p in m.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, n
     assert not any(True for _ in m.buffers())
-    conv = lambda i, o: i * o * 3 * 3 + o          # 3x3 kernels + bias
+    conv = lambda i, o: i * o * 3 * 3 + o  # 3x3 kernels + bias
     fc = lambda i, o: i * o + o
-    by_hand = (conv(3, 32) + conv(32, 64) + conv(64, 128) + conv(128, 128) + conv(128, 256) + conv(256, 256)
-               + fc(256 * 4 * 4, 512) + fc(512, 512) + fc(512, 10))
+    by_hand = (
+        conv(3, 32)
+        + conv(32, 64)
+        + conv(64, 128)
+        + conv(128, 128)
+        + conv(128, 256)
+        + conv(256, 256)
+        + fc(256 * 4 * 4, 512)
+        + fc(512, 512)
+        + fc(512, 10)
+    )
     assert by_hand == 3_491_530 == count_parameters(m)
     assert build_model("cnn", (1, 28, 28), 10)(torch.randn(2, 1, 28, 28)).shape == (2, 10)  # 28 -> 14 -> 7 -> 3
     with pytest.raises(ValueError, match="image inputs"):
@@ -336,8 +367,12 @@ def test_fedmix_trains_the_cnn_vectorised():
     torch.manual_seed(0)
     model = build_model("cnn", (3, 16, 16), 10, (32, 32), seed=0)
     g = torch.Generator().manual_seed(0)
-    split = Split(torch.randn(6, 3, 16, 16, generator=g), torch.randint(10, (6,), generator=g),
-                  torch.tensor([0, 3]), torch.tensor([3, 3]))
+    split = Split(
+        torch.randn(6, 3, 16, 16, generator=g),
+        torch.randint(10, (6,), generator=g),
+        torch.tensor([0, 3]),
+        torch.tensor([3, 3]),
+    )
     plan = BatchPlan(torch.tensor([[[0, 1], [3, 4]], [[1, 2], [4, 5]]]))
     client = MixClient(LocalSGD(lr=0.05, momentum=0.5), 0.05, 2, True)
     mx, my = mean_dataset(split, 10, 2)
@@ -353,8 +388,11 @@ def test_adafl_fedmix_cells_take_the_batch_scale_and_the_ablation_differs_only_t
     AdaFL+FedMix and FedMix-0.1 configs with the per-sample term, nothing else changed."""
     from fedlib import profiles
     from fedlib.runner import expand
+
     table3 = expand(*profiles.get("adafl_table3", profile))
-    mix = {profiles.adafl_label(c): c for c in table3 if c.algorithm == "fedmix" and c.dataset == "mnist" and c.seed == 0}
+    mix = {
+        profiles.adafl_label(c): c for c in table3 if c.algorithm == "fedmix" and c.dataset == "mnist" and c.seed == 0
+    }
     assert set(mix) == {"AdaFL+FedMix", "FedMix-0.1", "FedMix-0.5"}
     assert {c.mix_taylor_scale for c in mix.values()} == {"batch"}
     ablation = expand(*profiles.get("adafl_fedmix_scale", profile))

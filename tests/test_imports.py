@@ -7,6 +7,7 @@
     config, engine, store, algorithm or paper modules;
 (c) the model modules do not import pandas (the paper tables live in fedlib.papers).
 """
+
 from __future__ import annotations
 
 import ast
@@ -18,9 +19,20 @@ ROOT = Path(__file__).resolve().parents[1] / "fedlib"
 
 # Modules the models and the data must not reach (prefixes: a package covers its submodules). "fedlib"
 # itself (exactly) is the package __init__, i.e. the engine's public API (RunConfig, run, Store).
-FORBIDDEN = ("fedlib.config", "fedlib.simulation", "fedlib.runner", "fedlib.store", "fedlib.algorithms",
-             "fedlib.stages", "fedlib.executors", "fedlib.experiments", "fedlib.profiles", "fedlib.report",
-             "fedlib.plotting", "fedlib.papers")
+FORBIDDEN = (
+    "fedlib.config",
+    "fedlib.simulation",
+    "fedlib.runner",
+    "fedlib.store",
+    "fedlib.algorithms",
+    "fedlib.stages",
+    "fedlib.executors",
+    "fedlib.experiments",
+    "fedlib.profiles",
+    "fedlib.report",
+    "fedlib.plotting",
+    "fedlib.papers",
+)
 RESTRICTED = ("fedlib.models", "fedlib.convnets", "fedlib.local_attention", "fedlib.data")
 MODEL_MODULES = ("fedlib.models", "fedlib.convnets", "fedlib.local_attention")
 
@@ -38,7 +50,8 @@ def _module_name(path: Path, root: Path) -> str:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.AST, module: str, is_package: bool, modules: set[str]):
@@ -75,7 +88,7 @@ def _imports(tree: ast.AST, module: str, is_package: bool, modules: set[str]):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             module_level = False
         if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.body:          # never runs: not a runtime import at all
+            for child in node.body:  # never runs: not a runtime import at all
                 yield from ((t, False) for t, _ in visit(child, False))
             for child in node.orelse:
                 yield from visit(child, module_level)
@@ -191,11 +204,16 @@ TOP, EVERY = build_graph()
 
 def test_the_parser_sees_the_imports():
     """The graph has the edges we know are there (relative, package-relative, and function-level ones)."""
-    assert {"fedlib.models", "fedlib.convnets", "fedlib.data", "fedlib.data.federated",
-            "fedlib.papers.pfedla_params"} <= set(TOP)
-    assert {"fedlib.convnets", "fedlib.local_attention"} <= TOP["fedlib.models"]    # from . import / from .x import
-    assert "fedlib.data.federated" in TOP["fedlib.data"]                           # from .federated import
-    assert "fedlib.selection" not in TOP["fedlib.config"]                          # inside validate() only
+    assert {
+        "fedlib.models",
+        "fedlib.convnets",
+        "fedlib.data",
+        "fedlib.data.federated",
+        "fedlib.papers.pfedla_params",
+    } <= set(TOP)
+    assert {"fedlib.convnets", "fedlib.local_attention"} <= TOP["fedlib.models"]  # from . import / from .x import
+    assert "fedlib.data.federated" in TOP["fedlib.data"]  # from .federated import
+    assert "fedlib.selection" not in TOP["fedlib.config"]  # inside validate() only
     assert "fedlib.selection" in EVERY["fedlib.config"]
 
 
@@ -207,8 +225,9 @@ def test_no_module_level_cycles():
 def test_models_and_data_import_no_engine_config_store_algorithm_or_paper_module():
     bad = forbidden_paths(EVERY)
     assert not bad, "one-way dependencies broken: " + "; ".join(" -> ".join(p) for p in bad)
-    assert all((a, b) in {(a, b) for a in EVERY for b in EVERY[a]} for a, b in ALLOWED_EDGES), \
+    assert all((a, b) in {(a, b) for a in EVERY for b in EVERY[a]} for a, b in ALLOWED_EDGES), (
         "an allowed exception no longer exists: remove it from ALLOWED_EDGES"
+    )
 
 
 @pytest.mark.parametrize("module", MODEL_MODULES)
@@ -229,13 +248,13 @@ def test_the_checks_have_teeth(tmp_path):
     files = {
         "__init__.py": "from .config import X\n",
         "config.py": "from . import helpers\nX = 1\n",
-        "helpers.py": "import fedlib.models\nfrom fedlib.config import X\n",       # config <-> helpers: a cycle
+        "helpers.py": "import fedlib.models\nfrom fedlib.config import X\n",  # config <-> helpers: a cycle
         "models.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .stages import S\n"
-                     "def f():\n    from . import convnets\n",
-        "convnets.py": "from .models import f\n",                                   # only function-level back
+        "def f():\n    from . import convnets\n",
+        "convnets.py": "from .models import f\n",  # only function-level back
         "stages.py": "",
         "data/__init__.py": "from .reader import r\n",
-        "data/reader.py": "def r():\n    from ..helpers import X\n",               # data -> helpers -> config
+        "data/reader.py": "def r():\n    from ..helpers import X\n",  # data -> helpers -> config
     }
     for name, text in files.items():
         (pkg / name).write_text(text)

@@ -1,4 +1,5 @@
 """fedlib.malloc: glibc keeps freed memory, so a round's large tensor is not faulted in afresh each round."""
+
 import os
 import subprocess
 import sys
@@ -36,6 +37,7 @@ def _probe(mode: str) -> tuple[str, list[int]]:
 def _glibc() -> bool:
     try:
         import ctypes
+
         ctypes.CDLL("libc.so.6").mallopt
         return sys.platform.startswith("linux")
     except (OSError, AttributeError):

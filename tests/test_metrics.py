@@ -2,8 +2,8 @@ import math
 
 import numpy as np
 import torch
-
 from conftest import small_synthetic
+
 from fedlib import metrics as M
 from fedlib.models import build_model
 
@@ -11,8 +11,8 @@ from fedlib.models import build_model
 def test_means_golden():
     acc = np.array([1.0, 0.5, 0.0])
     n = np.array([2, 2, 4])
-    assert M.weighted_mean(acc, n) == 3 / 8          # (2 + 1 + 0) correct of 8
-    assert M.unweighted_mean(acc, n) == 0.5          # (1 + 0.5 + 0) / 3
+    assert M.weighted_mean(acc, n) == 3 / 8  # (2 + 1 + 0) correct of 8
+    assert M.unweighted_mean(acc, n) == 0.5  # (1 + 0.5 + 0) / 3
     assert M.unweighted_mean(np.array([1.0, np.nan]), np.array([3, 0])) == 1.0  # client without data ignored
 
 
@@ -24,7 +24,7 @@ def test_best_last_rounds_cost():
     assert M.rounds_to_target(s, 0.9) == 8
     assert M.rounds_to_target(s, 0.7) == 6
     assert M.rounds_to_target(s, 0.99) is None
-    assert M.rounds_to_target(s[:4], 0.0) is None     # no full window yet
+    assert M.rounds_to_target(s[:4], 0.0) is None  # no full window yet
     assert M.communication_cost([10, 10, 20, 20]) == 60
     assert M.communication_cost([10, 10, 20, 20], upto=3) == 40
 

@@ -1,11 +1,20 @@
 """Contract tests over every registered model: shapes, finiteness, gradients, stacked coverage, attention slots."""
+
 import pytest
 import torch
-
 from torch import nn
 
 from fedlib.local_attention import ATTENTIONS, CA, SE
-from fedlib.models import KERNELS, MODELS, ModelSpec, build_model, count_parameters, kernel_of, linear_chain, param_groups
+from fedlib.models import (
+    KERNELS,
+    MODELS,
+    ModelSpec,
+    build_model,
+    count_parameters,
+    kernel_of,
+    linear_chain,
+    param_groups,
+)
 
 CASES = [(name, shape) for name in sorted(MODELS) for shape in MODELS[name].example_shapes]
 
@@ -50,7 +59,9 @@ def test_attention_keyword_builds_slots(name):
 
 @pytest.mark.parametrize("name", [n for n in sorted(MODELS) if not MODELS[n].attention_slots])
 def test_attention_needs_slots(name):
-    with pytest.raises(ValueError, match=f"attention='se' needs a model with attention slots .*model='{name}' has none"):
+    with pytest.raises(
+        ValueError, match=f"attention='se' needs a model with attention slots .*model='{name}' has none"
+    ):
         build_model(name, MODELS[name].example_shapes[0], 10, attention="se")
     build_model(name, MODELS[name].example_shapes[0], 10, attention="none")  # the default stays valid
 
@@ -79,6 +90,7 @@ def test_unknown_model_names_allowed():
 
 def test_linear_chain_rejects_other_shapes():
     from torch import nn
+
     assert linear_chain(nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 2))) is None
     assert linear_chain(nn.Sequential(nn.Linear(3, 3), nn.ReLU())) is None
     assert linear_chain(nn.Linear(3, 3)) is None
@@ -95,7 +107,7 @@ def test_kernel_of_undeclared_modules_fall_back_to_structure():
 
 def test_kernel_of_reads_and_checks_the_declaration():
     chain = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
-    chain.fedlib_kernel = "loop"                      # conservative declarations are honoured
+    chain.fedlib_kernel = "loop"  # conservative declarations are honoured
     assert kernel_of(chain) == "loop"
     chain.fedlib_kernel = "vmap"
     assert kernel_of(chain) == "vmap"
@@ -139,25 +151,43 @@ def test_param_groups_by_type_not_name():
         def __init__(self):
             super().__init__()
             self.conv = nn.Conv2d(3, 8, 3)
-            self.norm = nn.BatchNorm2d(8)              # backbone BN, no "bn" in its name
-            self.gate = CA(8)                          # attention, no "attn" in its name; holds a BatchNorm ("norm")
+            self.norm = nn.BatchNorm2d(8)  # backbone BN, no "bn" in its name
+            self.gate = CA(8)  # attention, no "attn" in its name; holds a BatchNorm ("norm")
             self.squeeze = SE(8, 4)
             self.head = nn.Sequential(nn.Flatten(), nn.Linear(8, 2))
-            self.abnormal = nn.Linear(2, 2)            # "bn" and "norm" in its name, yet not a BatchNorm
+            self.abnormal = nn.Linear(2, 2)  # "bn" and "norm" in its name, yet not a BatchNorm
             self.custom = nn.Linear(2, 2)
-            self.custom.fedlib_group = "attn"          # a declared group
+            self.custom.fedlib_group = "attn"  # a declared group
 
     net = Net()
     groups = param_groups(net)
     assert list(groups) == list(net.state_dict())
     assert {k for k, g in groups.items() if g == "bn"} == {
-        "norm.weight", "norm.bias", "norm.running_mean", "norm.running_var", "norm.num_batches_tracked"}
+        "norm.weight",
+        "norm.bias",
+        "norm.running_mean",
+        "norm.running_var",
+        "norm.num_batches_tracked",
+    }
     attn = {k for k, g in groups.items() if g == "attn"}
-    assert {"gate.norm.weight", "gate.norm.running_mean", "gate.norm.num_batches_tracked",
-            "gate.reduce.weight", "squeeze.fc1.weight", "custom.weight", "custom.bias"} <= attn
+    assert {
+        "gate.norm.weight",
+        "gate.norm.running_mean",
+        "gate.norm.num_batches_tracked",
+        "gate.reduce.weight",
+        "squeeze.fc1.weight",
+        "custom.weight",
+        "custom.bias",
+    } <= attn
     assert attn == {k for k in groups if k.startswith(("gate.", "squeeze.", "custom."))}
     assert {k for k, g in groups.items() if g == ""} == {
-        "conv.weight", "conv.bias", "head.1.weight", "head.1.bias", "abnormal.weight", "abnormal.bias"}
+        "conv.weight",
+        "conv.bias",
+        "head.1.weight",
+        "head.1.bias",
+        "abnormal.weight",
+        "abnormal.bias",
+    }
     # a bare BatchNorm as the whole model, and a BN shared under two names, are both found
     assert set(param_groups(nn.BatchNorm1d(3)).values()) == {"bn"}
     shared = nn.BatchNorm1d(3)

@@ -1,5 +1,6 @@
 """Typed config parts: what a method accepts follows from its options class; bounds live with each field.
 Each case below was seen passing silently (or failing) on the flat config before the engine redesign."""
+
 import dataclasses
 import math
 import pickle
@@ -10,28 +11,34 @@ from fedlib.config import LEGACY, DataConfig, LocalConfig, RunConfig, from_dict
 from fedlib.options import METHODS
 
 
-@pytest.mark.parametrize("change, message", [
-    # options a method does not have (the flat config accepted them and gave a second key for the same run)
-    (dict(algorithm="fedmcsa-mcsa", sigma=7.0), "sigma set but algorithm='fedmcsa-mcsa' does not use it"),
-    (dict(algorithm="pfedme+mcsa", beta=0.5), "beta set but algorithm='pfedme\\+mcsa' does not use it"),
-    (dict(algorithm="perfedavg", hf_delta=1e-4), "hf_delta set but algorithm='perfedavg' does not use it"),
-    (dict(algorithm="naivemix", mix_taylor_scale="batch"), "mix_taylor_scale set but algorithm='naivemix'"),
-    # a hidden tuple of the wrong length was truncated to the model's layers
-    (dict(model="dnn", hidden=(20, 30)), "hidden=\\(20, 30\\) has 2 widths but model='dnn' has 1 hidden layer"),
-    (dict(model="mlr", hidden=(20,)), "model='mlr' has 0 hidden layer"),
-    # wrong types and non-finite numbers
-    (dict(algorithm="fedmcsa", mcsa_code="no"), "mcsa_code='no' must be of type bool"),
-    (dict(lr=math.nan), "RunConfig.lr=nan must be a finite number"),
-    (dict(synthetic_alpha=math.nan), "synthetic_alpha=nan must be a finite number"),
-    (dict(algorithm="fedprox", mu=math.inf), "mu=inf must be a finite number"),
-    (dict(algorithm="pfedme", momentum=0.5), "momentum set but algorithm='pfedme' takes plain gradient steps"),
-    # options that apply only to some data, partitions, selections
-    (dict(dataset="mnist", partition="iid", synthetic_beta=1.0), "synthetic_beta=1.0 is set but applies only when"),
-    (dict(dataset="mnist", partition="iid", dirichlet_alpha=0.1), "dirichlet_alpha=0.1 is set but applies only when"),
-    (dict(algorithm="local", selection="attention"), "algorithm='local' selects no clients"),
-    (dict(bogus=1), "unknown RunConfig field\\(s\\): bogus"),
-    (dict(**{"local.bogus": 1}), "unknown RunConfig field 'local.bogus'"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        # options a method does not have (the flat config accepted them and gave a second key for the same run)
+        (dict(algorithm="fedmcsa-mcsa", sigma=7.0), "sigma set but algorithm='fedmcsa-mcsa' does not use it"),
+        (dict(algorithm="pfedme+mcsa", beta=0.5), "beta set but algorithm='pfedme\\+mcsa' does not use it"),
+        (dict(algorithm="perfedavg", hf_delta=1e-4), "hf_delta set but algorithm='perfedavg' does not use it"),
+        (dict(algorithm="naivemix", mix_taylor_scale="batch"), "mix_taylor_scale set but algorithm='naivemix'"),
+        # a hidden tuple of the wrong length was truncated to the model's layers
+        (dict(model="dnn", hidden=(20, 30)), "hidden=\\(20, 30\\) has 2 widths but model='dnn' has 1 hidden layer"),
+        (dict(model="mlr", hidden=(20,)), "model='mlr' has 0 hidden layer"),
+        # wrong types and non-finite numbers
+        (dict(algorithm="fedmcsa", mcsa_code="no"), "mcsa_code='no' must be of type bool"),
+        (dict(lr=math.nan), "RunConfig.lr=nan must be a finite number"),
+        (dict(synthetic_alpha=math.nan), "synthetic_alpha=nan must be a finite number"),
+        (dict(algorithm="fedprox", mu=math.inf), "mu=inf must be a finite number"),
+        (dict(algorithm="pfedme", momentum=0.5), "momentum set but algorithm='pfedme' takes plain gradient steps"),
+        # options that apply only to some data, partitions, selections
+        (dict(dataset="mnist", partition="iid", synthetic_beta=1.0), "synthetic_beta=1.0 is set but applies only when"),
+        (
+            dict(dataset="mnist", partition="iid", dirichlet_alpha=0.1),
+            "dirichlet_alpha=0.1 is set but applies only when",
+        ),
+        (dict(algorithm="local", selection="attention"), "algorithm='local' selects no clients"),
+        (dict(bogus=1), "unknown RunConfig field\\(s\\): bogus"),
+        (dict(**{"local.bogus": 1}), "unknown RunConfig field 'local.bogus'"),
+    ],
+)
 def test_refused_before_training(change, message):
     with pytest.raises(ValueError, match=message):
         RunConfig(**change).validate()
@@ -39,13 +46,26 @@ def test_refused_before_training(change, message):
 
 def test_dotted_and_flat_names_are_one_config():
     a = RunConfig(algorithm="fedprox", mu=0.1, lr=0.05, dataset="mnist", partition="iid", model="dnn")
-    b = RunConfig(**{"method.name": "fedprox", "method.mu": 0.1, "local.lr": 0.05, "data.dataset": "mnist",
-                     "data.partition": "iid", "model.name": "dnn"})
+    b = RunConfig(
+        **{
+            "method.name": "fedprox",
+            "method.mu": 0.1,
+            "local.lr": 0.05,
+            "data.dataset": "mnist",
+            "data.partition": "iid",
+            "model.name": "dnn",
+        }
+    )
     assert a == b and a.key() == b.key()
     assert a.method.mu == a.get("method.mu") == a.get("mu") == a.mu == 0.1 and a.local.lr == 0.05
     assert a.model == "dnn" and a.model.name == "dnn" and a.selection == "uniform"
-    c = RunConfig(local=LocalConfig(lr=0.05), data=DataConfig(dataset="mnist", partition="iid"),
-                  algorithm="fedprox", mu=0.1, model="dnn")
+    c = RunConfig(
+        local=LocalConfig(lr=0.05),
+        data=DataConfig(dataset="mnist", partition="iid"),
+        algorithm="fedprox",
+        mu=0.1,
+        model="dnn",
+    )
     assert c == a
     assert pickle.loads(pickle.dumps(a)) == a  # worker processes receive configs pickled
 
@@ -71,7 +91,7 @@ def test_every_method_option_defaults_to_the_schema1_value():
 def test_flat_view_is_the_schema1_config():
     cfg = RunConfig(algorithm="fedprox", mu=0.1, model="dnn", hidden=(20,))
     flat = cfg.flat()
-    assert list(flat)[:len(LEGACY)] == list(LEGACY)
+    assert list(flat)[: len(LEGACY)] == list(LEGACY)
     assert flat["sigma"] == 50.0 and flat["mu"] == 0.1 and flat["model"] == "dnn" and flat["algorithm"] == "fedprox"
     assert from_dict(cfg.to_dict()) == cfg
 

@@ -1,4 +1,5 @@
 """Tests for fedlib.data.partition (property tests + hand-checked goldens)."""
+
 import math
 
 import numpy as np
@@ -54,8 +55,7 @@ def held_values(labels, n_clients, k, stride):
 # labels_per_client
 # --------------------------------------------------------------------------
 @FAST
-@given(labels=label_arrays(), n_clients=st.integers(1, 12), k=st.integers(1, 6),
-       stride=st.integers(1, 3), seed=seeds)
+@given(labels=label_arrays(), n_clients=st.integers(1, 12), k=st.integers(1, 6), stride=st.integers(1, 3), seed=seeds)
 def test_labels_per_client_disjoint_and_covers_held_labels(labels, n_clients, k, stride, seed):
     C = len(np.unique(labels))
     assume(k <= C)
@@ -77,8 +77,13 @@ def test_labels_per_client_disjoint_and_covers_held_labels(labels, n_clients, k,
 
 
 @FAST
-@given(labels=label_arrays(min_count=230, max_count=260), n_clients=st.integers(1, 6),
-       k=st.integers(1, 6), stride=st.integers(1, 3), seed=seeds)
+@given(
+    labels=label_arrays(min_count=230, max_count=260),
+    n_clients=st.integers(1, 6),
+    k=st.integers(1, 6),
+    stride=st.integers(1, 3),
+    seed=seeds,
+)
 def test_labels_per_client_exact_label_sets(labels, n_clients, k, stride, seed):
     # With >= (h+1)*2**(h-1) samples per label (h <= 6 holders) every share is
     # >= 1 sample, so each client holds exactly its k labels.
@@ -104,8 +109,8 @@ def test_labels_per_client_client_id_order_and_contents():
     parts = P.labels_per_client(labels, 4, 2, seed=5)
     assert [sorted(set(labels[p].tolist())) for p in parts] == [[0, 1], [1, 2], [2, 3], [0, 3]]
     # first holder of each label draws from [100//3, 100//2) = [33, 50)
-    for l, first in [(0, 0), (1, 0), (2, 1), (3, 2)]:
-        assert 33 <= np.sum(labels[parts[first]] == l) < 50
+    for label, first in [(0, 0), (1, 0), (2, 1), (3, 2)]:
+        assert 33 <= np.sum(labels[parts[first]] == label) < 50
 
 
 MNIST_LIKE = np.repeat(np.arange(10), 7000)  # 70,000 samples, 7,000 per class
@@ -135,8 +140,7 @@ def test_labels_per_client_fedmcsa_size_range():
     lo, hi = math.ceil(1165 / 0.75), 5113
     assert int(0.75 * lo) == 1165 and int(0.75 * hi) == 3834 and int(0.75 * (hi + 1)) > 3834
     for stride in (1, 2):  # 1: pFedMe assignment, 2: FedMCSA's (2u + j) % 10
-        parts = P.labels_per_client(MNIST_LIKE, 20, 2, seed=1, size_range=(lo, hi),
-                                    label_stride=stride)
+        parts = P.labels_per_client(MNIST_LIKE, 20, 2, seed=1, size_range=(lo, hi), label_stride=stride)
         sizes = np.array([len(p) for p in parts])
         assert sizes.min() >= lo and sizes.max() <= hi and sizes.sum() == 70_000
         train, _ = P.split_train_test(parts, 0.75, seed=1)
@@ -181,8 +185,9 @@ def test_shards_exact_size_data(setup, seed):
 
 
 @FAST
-@given(labels=label_arrays(), n_clients=st.integers(1, 5), spc=st.integers(1, 3),
-       shard_size=st.integers(1, 6), seed=seeds)
+@given(
+    labels=label_arrays(), n_clients=st.integers(1, 5), spc=st.integers(1, 3), shard_size=st.integers(1, 6), seed=seeds
+)
 def test_shards_longer_data_spread_over_the_sorted_order(labels, n_clients, spc, shard_size, seed):
     n_shards = n_clients * spc
     assume(n_shards * shard_size <= len(labels))
@@ -190,7 +195,7 @@ def test_shards_longer_data_spread_over_the_sorted_order(labels, n_clients, spc,
     assert_valid(parts, len(labels))
     order = np.argsort(labels, kind="stable")
     starts = [j * len(labels) // n_shards for j in range(n_shards)]  # shard j starts at floor(j n / n_shards)
-    want = np.concatenate([order[a:a + shard_size] for a in starts])
+    want = np.concatenate([order[a : a + shard_size] for a in starts])
     assert np.array_equal(union(parts), np.sort(want))
 
 
@@ -225,8 +230,7 @@ def test_iid_equal_split(n, n_clients, seed):
 
 
 @FAST
-@given(sizes=st.lists(st.integers(1, 30), min_size=1, max_size=10), extra=st.integers(0, 20),
-       seed=seeds)
+@given(sizes=st.lists(st.integers(1, 30), min_size=1, max_size=10), extra=st.integers(0, 20), seed=seeds)
 def test_iid_given_sizes(sizes, extra, seed):
     n = sum(sizes) + extra
     parts = P.iid(n, len(sizes), seed, sizes=sizes)
@@ -238,8 +242,7 @@ def test_iid_given_sizes(sizes, extra, seed):
 # dirichlet
 # --------------------------------------------------------------------------
 @FAST
-@given(labels=label_arrays(), n_clients=st.integers(1, 8),
-       alpha=st.floats(0.05, 100.0), seed=seeds)
+@given(labels=label_arrays(), n_clients=st.integers(1, 8), alpha=st.floats(0.05, 100.0), seed=seeds)
 def test_dirichlet_covers_everything(labels, n_clients, alpha, seed):
     parts = P.dirichlet(labels, n_clients, alpha, seed, min_size=0)
     assert len(parts) == n_clients
@@ -311,8 +314,7 @@ def test_determinism(name, s1, s2):
 # split_train_test
 # --------------------------------------------------------------------------
 @FAST
-@given(sizes=st.lists(st.integers(0, 60), min_size=1, max_size=6),
-       frac=st.floats(0.01, 1.0), seed=seeds)
+@given(sizes=st.lists(st.integers(0, 60), min_size=1, max_size=6), frac=st.floats(0.01, 1.0), seed=seeds)
 def test_split_train_test(sizes, frac, seed):
     n = sum(sizes)
     parts = np.split(np.random.default_rng(seed).permutation(n), np.cumsum(sizes)[:-1])
@@ -350,18 +352,20 @@ GOLD_TEST = [np.array([2]), np.array([], dtype=np.int64), np.array([9])]
 def test_summary_golden():
     # client 0: train labels 0,0,1 + test 0 | client 1: train 1,2 | client 2: train 2,2,3 + test 3
     got = P.summary(GOLD_TRAIN, GOLD_LABELS, GOLD_TEST)
-    expected = pd.DataFrame({
-        "client": [0, 1, 2],
-        "n_train": [3, 2, 3],
-        "n_test": [1, 0, 1],
-        "n_total": [4, 2, 4],
-        "n_labels": [2, 2, 2],
-        "labels": ["0,1", "1,2", "2,3"],
-        "label_0": [2, 0, 0],
-        "label_1": [1, 1, 0],
-        "label_2": [0, 1, 2],
-        "label_3": [0, 0, 1],
-    })
+    expected = pd.DataFrame(
+        {
+            "client": [0, 1, 2],
+            "n_train": [3, 2, 3],
+            "n_test": [1, 0, 1],
+            "n_total": [4, 2, 4],
+            "n_labels": [2, 2, 2],
+            "labels": ["0,1", "1,2", "2,3"],
+            "label_0": [2, 0, 0],
+            "label_1": [1, 1, 0],
+            "label_2": [0, 1, 2],
+            "label_3": [0, 0, 1],
+        }
+    )
     pd.testing.assert_frame_equal(got, expected)
 
 
@@ -386,9 +390,7 @@ def test_summary_many_labels_has_no_per_label_columns():
 
 def test_describe_golden():
     d = P.describe(GOLD_TRAIN)  # sizes 3, 2, 3
-    assert d == pytest.approx(
-        {"n_clients": 3, "min": 2, "max": 3, "mean": 8 / 3, "std": math.sqrt(2) / 3, "total": 8}
-    )
+    assert d == pytest.approx({"n_clients": 3, "min": 2, "max": 3, "mean": 8 / 3, "std": math.sqrt(2) / 3, "total": 8})
 
 
 # --------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """Per-FedAvg (FO and HF) against a direct autograd transcription with the exact Hessian-vector product."""
-import numpy as np
+
 import torch
 import torch.nn.functional as F
+from conftest import small_synthetic
 from torch.func import functional_call
 
-from conftest import small_synthetic
 from fedlib.algorithms import build_algorithm
 from fedlib.algorithms.perfedavg import AdaptBeforeEval
 from fedlib.config import RunConfig
@@ -39,12 +39,23 @@ def _reference(model, w0, x, y, batches, alpha, beta, hf):
 
 def _check(algorithm, hf, atol):
     data = small_synthetic(n_clients=3, rows=80)
-    cfg = RunConfig(n_clients=3, clients_per_round=3, local_steps=2, batch_size=5, model="dnn", algorithm=algorithm,
-                    lr=0.1, beta=0.3, seed=2, **({"hf_delta": 1e-5} if hf else {}))
+    cfg = RunConfig(
+        n_clients=3,
+        clients_per_round=3,
+        local_steps=2,
+        batch_size=5,
+        model="dnn",
+        algorithm=algorithm,
+        lr=0.1,
+        beta=0.3,
+        seed=2,
+        **({"hf_delta": 1e-5} if hf else {}),
+    )
     model = build_model("dnn", (60,), 10, (6,), seed=0, dtype=torch.float64)
     w0 = {n: t.clone() for n, t in model.state_dict().items()}
-    res = simulate(build_algorithm(cfg), data, model, StackedExecutor(), 1, local_steps=2, batch_size=5, seed=2,
-                   progress=False)
+    res = simulate(
+        build_algorithm(cfg), data, model, StackedExecutor(), 1, local_steps=2, batch_size=5, seed=2, progress=False
+    )
     plan = sample_steps(data.train, torch.arange(3), 2 * (3 if hf else 2), 5, torch.Generator().manual_seed(3))
     for i in range(3):
         ref = _reference(model, w0, data.train.x, data.train.y, plan.index[:, i], 0.1, 0.3, hf)
@@ -66,7 +77,9 @@ def test_adaptation_uses_training_rows_only_and_one_step():
     data = small_synthetic(n_clients=2, rows=40)
     model = build_model("mlr", (60,), 10, seed=0, dtype=torch.float64)
     state = init_state(model, 2)
-    AdaptBeforeEval(alpha=0.5, batch_size=4)(StackedExecutor(), model, state, data.train, torch.Generator().manual_seed(0))
+    AdaptBeforeEval(alpha=0.5, batch_size=4)(
+        StackedExecutor(), model, state, data.train, torch.Generator().manual_seed(0)
+    )
     plan = sample_steps(data.train, torch.arange(2), 1, 4, torch.Generator().manual_seed(0))
     for i in range(2):
         rows = plan.index[0, i]

@@ -1,14 +1,15 @@
 """pFedLA's stage (attention kept local), FedBN (BN kept local) and Ditto (personal models with a pull to the global)."""
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import small_synthetic
+
 from fedlib.algorithms import build_algorithm
 from fedlib.config import RunConfig
 from fedlib.data.federated import FederatedData
-from fedlib.executors import LocalSGD, LoopExecutor, StackedExecutor
+from fedlib.executors import LoopExecutor, StackedExecutor
 from fedlib.models import build_model
 from fedlib.simulation import simulate, start_models
 
@@ -26,14 +27,26 @@ def _digits_like(n_clients=3, rows=24, seed=0) -> FederatedData:
 def _run(cfg, data, rounds=2, on_round=None, executor=None):
     """(algorithm, a fresh copy of the initial model, result); the loop executor reuses the module it is given."""
     alg = build_algorithm(cfg.validate(), n_samples=data.train.sizes.numpy())
-    model = lambda: build_model(cfg.model.name, data.input_shape, 10, seed=0, dtype=torch.float64, attention=cfg.attention)
-    res = simulate(alg, data, model(), executor or LoopExecutor(), rounds, local_steps=cfg.local_steps,
-                   batch_size=cfg.batch_size, progress=False, on_round=on_round)
+    model = lambda: build_model(
+        cfg.model.name, data.input_shape, 10, seed=0, dtype=torch.float64, attention=cfg.attention
+    )
+    res = simulate(
+        alg,
+        data,
+        model(),
+        executor or LoopExecutor(),
+        rounds,
+        local_steps=cfg.local_steps,
+        batch_size=cfg.batch_size,
+        progress=False,
+        on_round=on_round,
+    )
     return alg, model(), res
 
 
-LENET = RunConfig(model="lenet", n_clients=3, clients_per_round=None, local_steps=2, batch_size=4, lr=0.05,
-                  dataset="synthetic")
+LENET = RunConfig(
+    model="lenet", n_clients=3, clients_per_round=None, local_steps=2, batch_size=4, lr=0.05, dataset="synthetic"
+)
 
 
 def test_fedbn_keeps_bn_local():
@@ -111,11 +124,13 @@ def test_ditto_large_lambda_pins_personal_to_global():
     """lr * lambda = 1, one local step: v = v_old - lr (grad F(v_old) + lambda (v_old - w^t)) = w^t - lr grad F(v_old)."""
     data = small_synthetic(n_clients=2)
     lr, lam = 0.01, 100.0
-    cfg = RunConfig(algorithm="ditto", lam=lam, lr=lr, n_clients=2, clients_per_round=None, local_steps=1,
-                    batch_size=6, model="dnn")
+    cfg = RunConfig(
+        algorithm="ditto", lam=lam, lr=lr, n_clients=2, clients_per_round=None, local_steps=1, batch_size=6, model="dnn"
+    )
     alg, model, res = _run(cfg, data, 1, executor=StackedExecutor())
     st = res.state
     from fedlib.data.federated import sample_steps
+
     plan = sample_steps(data.train.layout(), torch.arange(2), 1, 6, torch.Generator().manual_seed(1))
     for i in range(2):
         rows = plan.index[0, i]
@@ -132,10 +147,23 @@ def test_ditto_lambda_zero_personal_is_local_training():
     """lambda = 0: v_k trains on F_k alone from its own last v_k -- after one round the same as the uploaded model
     (both start from w^1 = the initial model and see the same mini-batches)."""
     data = small_synthetic(n_clients=3)
-    cfg = RunConfig(algorithm="ditto", lam=0.0, lr=0.1, n_clients=3, clients_per_round=None, local_steps=3,
-                    batch_size=5, model="dnn")
+    cfg = RunConfig(
+        algorithm="ditto",
+        lam=0.0,
+        lr=0.1,
+        n_clients=3,
+        clients_per_round=None,
+        local_steps=3,
+        batch_size=5,
+        model="dnn",
+    )
     captured = {}
-    alg, _, res = _run(cfg, data, 1, executor=StackedExecutor(),
-                       on_round=lambda t, s, m, st: captured.update({n: v.clone() for n, v in st.client_params.items()}))
+    alg, _, res = _run(
+        cfg,
+        data,
+        1,
+        executor=StackedExecutor(),
+        on_round=lambda t, s, m, st: captured.update({n: v.clone() for n, v in st.client_params.items()}),
+    )
     for n, v in res.state.extra["ditto_v"].items():
         assert torch.allclose(v, captured[n], rtol=0, atol=1e-14)

@@ -6,6 +6,7 @@ A failure here means the text and the store disagree: the text was typed from an
 changed what it computes. Fix the text (or the code), never the expected value here: each check formats the
 number from the store and looks for that string in the quoted text.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,15 +42,16 @@ def f1(x) -> str:
 def _paper(name: str) -> fedlib.Experiment:
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("FEDLIB_PROFILE", raising=False)  # `make test` forces smoke; these are the paper's runs
-        ex = fedlib.experiment(name, "paper", stored_only=True, progress=False, store=Store(RESULTS),
-                               available=AVAILABLE)
+        ex = fedlib.experiment(
+            name, "paper", stored_only=True, progress=False, store=Store(RESULTS), available=AVAILABLE
+        )
     assert ex.configs and not ex.missing_runs, f"{name}: {len(ex.missing_runs)} runs not in results/"
     return ex
 
 
 def readme_row(item: str) -> str:
     """The README status-table row whose first cell starts with ``item``."""
-    rows = [l for l in (ROOT / "README.md").read_text().splitlines() if l.startswith(f"| {item}")]
+    rows = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith(f"| {item}")]
     assert len(rows) == 1, f"README has {len(rows)} status rows starting with {item!r}"
     return rows[0]
 
@@ -66,22 +68,30 @@ def reading(nb: str) -> str:
 def md_table(text: str, first_header: str) -> dict[str, dict[str, str]]:
     """The markdown table whose header row's second cell is ``first_header``: {row label: {column: cell}}, bold
     markers dropped."""
-    lines = [l.strip() for l in text.splitlines()]
-    cells = lambda l: [c.strip().replace("**", "") for c in l.strip().strip("|").split("|")]
-    start = next(i for i, l in enumerate(lines) if l.startswith("|") and cells(l)[1] == first_header)
+    lines = [line.strip() for line in text.splitlines()]
+    cells = lambda line: [c.strip().replace("**", "") for c in line.strip().strip("|").split("|")]
+    start = next(i for i, line in enumerate(lines) if line.startswith("|") and cells(line)[1] == first_header)
     header = cells(lines[start])
     out = {}
-    for l in lines[start + 2:]:
-        if not l.startswith("|"):
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
             break
-        c = cells(l)
+        c = cells(line)
         out[c[0]] = dict(zip(header[1:], c[1:]))
     return out
 
 
 # -- FedMCSA ----------------------------------------------------------------------------------------------------------
-FIG_COLUMNS = {"FedAvg": "fedavg", "FedProx": "fedprox", "Per-FedAvg": "perfedavg", "pFedMe (GM)": "pfedme (GM)",
-               "pFedMe (PM)": "pfedme (PM)", "HeurFedAMP": "heurfedamp", "FedMCSA": "fedmcsa", "Local": "local"}
+FIG_COLUMNS = {
+    "FedAvg": "fedavg",
+    "FedProx": "fedprox",
+    "Per-FedAvg": "perfedavg",
+    "pFedMe (GM)": "pfedme (GM)",
+    "pFedMe (PM)": "pfedme (PM)",
+    "HeurFedAMP": "heurfedamp",
+    "FedMCSA": "fedmcsa",
+    "Local": "local",
+}
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +121,14 @@ def test_fedmcsa_figures_3_4(figures_3_4):
         assert syn.idxmax() == "local" and syn.drop("fedmcsa").max() > syn["fedmcsa"]
 
 
-TABLE_COLUMNS = {"Syn MLR": ("synthetic", "mlr"), "Syn DNN": ("synthetic", "dnn"), "MNIST MLR": ("mnist", "mlr"),
-                 "MNIST DNN": ("mnist", "dnn"), "FMNIST MLR": ("fmnist", "mlr"), "FMNIST DNN": ("fmnist", "dnn")}
+TABLE_COLUMNS = {
+    "Syn MLR": ("synthetic", "mlr"),
+    "Syn DNN": ("synthetic", "dnn"),
+    "MNIST MLR": ("mnist", "mlr"),
+    "MNIST DNN": ("mnist", "dnn"),
+    "FMNIST MLR": ("fmnist", "mlr"),
+    "FMNIST DNN": ("fmnist", "dnn"),
+}
 
 
 def _ours_paper(cmp: pd.DataFrame, algorithm: str, dataset: str, model: str) -> str:
@@ -124,13 +140,22 @@ def _ours_paper(cmp: pd.DataFrame, algorithm: str, dataset: str, model: str) -> 
 def table1():
     ex = _paper("fedmcsa_table1")
     assert len(ex.inputs["winners"]) == 48  # every row of the 6 offline (data set, model) cells has its winner
-    return fedmcsa.table1_vs_paper(fedmcsa.table1_runs(ex.inputs["winners"], fedmcsa.TABLE1_SEEDS["paper"],
-                                                       Store(RESULTS)))
+    return fedmcsa.table1_vs_paper(
+        fedmcsa.table1_runs(ex.inputs["winners"], fedmcsa.TABLE1_SEEDS["paper"], Store(RESULTS))
+    )
 
 
 def test_fedmcsa_table1(table1):
-    rows = {"FedAvg": "fedavg", "FedProx": "fedprox", "Per-FedAvg": "perfedavg", "pFedMe (GM)": "pfedme (GM)",
-            "pFedMe (PM)": "pfedme", "HeurFedAMP": "heurfedamp", "FedMCSA": "fedmcsa", "Local": "local"}
+    rows = {
+        "FedAvg": "fedavg",
+        "FedProx": "fedprox",
+        "Per-FedAvg": "perfedavg",
+        "pFedMe (GM)": "pfedme (GM)",
+        "pFedMe (PM)": "pfedme",
+        "HeurFedAMP": "heurfedamp",
+        "FedMCSA": "fedmcsa",
+        "Local": "local",
+    }
     table = md_table(reading("12"), "Syn MLR")
     for label, alg in rows.items():
         assert table[label] == {c: _ours_paper(table1, alg, *dm) for c, dm in TABLE_COLUMNS.items()}, label
@@ -146,8 +171,15 @@ def table2():
 
 
 def test_fedmcsa_table2(table2):
-    rows = {"FedMCSA": "fedmcsa", "FedMCSA^-MCSA": "fedmcsa-mcsa", "FedAvg": "fedavg", "FedAvg^+MCSA": "fedavg+mcsa",
-            "pFedMe (PM)": "pfedme", "pFedMe^+MCSA": "pfedme+mcsa", "Local (ours only)": "local"}
+    rows = {
+        "FedMCSA": "fedmcsa",
+        "FedMCSA^-MCSA": "fedmcsa-mcsa",
+        "FedAvg": "fedavg",
+        "FedAvg^+MCSA": "fedavg+mcsa",
+        "pFedMe (PM)": "pfedme",
+        "pFedMe^+MCSA": "pfedme+mcsa",
+        "Local (ours only)": "local",
+    }
     table = md_table(reading("13"), "Syn MLR")
     for label, alg in rows.items():
         assert table[label] == {c: _ours_paper(table2, alg, *dm) for c, dm in TABLE_COLUMNS.items()}, label
@@ -171,8 +203,10 @@ def _check_adafl_reading(nb: str, frame: pd.DataFrame) -> None:
     for label, cells in ours.items():
         method = label.split(" (T =")[0]
         assert cells["seeds"] == ",".join(map(str, sorted(frame[frame.method == method].seed))), label
-        assert (cells["best"], cells["last 10"]) == (_mean_sd(frame, method, "best"),
-                                                     _mean_sd(frame, method, "average")), label
+        assert (cells["best"], cells["last 10"]) == (
+            _mean_sd(frame, method, "best"),
+            _mean_sd(frame, method, "average"),
+        ), label
 
 
 @pytest.fixture(scope="module")
@@ -187,8 +221,9 @@ def test_adafl_tables_1_2(adafl_table1):
     _check_adafl_reading("22", frame)
     row = readme_row("AdaFL Tables 1-2")
     assert f"AdaFL best {_mean_sd(frame, 'AdaFL', 'best')}" in row
-    p = adafl.pairs(frame, [("AdaFL", "FedAvg-0.5"), ("AdaFL", "Dyn. FedAvg"), ("Attn.-0.5", "FedAvg-0.5")],
-                    targets).set_index(["A", "B"])
+    p = adafl.pairs(
+        frame, [("AdaFL", "FedAvg-0.5"), ("AdaFL", "Dyn. FedAvg"), ("Attn.-0.5", "FedAvg-0.5")], targets
+    ).set_index(["A", "B"])
     ab = p.loc[("AdaFL", "FedAvg-0.5")]
     assert f"+{f2(ab['best A-B'])} / +{f2(ab['last10 A-B'])} over FedAvg-0.5" in row
     up = [ab[f"fewer uploads %@{t:g}"] for t in (95.0, 96.0)]
@@ -216,8 +251,10 @@ def test_adafl_tables_3_4(adafl_table3, adafl_table1):
     ref = adafl.published().query("table == 'table3' and dataset == 'mnist'").set_index(["method", "metric"]).value
     mean = lambda m, c: frame[frame.method == m][c].mean()
     assert f"AdaFL+FedProx {f2(mean('AdaFL+FedProx', 'best'))} ({f2(ref['AdaFL+FedProx', 'best'])})" in row
-    assert (f"AdaFL+FedMix {f2(mean('AdaFL+FedMix', 'best'))} / last-10 {f2(mean('AdaFL+FedMix', 'average'))} "
-            f"({f2(ref['AdaFL+FedMix', 'best'])} / {f2(ref['AdaFL+FedMix', 'average'])})") in row
+    assert (
+        f"AdaFL+FedMix {f2(mean('AdaFL+FedMix', 'best'))} / last-10 {f2(mean('AdaFL+FedMix', 'average'))} "
+        f"({f2(ref['AdaFL+FedMix', 'best'])} / {f2(ref['AdaFL+FedMix', 'average'])})"
+    ) in row
     p = _table3_pairs(frame, adafl_table1[0])
     assert f"+{f2(p.loc['AdaFL+FedProx', 'best A-B'])} / +{f2(p.loc['AdaFL+FedProx', 'last10 A-B'])} last-10" in row
     assert f"+{f2(p.loc['AdaFL+FedMix', 'last10 A-B'])} last-10 over FedMix-0.1" in row
@@ -226,9 +263,15 @@ def test_adafl_tables_3_4(adafl_table3, adafl_table1):
 
 
 def _table3_pairs(table3: pd.DataFrame, table1: pd.DataFrame) -> pd.DataFrame:
-    return adafl.pairs(pd.concat([table3, table1]), [("AdaFL+FedProx", "FedProx-0.1"), ("AdaFL+FedMix", "FedMix-0.1"),
-                                                    ("AdaFL+SCAFFOLD", "SCAFFOLD-0.1"), ("FedAvg-0.5", "SCAFFOLD-0.5")]
-                       ).set_index("A")
+    return adafl.pairs(
+        pd.concat([table3, table1]),
+        [
+            ("AdaFL+FedProx", "FedProx-0.1"),
+            ("AdaFL+FedMix", "FedMix-0.1"),
+            ("AdaFL+SCAFFOLD", "SCAFFOLD-0.1"),
+            ("FedAvg-0.5", "SCAFFOLD-0.5"),
+        ],
+    ).set_index("A")
 
 
 # README quoted +3.2 until this test caught it: the store gives 3.146 (96.429 - 93.283 over seeds 0-2); the text had
@@ -283,21 +326,28 @@ def test_pfedla_fig4():
     ex = _paper("pfedla_fig4")
     f = pfedla.frame(ex.configs, Store(RESULTS))
     from fedlib.data.domains import DEFAULT_PERCENT
+
     _, (a, b, c) = pfedla.plot_fig4(f[f.domain == "avg"], DEFAULT_PERCENT["digits"])
     import matplotlib.pyplot as plt
+
     plt.close("all")
     sd = lambda s: f"{f2(s.mean())} ± {f2(s.std())}"
     text = reading("32")
     mb = b.groupby("setting").final
     row = readme_row("pFedLA Fig. 4")
-    assert (f"local SE {f2(mb.mean()['local SE'])} > non-local {f2(mb.mean()['non-local SE'])} > none "
-            f"{f2(mb.mean()['none'])}") in row
+    assert (
+        f"local SE {f2(mb.mean()['local SE'])} > non-local {f2(mb.mean()['non-local SE'])} > none "
+        f"{f2(mb.mean()['none'])}"
+    ) in row
     by = {s: sd(g) for s, g in mb}
-    assert f"(b) FedProx {by['none']}; with local SE (pFedLA) {by['local SE']}; with the same SE sent to the server " \
-           f"(non-local)\n  {by['non-local SE']}" in text
+    assert (
+        f"(b) FedProx {by['none']}; with local SE (pFedLA) {by['local SE']}; with the same SE sent to the server "
+        f"(non-local)\n  {by['non-local SE']}" in text
+    )
     att = {k: sd(g) for k, g in a.groupby("attention").final}
-    assert (f"(a) FedBN {att['none']}; + SE {att['se']}, + ECA {att['eca']}, + CA {att['ca']}, hybrid "
-            f"{att['hybrid']}") in text
+    assert (
+        f"(a) FedBN {att['none']}; + SE {att['se']}, + ECA {att['eca']}, + CA {att['ca']}, hybrid {att['hybrid']}"
+    ) in text
     table = md_table(text, "10%")
     for label, attention in (("FedBN", "none"), ("FedBN + SE", "se")):
         got = {f"{p * 100:.0f}%": sd(g) for p, g in c[c.attention == attention].groupby("domain_percent").final}

@@ -328,7 +328,11 @@ def test_missing_data_error_survives_pickling():
     """Worker processes (``run_configs(jobs=N)``) send it back pickled: message and fields intact."""
     import pickle
     from pathlib import Path
+
     from fedlib.data.readers import DatasetNotFoundError
-    e = DatasetNotFoundError("mnist", Path("/nowhere"), ["MNIST/raw/train-images-idx3-ubyte.gz"], hint="see data/README.md")
+
+    e = DatasetNotFoundError(
+        "mnist", Path("/nowhere"), ["MNIST/raw/train-images-idx3-ubyte.gz"], hint="see data/README.md"
+    )
     back = pickle.loads(pickle.dumps(e))
     assert str(back) == str(e) and back.dataset == "mnist" and back.expected == e.expected

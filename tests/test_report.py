@@ -10,16 +10,25 @@ from fedlib.report import paper_vs_ours
 def test_paper_numbers_are_complete():
     ref = paper_data.load("fedmcsa")
     assert len(ref[ref.table == "table1"]) == 7 * 8 and len(ref[ref.table == "table2"]) == 6 * 8
-    row = ref[(ref.table == "table1") & (ref.dataset == "synthetic") & (ref.model == "mlr") & (ref.algorithm == "fedmcsa")]
+    row = ref[
+        (ref.table == "table1") & (ref.dataset == "synthetic") & (ref.model == "mlr") & (ref.algorithm == "fedmcsa")
+    ]
     assert row.accuracy.item() == 95.27 and row["std"].item() == 0.01  # FedMCSA Table 1, first cell
     with pytest.raises(ValueError, match="paper='nope' has no stored numbers"):
         paper_data.load("nope")
 
 
 def test_paper_vs_ours_golden():
-    table = pd.DataFrame({"dataset": ["synthetic"] * 3, "model": ["mlr"] * 3,
-                          "algorithm": ["fedavg", "fedavg", "local"], "seed": [0, 1, 0],
-                          "best_acc": [0.70, 0.80, 0.9], "best_acc_mean": [0.4, 0.6, 0.9]})
+    table = pd.DataFrame(
+        {
+            "dataset": ["synthetic"] * 3,
+            "model": ["mlr"] * 3,
+            "algorithm": ["fedavg", "fedavg", "local"],
+            "seed": [0, 1, 0],
+            "best_acc": [0.70, 0.80, 0.9],
+            "best_acc_mean": [0.4, 0.6, 0.9],
+        }
+    )
     out = paper_vs_ours(table, "fedmcsa", "table2").set_index("algorithm")
     assert out.loc["fedavg", "paper"] == 77.26 and out.loc["fedavg", "ours_weighted"] == 75.0
     assert out.loc["fedavg", "ours_weighted_std"] == 5.0 and out.loc["fedavg", "diff"] == -2.26
@@ -45,6 +54,7 @@ def test_available_cells_takes_domains_from_base(monkeypatch):
     the five). A regression once dropped them all because it compared against the five domains of the paper."""
     from fedlib import profiles
     from fedlib.data import domains
+
     present = {d: () for d in domains.DOMAINS} | {"digits": ("mnist", "usps", "mnist_m")}
     monkeypatch.setattr(domains, "available", lambda: present)
     monkeypatch.setattr(domains, "digits_available", lambda: present["digits"])
@@ -59,6 +69,7 @@ def test_available_cells_takes_domains_from_base(monkeypatch):
 
 def test_experiments_cli_dry_run_and_filter(monkeypatch, tmp_path, capsys):
     from fedlib import experiments
+
     monkeypatch.delenv("FEDLIB_PROFILE", raising=False)
     monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "no-data"))
     cfgs, missing = experiments.configs("fedmcsa_table2", "paper", {"seed": 0})
@@ -105,9 +116,15 @@ ADAFL_MD = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" 
 def test_adafl_numbers_match_the_paper_text():
     """Every number of AdaFL's Tables 1-4 in fedlib/paper_data/adafl.csv, re-read from the paper's text."""
     import re
+
     ref = paper_data.load("adafl")
     lines = ADAFL_MD.read_text().splitlines()
-    tables = {"table1": range(176, 184), "table2": range(195, 203), "table3": range(210, 221), "table4": range(226, 239)}
+    tables = {
+        "table1": range(176, 184),
+        "table2": range(195, 203),
+        "table3": range(210, 221),
+        "table4": range(226, 239),
+    }
     seen = 0
     for table, span in tables.items():
         for line in (lines[i - 1] for i in span):
@@ -118,15 +135,20 @@ def test_adafl_numbers_match_the_paper_text():
             if rows.empty or not nums:
                 continue
             if table in ("table1", "table3"):  # MNIST average, best, CIFAR-10 average, best
-                want = [rows[(rows.dataset == d) & (rows.metric == m)].value.item()
-                        for d in ("mnist", "cifar10") for m in ("average", "best")]
+                want = [
+                    rows[(rows.dataset == d) & (rows.metric == m)].value.item()
+                    for d in ("mnist", "cifar10")
+                    for m in ("average", "best")
+                ]
             else:  # rounds (cost) per target column
                 want = []
                 for d in ("mnist", "cifar10"):
                     sub = rows[rows.dataset == d].sort_values("target")
                     for tg in sub.target.unique():
-                        want += [sub[(sub.target == tg) & (sub.metric == "rounds")].value.item(),
-                                 sub[(sub.target == tg) & (sub.metric == "cost")].value.item()]
+                        want += [
+                            sub[(sub.target == tg) & (sub.metric == "rounds")].value.item(),
+                            sub[(sub.target == tg) & (sub.metric == "cost")].value.item(),
+                        ]
             assert nums == want, (table, method, nums, want)
             seen += 1
     assert seen == 6 + 6 + 9 + 9
@@ -135,6 +157,7 @@ def test_adafl_numbers_match_the_paper_text():
 def test_adafl_run_metrics_golden():
     """best, last-10 average, and rounds/cost to a target by AdaFL's rule (mean of the last 5 rounds > target)."""
     from fedlib.papers.adafl import run_metrics as adafl_run_metrics
+
     acc = np.array([0.5, 0.8, 0.9, 0.92, 0.93, 0.95, 0.96, 0.90, 0.97, 0.98, 0.99, 0.97])
     uploads = np.cumsum([10] * 6 + [20] * 6)
     m = pd.DataFrame({"round": np.arange(1, 13), "global_test_acc": acc, "uploads": uploads})
@@ -152,10 +175,20 @@ def test_adafl_run_metrics_golden():
 def test_adafl_paper_vs_ours_golden():
     """Mean and sample sd over seeds beside the paper's value; a target one seed missed has no mean."""
     from fedlib.papers.adafl import paper_vs_ours as adafl_paper_vs_ours
-    frame = pd.DataFrame({"dataset": ["mnist", "mnist"], "method": ["FedAvg-0.1", "FedAvg-0.1"], "seed": [0, 1],
-                          "best": [97.0, 96.0], "average": [96.5, 96.5],
-                          "rounds@90": [100.0, 140.0], "cost@90": [1000.0, 1400.0],
-                          "rounds@91": [200.0, np.nan], "cost@91": [2000.0, np.nan]})
+
+    frame = pd.DataFrame(
+        {
+            "dataset": ["mnist", "mnist"],
+            "method": ["FedAvg-0.1", "FedAvg-0.1"],
+            "seed": [0, 1],
+            "best": [97.0, 96.0],
+            "average": [96.5, 96.5],
+            "rounds@90": [100.0, 140.0],
+            "cost@90": [1000.0, 1400.0],
+            "rounds@91": [200.0, np.nan],
+            "cost@91": [2000.0, np.nan],
+        }
+    )
     t1 = adafl_paper_vs_ours(frame, "table1").set_index("metric")
     # paper: best 91.05, average 88.68; ours: mean 96.5 (sd sqrt(0.5)) and 96.5 (sd 0)
     assert t1.loc["best", "ours"] == 96.5 and t1.loc["best", "sd"] == pytest.approx(0.71, abs=0.005)
@@ -175,10 +208,17 @@ def test_adafl_paper_vs_ours_golden():
 def test_adafl_blocks_golden():
     """Per block: mean accuracy and mean |round-to-round change| per seed, then averaged over seeds."""
     from fedlib.papers.adafl import blocks as adafl_blocks
+
     # seed 0: 50 70 | 60 80 -> block means 60, 70; changes (-, 20) | (10, 20) -> 20, 15
     # seed 1: 40 40 | 90 90 -> block means 40, 90; changes (-, 0) | (50, 0) -> 0, 25
-    frame = pd.DataFrame({"method": "A", "seed": [0] * 4 + [1] * 4, "round": [1, 2, 3, 4] * 2,
-                          "global_test_acc": [0.5, 0.7, 0.6, 0.8, 0.4, 0.4, 0.9, 0.9]})
+    frame = pd.DataFrame(
+        {
+            "method": "A",
+            "seed": [0] * 4 + [1] * 4,
+            "round": [1, 2, 3, 4] * 2,
+            "global_test_acc": [0.5, 0.7, 0.6, 0.8, 0.4, 0.4, 0.9, 0.9],
+        }
+    )
     out = adafl_blocks(frame.sample(frac=1, random_state=0), block=2)  # row order must not matter
     assert out.rounds.tolist() == ["1-2", "3-4"] and out.seeds.tolist() == [2, 2]
     assert np.allclose(out.acc, [50, 80]) and np.allclose(out.change, [10, 20])
@@ -187,13 +227,21 @@ def test_adafl_blocks_golden():
 def test_adafl_pairs_golden():
     """Paired over the common seeds only; % fewer from the means; a target missed at a common seed gives no mean."""
     from fedlib.papers.adafl import pairs as adafl_pairs
+
     nan = np.nan
-    frame = pd.DataFrame({
-        "method": ["A", "A", "B", "B", "B", "C"], "seed": [0, 1, 0, 1, 2, 5],
-        "best": [97.0, 97.2, 96.5, 96.9, 99.0, 90.0], "average": [96.0, 96.4, 96.2, 96.0, 99.0, 90.0],
-        "std_last100": [0.1, 0.3, 0.5, 0.7, 9.0, 1.0],
-        "rounds@95": [100, 200, 300, 100, 1, 1], "cost@95": [1000, 3000, 15000, 5000, 1, 1],
-        "rounds@97": [500, nan, 600, 700, 1, 1], "cost@97": [9000, nan, 20000, 30000, 1, 1]})
+    frame = pd.DataFrame(
+        {
+            "method": ["A", "A", "B", "B", "B", "C"],
+            "seed": [0, 1, 0, 1, 2, 5],
+            "best": [97.0, 97.2, 96.5, 96.9, 99.0, 90.0],
+            "average": [96.0, 96.4, 96.2, 96.0, 99.0, 90.0],
+            "std_last100": [0.1, 0.3, 0.5, 0.7, 9.0, 1.0],
+            "rounds@95": [100, 200, 300, 100, 1, 1],
+            "cost@95": [1000, 3000, 15000, 5000, 1, 1],
+            "rounds@97": [500, nan, 600, 700, 1, 1],
+            "cost@97": [9000, nan, 20000, 30000, 1, 1],
+        }
+    )
     out = adafl_pairs(frame, [("A", "B"), ("A", "C")], targets=(95.0, 97.0))
     assert len(out) == 1  # A and C share no seed: no row
     r = out.iloc[0]
@@ -201,8 +249,9 @@ def test_adafl_pairs_golden():
     # best: (97.0-96.5 + 97.2-96.9)/2 = 0.4; last10: (-0.2 + 0.4)/2 = 0.1; std: (0.1+0.3)/2, (0.5+0.7)/2
     assert np.allclose([r["best A-B"], r["last10 A-B"], r["std A"], r["std B"]], [0.4, 0.1, 0.2, 0.6])
     # to 95%: rounds 150 vs 200 -> 25% fewer; uploads 2000 vs 10000 -> 80% fewer
-    assert np.allclose([r["rounds A@95"], r["rounds B@95"], r["fewer rounds %@95"], r["fewer uploads %@95"]],
-                       [150, 200, 25, 80])
+    assert np.allclose(
+        [r["rounds A@95"], r["rounds B@95"], r["fewer rounds %@95"], r["fewer uploads %@95"]], [150, 200, 25, 80]
+    )
     assert r["reached@95"] == "2/2 of 2" and r["reached@97"] == "1/2 of 2"
     assert np.isnan([r["rounds A@97"], r["fewer rounds %@97"], r["fewer uploads %@97"]]).all()
     # per dataset: the same runs under a second dataset pair only among themselves
@@ -212,13 +261,28 @@ def test_adafl_pairs_golden():
 
 def test_pfedla_arrows_against_the_base_method():
     from fedlib.papers.pfedla import paper_vs_ours as pfedla_paper_vs_ours
+
     rows = []
     for att, acc in (("none", 90.0), ("se", 91.0), ("eca", 89.0)):
         for seed, shift in ((0, 0.5), (1, -0.5)):
-            rows.append({"algorithm": "fedbn", "attention": att, "attention_local": True, "domain_percent": None,
-                         "seed": seed, "domain": "usps", "final": acc + shift, "best": acc + 1})
+            rows.append(
+                {
+                    "algorithm": "fedbn",
+                    "attention": att,
+                    "attention_local": True,
+                    "domain_percent": None,
+                    "seed": seed,
+                    "domain": "usps",
+                    "final": acc + shift,
+                    "best": acc + 1,
+                }
+            )
     out = pfedla_paper_vs_ours(pd.DataFrame(rows)).set_index("attention")
-    assert out.loc["se", "ours_arrow"] == "↑" and out.loc["eca", "ours_arrow"] == "↓" and out.loc["none", "ours_arrow"] == ""
+    assert (
+        out.loc["se", "ours_arrow"] == "↑"
+        and out.loc["eca", "ours_arrow"] == "↓"
+        and out.loc["none", "ours_arrow"] == ""
+    )
     assert out.loc["none", "ours"] == 90.0 and out.loc["none", "runs"] == 2
     # the paper's FedBN USPS: 93.82 (base), 94.52 (+SE) -> up; diff = ours - paper
     assert out.loc["none", "paper"] == 93.82 and out.loc["se", "paper_arrow"] == "↑"
@@ -228,11 +292,20 @@ def test_pfedla_arrows_against_the_base_method():
 def test_paper_vs_ours_bars_cut_no_bar():
     """The panels share y; the lower limit comes from the lowest bar of any panel, not the last panel's."""
     import matplotlib
+
     matplotlib.use("Agg")
     from fedlib.plotting import paper_vs_ours_bars
 
-    cmp = pd.DataFrame({"dataset": ["synthetic", "mnist"], "model": ["mlr", "mlr"], "algorithm": ["fedavg"] * 2,
-                        "paper": [77.26, 92.4], "ours_weighted": [60.0, 95.0], "ours_weighted_std": [0.5, np.nan]})
+    cmp = pd.DataFrame(
+        {
+            "dataset": ["synthetic", "mnist"],
+            "model": ["mlr", "mlr"],
+            "algorithm": ["fedavg"] * 2,
+            "paper": [77.26, 92.4],
+            "ours_weighted": [60.0, 95.0],
+            "ours_weighted_std": [0.5, np.nan],
+        }
+    )
     fig = paper_vs_ours_bars(cmp)
     for ax in fig.axes:
         assert ax.get_ylim() == (50.0, 100.0)
@@ -242,16 +315,30 @@ def test_pfedla_fig4_bars_show_their_differences():
     """Panels (a) and (b): accuracies near 85% differ by a point; the y range spans every run (not 0-100), and each
     bar carries its mean."""
     import matplotlib
+
     matplotlib.use("Agg")
     from fedlib.papers.pfedla import plot_fig4 as pfedla_fig4
 
-    a = [("fedbn", att, True, None, s, v) for att, vs in
-         {"none": (86.0, 88.0), "se": (85.0, 86.0), "eca": (87.0, 87.0), "ca": (87.5, 87.5), "hybrid": (86.7, 86.7)}.items()
-         for s, v in enumerate(vs)]
-    b = [("fedprox", "none", True, None, 0, 83.4), ("fedprox", "se", True, None, 0, 84.1),
-         ("fedprox", "se", False, None, 0, 83.5)]
+    a = [
+        ("fedbn", att, True, None, s, v)
+        for att, vs in {
+            "none": (86.0, 88.0),
+            "se": (85.0, 86.0),
+            "eca": (87.0, 87.0),
+            "ca": (87.5, 87.5),
+            "hybrid": (86.7, 86.7),
+        }.items()
+        for s, v in enumerate(vs)
+    ]
+    b = [
+        ("fedprox", "none", True, None, 0, 83.4),
+        ("fedprox", "se", True, None, 0, 84.1),
+        ("fedprox", "se", False, None, 0, 83.5),
+    ]
     c = [("fedbn", att, True, p, 0, 90.0 + p) for att in ("none", "se") for p in (0.2, 1.0)]
-    avg = pd.DataFrame(a + b + c, columns=["algorithm", "attention", "attention_local", "domain_percent", "seed", "final"])
+    avg = pd.DataFrame(
+        a + b + c, columns=["algorithm", "attention", "attention_local", "domain_percent", "seed", "final"]
+    )
     fig, (pa, pb, pc) = pfedla_fig4(avg, 0.1)
     assert len(pa) == 10 and len(pb) == 3 and len(pc) == 8  # (c) includes (a)'s none and SE runs at 10%
     lo, hi = fig.axes[0].get_ylim()
@@ -263,6 +350,7 @@ def test_pfedla_fig4_bars_show_their_differences():
 
 class _FakeStore:
     """Yields the given (config, result) pairs, as ``Store.stored`` does for stored configs."""
+
     def __init__(self, runs):
         self.runs = runs
 
@@ -274,8 +362,18 @@ def _digits_run(attention, seed, acc):
     from fedlib.config import RunConfig
     from fedlib.simulation import RunResult
 
-    cfg = RunConfig(dataset="digits", domains=("mnist", "usps"), model="lenet", algorithm="fedbn", attention=attention,
-                    seed=seed, clients_per_round=None, n_clients=2, rounds=20, eval_every=10)
+    cfg = RunConfig(
+        dataset="digits",
+        domains=("mnist", "usps"),
+        model="lenet",
+        algorithm="fedbn",
+        attention=attention,
+        seed=seed,
+        clients_per_round=None,
+        n_clients=2,
+        rounds=20,
+        eval_every=10,
+    )
     acc = np.asarray(acc, dtype=float)  # (evaluated rounds, clients), fractions
     m = pd.DataFrame({"round": [10, 20]})
     return cfg, RunResult(m, acc, np.zeros_like(acc), np.ones(2, int), {}, cfg)
@@ -285,12 +383,16 @@ def test_pfedla_curves_and_fig3_golden():
     """Per evaluated round and domain, plus the plain mean over domains; Figure 3 has one panel per domain and the
     average, each with the two settings (dashed base, solid + SE) of every method."""
     import matplotlib
-    matplotlib.use("Agg")
-    from fedlib.papers.pfedla import plot_fig3 as pfedla_fig3
-    from fedlib.papers.pfedla import curves as pfedla_curves
 
-    runs = [_digits_run("none", 0, [[0.5, 0.7], [0.6, 0.8]]), _digits_run("se", 0, [[0.55, 0.75], [0.7, 0.9]]),
-            _digits_run("se", 1, [[0.65, 0.65], [0.8, 0.7]])]
+    matplotlib.use("Agg")
+    from fedlib.papers.pfedla import curves as pfedla_curves
+    from fedlib.papers.pfedla import plot_fig3 as pfedla_fig3
+
+    runs = [
+        _digits_run("none", 0, [[0.5, 0.7], [0.6, 0.8]]),
+        _digits_run("se", 0, [[0.55, 0.75], [0.7, 0.9]]),
+        _digits_run("se", 1, [[0.65, 0.65], [0.8, 0.7]]),
+    ]
     other = _digits_run("none", 1, [[0.1, 0.1], [0.1, 0.1]])  # not asked for: must not appear
     curves = pfedla_curves([c for c, _ in runs], store=_FakeStore(runs + [other]))
     assert len(curves) == 3 * 2 * 3  # runs x rounds x (2 domains + avg)
@@ -300,8 +402,8 @@ def test_pfedla_curves_and_fig3_golden():
     fig = pfedla_fig3(curves)
     assert [ax.get_title() for ax in fig.axes] == ["(a) mnist", "(b) usps", "(c) average over domains"]
     # each panel: the SE line (mean of seeds 0-1) and the base line; SE's average at round 20 is (80 + 75) / 2
-    lines = [l for l in fig.axes[2].get_lines() if len(l.get_xdata()) == 2]
-    assert sorted(round(float(l.get_ydata()[-1]), 6) for l in lines) == [70.0, 77.5]
+    lines = [ln for ln in fig.axes[2].get_lines() if len(ln.get_xdata()) == 2]
+    assert sorted(round(float(ln.get_ydata()[-1]), 6) for ln in lines) == [70.0, 77.5]
 
 
 def test_pfedla_frame_golden():
@@ -321,14 +423,21 @@ def test_pfedla_frame_golden():
 def test_pfedla_gains_golden():
     """Gains are attention minus the same method's base, per domain; the panel titles count the cells above base."""
     import matplotlib
+
     matplotlib.use("Agg")
     from fedlib.papers.pfedla import plot_gains as pfedla_gains
 
-    rows = [("fedbn", "none", "mnist", 90.0, 80.0), ("fedbn", "se", "mnist", 91.5, 79.0),
-            ("fedbn", "none", "usps", 70.0, 60.0), ("fedbn", "se", "usps", 69.0, 61.0),
-            ("ditto", "none", "mnist", 50.0, 50.0), ("ditto", "se", "mnist", 52.0, 51.0),
-            ("ditto", "none", "usps", 40.0, 40.0), ("ditto", "se", "usps", 43.0, 41.0),
-            ("fedbn", "se", "avg", 1.0, 1.0)]  # the average column is left out
+    rows = [
+        ("fedbn", "none", "mnist", 90.0, 80.0),
+        ("fedbn", "se", "mnist", 91.5, 79.0),
+        ("fedbn", "none", "usps", 70.0, 60.0),
+        ("fedbn", "se", "usps", 69.0, 61.0),
+        ("ditto", "none", "mnist", 50.0, 50.0),
+        ("ditto", "se", "mnist", 52.0, 51.0),
+        ("ditto", "none", "usps", 40.0, 40.0),
+        ("ditto", "se", "usps", 43.0, 41.0),
+        ("fedbn", "se", "avg", 1.0, 1.0),
+    ]  # the average column is left out
     cmp = pd.DataFrame(rows, columns=["algorithm", "attention", "domain", "ours", "paper"])
     fig, (ours, paper) = pfedla_gains(cmp)
     assert ours.loc[("fedbn", "se")].tolist() == [1.5, -1.0] and ours.loc[("ditto", "se")].tolist() == [2.0, 3.0]
@@ -341,25 +450,36 @@ def test_pfedla_paired_gains_golden():
     = 4.303 / 3, so the interval contains 0; mnist diffs (2, 2, 3) -> mean 7/3, same half-width, interval above 0.
     A seed run without attention only (seed 3) is left out; the paper's gain is its se minus its none."""
     import matplotlib
+
     matplotlib.use("Agg")
-    from fedlib.papers.pfedla import plot_gain_intervals as pfedla_gain_intervals
     from fedlib.papers.pfedla import gains as pfedla_gains
+    from fedlib.papers.pfedla import plot_gain_intervals as pfedla_gain_intervals
 
     rows = []
-    for seed, (bu, su, bm, sm) in enumerate([(90, 91, 80, 82), (80, 82, 70, 72), (85, 86, 75, 78), (50, None, 50, None)]):
+    for seed, (bu, su, bm, sm) in enumerate(
+        [(90, 91, 80, 82), (80, 82, 70, 72), (85, 86, 75, 78), (50, None, 50, None)]
+    ):
         rows += [("fedbn", "none", "usps", seed, bu), ("fedbn", "none", "mnist", seed, bm)]
         if su is not None:
             rows += [("fedbn", "se", "usps", seed, su), ("fedbn", "se", "mnist", seed, sm)]
-    frame = pd.DataFrame(rows, columns=["algorithm", "attention", "domain", "seed", "final"]).assign(attention_local=True)
+    frame = pd.DataFrame(rows, columns=["algorithm", "attention", "domain", "seed", "final"]).assign(
+        attention_local=True
+    )
     g = pfedla_gains(frame).set_index("domain")
     half = 4.303 / 3
-    assert g.loc["usps", ["gain", "low", "high"]].tolist() == pytest.approx([1.33, round(4 / 3 - half, 2), round(4 / 3 + half, 2)])
-    assert g.loc["mnist", ["gain", "low", "high"]].tolist() == pytest.approx([2.33, round(7 / 3 - half, 2), round(7 / 3 + half, 2)])
+    assert g.loc["usps", ["gain", "low", "high"]].tolist() == pytest.approx(
+        [1.33, round(4 / 3 - half, 2), round(4 / 3 + half, 2)]
+    )
+    assert g.loc["mnist", ["gain", "low", "high"]].tolist() == pytest.approx(
+        [2.33, round(7 / 3 - half, 2), round(7 / 3 + half, 2)]
+    )
     assert g.loc["usps", "sign"] == "" and g.loc["mnist", "sign"] == "↑" and set(g.seeds) == {3}
     ref = paper_data.load("pfedla").query("table == 'table1' and dataset == 'digits' and method == 'fedbn'")
     val = lambda att, dom: ref[(ref.attention == att) & (ref.domain == dom)].value.item()
     assert g.loc["usps", "paper_gain"] == pytest.approx(round(val("se", "usps") - val("none", "usps"), 2))
-    assert g.loc["usps", "paper_in_ci"] == (g.loc["usps", "low"] <= g.loc["usps", "paper_gain"] <= g.loc["usps", "high"])
+    assert g.loc["usps", "paper_in_ci"] == (
+        g.loc["usps", "low"] <= g.loc["usps", "paper_gain"] <= g.loc["usps", "high"]
+    )
     with pytest.raises(ValueError, match="metric='avg' is not one of: final, last3, best"):
         pfedla_gains(frame, metric="avg")
     fig = pfedla_gain_intervals(pfedla_gains(frame))
@@ -369,20 +489,28 @@ def test_pfedla_paired_gains_golden():
 def test_accuracy_vs_cost_draws_mean_curves_over_uploads():
     """One line per method: the seeds' mean accuracy at each round against the mean uploads of that round."""
     import matplotlib
+
     matplotlib.use("Agg")
     from fedlib.papers.adafl import plot_accuracy_vs_cost as accuracy_vs_cost
 
-    rows = [("A", 0, 1, 10, 0.90), ("A", 0, 2, 20, 0.96), ("A", 1, 1, 10, 0.92), ("A", 1, 2, 20, 0.98),
-            ("B", 0, 1, 50, 0.94), ("B", 0, 2, 100, 0.97)]
+    rows = [
+        ("A", 0, 1, 10, 0.90),
+        ("A", 0, 2, 20, 0.96),
+        ("A", 1, 1, 10, 0.92),
+        ("A", 1, 2, 20, 0.98),
+        ("B", 0, 1, 50, 0.94),
+        ("B", 0, 2, 100, 0.97),
+    ]
     frame = pd.DataFrame(rows, columns=["method", "seed", "round", "uploads", "global_test_acc"])
     fig = accuracy_vs_cost(frame)
-    lines = {l.get_label(): l for l in fig.axes[0].get_lines() if not l.get_label().startswith("_")}
+    lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines() if not ln.get_label().startswith("_")}
     assert list(lines["A"].get_xdata()) == [10, 20] and list(lines["A"].get_ydata()) == pytest.approx([0.91, 0.97])
     assert list(lines["B"].get_xdata()) == [50, 100] and fig.axes[0].get_xscale() == "log"
 
 
 def test_late_range_zooms_past_the_first_rounds():
     from fedlib.plotting import late_range
+
     # 20 rounds: the first two (0.1, 0.5) are the first tenth and are left out; later ones span 0.90-0.97
     acc = [0.1, 0.5] + [0.90 + 0.07 * i / 17 for i in range(18)]
     frame = pd.DataFrame({"round": np.arange(1, 21), "global_test_acc": acc})
@@ -395,10 +523,14 @@ def test_late_range_zooms_past_the_first_rounds():
 
 def test_accuracy_curves_panels_split_by_a_column_and_share_the_zoom():
     from fedlib.plotting import accuracy_curves, late_range
+
     rounds = np.arange(1, 21)
-    frame = pd.concat([pd.DataFrame({"round": rounds, "global_test_acc": np.linspace(lo, hi, 20), "method": m,
-                                     "family": fam})
-                       for m, fam, lo, hi in (("A", "X", 0.2, 0.9), ("B", "X", 0.3, 0.95), ("C", "Y", 0.1, 0.8))])
+    frame = pd.concat(
+        [
+            pd.DataFrame({"round": rounds, "global_test_acc": np.linspace(lo, hi, 20), "method": m, "family": fam})
+            for m, fam, lo, hi in (("A", "X", 0.2, 0.9), ("B", "X", 0.3, 0.95), ("C", "Y", 0.1, 0.8))
+        ]
+    )
     fig = accuracy_curves(frame, hue="method", metrics=("global_test_acc",), panels="family", zoom=True)
     assert [ax.get_title() for ax in fig.axes[:2]] == ["X", "Y"]
     assert {ln.get_label() for ln in fig.axes[1].get_lines() if not ln.get_label().startswith("_")} == {"C"}

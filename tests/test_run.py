@@ -1,11 +1,12 @@
 """Runs through the store: pure, stored atomically, grids skip stored runs and resume after interruption."""
+
 import json
 
 import numpy as np
 import pytest
 
-from fedlib import RunConfig, Store, expand, run, run_grid
 import fedlib.runner as run_module
+from fedlib import RunConfig, Store, expand, run, run_grid
 
 TINY = RunConfig(n_clients=4, clients_per_round=2, rounds=3, local_steps=2, model="mlr")
 
@@ -66,22 +67,23 @@ def test_grid_resumes_after_interruption(tmp_path, monkeypatch):
     monkeypatch.setattr(run_module, "train", flaky)
     with pytest.raises(KeyboardInterrupt):
         run_grid(TINY, grid, store, progress=False)
-    assert [c.seed for c in store.configs()] == [0]          # the finished run is kept
-    assert not list(store.root.glob("_tmp-*"))                # nothing half-written
+    assert [c.seed for c in store.configs()] == [0]  # the finished run is kept
+    assert not list(store.root.glob("_tmp-*"))  # nothing half-written
     df = run_grid(TINY, grid, store, progress=False)
-    assert calls == [0, 1, 1, 2]                              # seed 0 not retrained
+    assert calls == [0, 1, 1, 2]  # seed 0 not retrained
     assert sorted(df.seed) == [0, 1, 2] and len(store.configs()) == 3
 
 
 def test_forced_rerun_replaces_the_stored_result(tmp_path):
     """``run(force=True)`` re-trains and replaces the stored folder (e.g. to add traces a later version records)."""
     import json
+
     store = Store(tmp_path)
     first = run(TINY, store, progress=False)
     meta = store.path(TINY) / "meta.json"
     data = json.loads(meta.read_text())
     meta.write_text(json.dumps({**data, "marker": "old"}))
-    again = run(TINY, store, progress=False)                 # stored: comes back as is
+    again = run(TINY, store, progress=False)  # stored: comes back as is
     assert store.load(TINY).meta.get("marker") == "old"
     forced = run(TINY, store, progress=False, force=True)
     assert "marker" not in store.load(TINY).meta
@@ -95,6 +97,7 @@ def test_parallel_jobs_store_what_one_process_stores(tmp_path, monkeypatch):
     """``jobs=2`` trains in two spawned single-threaded processes: every run is stored, with the numbers a
     single process gets, and the summary keeps the order of the configs."""
     from fedlib.runner import run_configs
+
     cfgs = expand(TINY, {"seed": [0, 1, 2]})
     with pytest.raises(ValueError, match="jobs=0 must be an integer >= 1"):
         run_configs(cfgs, Store(tmp_path / "x"), progress=False, jobs=0)
@@ -110,6 +113,7 @@ def test_parallel_jobs_store_what_one_process_stores(tmp_path, monkeypatch):
 def test_parallel_failure_raises_and_keeps_finished_runs(tmp_path):
     """A config that fails in a worker raises in the caller; the runs that did finish stay stored."""
     from fedlib.runner import run_configs
+
     good = expand(TINY, {"seed": [0]})
     bad = TINY.replace(seed=1, dataset="mnist", partition="iid")  # no MNIST under this data root
     with pytest.raises(Exception, match="mnist"):
@@ -121,6 +125,7 @@ def test_parallel_workers_share_the_cache_budget(monkeypatch):
     """Each of ``jobs`` worker processes runs one thread and gives the stacked executor's client groups 1/jobs of
     the one-process cache budget (the processes share the L3): AdaFL's MLP groups shrink from 7 clients to 3."""
     import torch
+
     import fedlib.runner as runner
     from fedlib.executors import LocalSGD, StackedExecutor, make_executor
     from fedlib.models import build_model

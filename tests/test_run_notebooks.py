@@ -1,7 +1,6 @@
 """The main job's runner: absent data skips a notebook (reported, not crashed), -p grids expand, failures count."""
+
 import importlib.util
-import json
-import sys
 from pathlib import Path
 
 import nbformat
@@ -15,10 +14,14 @@ spec.loader.exec_module(runner)
 
 def _notebook(path, source, requires=()):
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("PROFILE = None\nX = 1", metadata={"tags": ["parameters"]}),
-                nbformat.v4.new_code_cell(source)]
-    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-                   "fedlib": {"requires": list(requires)}}
+    nb.cells = [
+        nbformat.v4.new_code_cell("PROFILE = None\nX = 1", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell(source),
+    ]
+    nb.metadata = {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "fedlib": {"requires": list(requires)},
+    }
     nbformat.write(nb, path)
 
 
@@ -40,9 +43,13 @@ def test_runner_skips_absent_data_runs_the_rest_and_reports_failures(tmp_path, m
     monkeypatch.delenv("FEDLIB_PROFILE", raising=False)
     code = runner.main(["--dir", str(nbs), "--out", str(tmp_path / "out"), "--profile", "smoke", "-p", "X=1,2"])
     out = capsys.readouterr().out
-    assert code == 1                                                   # the broken notebook fails the job
+    assert code == 1  # the broken notebook fails the job
     assert (nbs / "out_smoke_1.txt").exists() and (nbs / "out_smoke_2.txt").exists()  # grid over X
     assert "SKIP 02_needs_cifar.ipynb: skipped: data absent (cifar10" in out
     assert "FAILED: PapermillExecutionError" in out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "01_ok_X-1.smoke.ipynb", "01_ok_X-2.smoke.ipynb", "03_broken_X-1.smoke.ipynb", "03_broken_X-2.smoke.ipynb"]
+        "01_ok_X-1.smoke.ipynb",
+        "01_ok_X-2.smoke.ipynb",
+        "03_broken_X-1.smoke.ipynb",
+        "03_broken_X-2.smoke.ipynb",
+    ]

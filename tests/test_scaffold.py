@@ -1,10 +1,11 @@
 """SCAFFOLD (option II) and the executors' drift term; the per-round learning-rate decay."""
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import small_synthetic
+
 from fedlib.algorithms import build_algorithm
 from fedlib.config import RunConfig
 from fedlib.data.federated import sample_epochs, sample_steps
@@ -28,8 +29,11 @@ def test_drift_same_on_both_executors(epochs, momentum):
     g = torch.Generator().manual_seed(0)
     drift = {n: torch.randn(t.shape, generator=g, dtype=t.dtype) for n, t in params.items()}
     clients = torch.arange(3)
-    plan = (sample_epochs(data.train.layout(), clients, 2, 16, g) if epochs
-            else sample_steps(data.train.layout(), clients, 7, 16, g))
+    plan = (
+        sample_epochs(data.train.layout(), clients, 2, 16, g)
+        if epochs
+        else sample_steps(data.train.layout(), clients, 7, 16, g)
+    )
     opt = LocalSGD(0.05, momentum=momentum, weight_decay=0.01)
     a = StackedExecutor().train(model, params, plan, data.train, opt, drift=drift)
     b = LoopExecutor().train(model, params, plan, data.train, opt, drift=drift)
@@ -56,11 +60,21 @@ def test_drift_is_a_constant_gradient_shift():
 
 def _scaffold(rounds, executor=None, **kw):
     data = small_synthetic(n_clients=4, rows=80)
-    cfg = RunConfig(n_clients=4, clients_per_round=4, rounds=rounds, local_steps=1, batch_size=60, model="dnn",
-                    lr=0.1, algorithm="scaffold", **kw).validate()
+    cfg = RunConfig(
+        n_clients=4,
+        clients_per_round=4,
+        rounds=rounds,
+        local_steps=1,
+        batch_size=60,
+        model="dnn",
+        lr=0.1,
+        algorithm="scaffold",
+        **kw,
+    ).validate()
     alg = build_algorithm(cfg)
-    res = simulate(alg, data, _model(), executor or StackedExecutor(), rounds, local_steps=1, batch_size=60,
-                   progress=False)
+    res = simulate(
+        alg, data, _model(), executor or StackedExecutor(), rounds, local_steps=1, batch_size=60, progress=False
+    )
     return data, res
 
 
@@ -69,8 +83,16 @@ def test_first_round_equals_fedavg_and_control_variates_are_gradients():
     replacement) option II gives c_i+ = (x - y_i) / eta = the mini-batch gradient of client i at x, and
     c = (1/N) sum_i c_i+ (full participation)."""
     data, res = _scaffold(1)
-    fedavg = simulate(build_algorithm(RunConfig(n_clients=4, clients_per_round=4, lr=0.1, model="dnn")), data, _model(),
-                      StackedExecutor(), 1, local_steps=1, batch_size=60, progress=False)
+    fedavg = simulate(
+        build_algorithm(RunConfig(n_clients=4, clients_per_round=4, lr=0.1, model="dnn")),
+        data,
+        _model(),
+        StackedExecutor(),
+        1,
+        local_steps=1,
+        batch_size=60,
+        progress=False,
+    )
     assert np.array_equal(res.metrics.test_loss, fedavg.metrics.test_loss)
     st = res.state
     # recompute client gradients at x on the same mini-batches (same seed stream as simulate: seed + 1)
@@ -92,11 +114,21 @@ def test_scaffold_vs_fedavg_and_both_executors_agree():
     _, b = _scaffold(3, LoopExecutor())
     assert np.allclose(a.metrics.test_loss, b.metrics.test_loss, rtol=0, atol=1e-10)
     data = small_synthetic(n_clients=4, rows=80)
-    fedavg = lambda steps: simulate(build_algorithm(RunConfig(n_clients=4, clients_per_round=4, lr=0.1, model="dnn")),
-                                    data, _model(), StackedExecutor(), 3, local_steps=steps, batch_size=60, progress=False)
+    fedavg = lambda steps: simulate(
+        build_algorithm(RunConfig(n_clients=4, clients_per_round=4, lr=0.1, model="dnn")),
+        data,
+        _model(),
+        StackedExecutor(),
+        3,
+        local_steps=steps,
+        batch_size=60,
+        progress=False,
+    )
     assert np.allclose(a.metrics.test_loss, fedavg(1).metrics.test_loss, rtol=0, atol=1e-12)
     cfg = RunConfig(n_clients=4, clients_per_round=4, lr=0.1, model="dnn", algorithm="scaffold")
-    multi = simulate(build_algorithm(cfg), data, _model(), StackedExecutor(), 3, local_steps=3, batch_size=60, progress=False)
+    multi = simulate(
+        build_algorithm(cfg), data, _model(), StackedExecutor(), 3, local_steps=3, batch_size=60, progress=False
+    )
     ref = fedavg(3).metrics.test_loss
     assert multi.metrics.test_loss[0] == ref[0] and abs(multi.metrics.test_loss[2] - ref[2]) > 1e-6
 
@@ -136,10 +168,20 @@ def test_lr_decay_applies_to_every_method(algorithm):
     data = small_synthetic(n_clients=3, rows=60)
 
     def loss(decay):
-        cfg = RunConfig(n_clients=3, clients_per_round=2, lr=0.1, model="dnn", algorithm=algorithm,
-                        lr_decay=decay).validate()
-        return simulate(build_algorithm(cfg), data, _model(), StackedExecutor(), 3, local_steps=2, batch_size=4,
-                        progress=False, lr_decay=decay).metrics.test_loss
+        cfg = RunConfig(
+            n_clients=3, clients_per_round=2, lr=0.1, model="dnn", algorithm=algorithm, lr_decay=decay
+        ).validate()
+        return simulate(
+            build_algorithm(cfg),
+            data,
+            _model(),
+            StackedExecutor(),
+            3,
+            local_steps=2,
+            batch_size=4,
+            progress=False,
+            lr_decay=decay,
+        ).metrics.test_loss
 
     same, decayed = loss(1.0), loss(0.5)
     assert same[0] == decayed[0] and abs(same[2] - decayed[2]) > 1e-6

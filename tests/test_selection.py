@@ -1,20 +1,28 @@
 """AdaFL's selection stage: the fraction schedule (Figure 2, Table 2 costs), the attention scores (Eq. 1-2), sampling."""
+
 import itertools
 
 import numpy as np
 import pytest
 import torch
+from conftest import small_synthetic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import small_synthetic
 from fedlib.algorithms import build_algorithm
 from fedlib.config import RunConfig
 from fedlib.executors import LoopExecutor, StackedExecutor
 from fedlib.metrics import communication_cost
 from fedlib.models import build_model
-from fedlib.selection import (AttentionSelection, ConstantFraction, StepFraction, attention_update, build_selection,
-                              clients_for, schedule_counts)
+from fedlib.selection import (
+    AttentionSelection,
+    ConstantFraction,
+    StepFraction,
+    attention_update,
+    build_selection,
+    clients_for,
+    schedule_counts,
+)
 from fedlib.simulation import simulate
 
 
@@ -28,10 +36,17 @@ def test_step_fraction_paper_instance():
     assert counts.sum() == 200 * (10 + 20 + 30 + 40 + 50) and (np.diff(counts) >= 0).all()
 
 
-@pytest.mark.parametrize("horizon, rounds, cost", [
-    (1000, 423, 6690), (1000, 761, 18440), (1000, 683, 15320),   # AdaFL rows of Table 2 (MNIST 90%, 91%; CIFAR 73%)
-    (1500, 951, 20040), (1500, 1485, 44250), (1500, 1103, 26120),  # Dyn. FedAvg rows: "with T = 1500"
-])
+@pytest.mark.parametrize(
+    "horizon, rounds, cost",
+    [
+        (1000, 423, 6690),
+        (1000, 761, 18440),
+        (1000, 683, 15320),  # AdaFL rows of Table 2 (MNIST 90%, 91%; CIFAR 73%)
+        (1500, 951, 20040),
+        (1500, 1485, 44250),
+        (1500, 1103, 26120),  # Dyn. FedAvg rows: "with T = 1500"
+    ],
+)
 def test_paper_table2_costs_follow_from_the_schedule(horizon, rounds, cost):
     """AdaFL's Table 2 cost column is sum_{t <= T*} gamma^(t) M; our schedule reproduces every dynamic entry."""
     counts = schedule_counts(StepFraction(0.1, 0.5, 5, horizon), rounds, 100)
@@ -39,7 +54,7 @@ def test_paper_table2_costs_follow_from_the_schedule(horizon, rounds, cost):
 
 
 def test_constant_fraction_costs():
-    assert communication_cost(schedule_counts(ConstantFraction(0.1), 939, 100)) == 9390   # Attn.-0.1, Table 2
+    assert communication_cost(schedule_counts(ConstantFraction(0.1), 939, 100)) == 9390  # Attn.-0.1, Table 2
     assert communication_cost(schedule_counts(ConstantFraction(0.5), 420, 100)) == 21000  # Attn.-0.5
 
 
@@ -88,7 +103,7 @@ def test_observe_measures_euclidean_distance_over_all_parameters():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(2, 12), st.integers(0, 10 ** 6), st.floats(0.0, 0.99))
+@given(st.integers(2, 12), st.integers(0, 10**6), st.floats(0.0, 0.99))
 def test_scores_stay_a_probability_vector(m, seed, decay):
     rng = np.random.default_rng(seed)
     a = rng.dirichlet(np.ones(m))
@@ -136,13 +151,33 @@ def test_sampling_frequencies_match_the_scores(k):
 # -- end to end in the round loop ---------------------------------------------------------------------
 def _adafl_run(executor, rounds=6, **kw):
     data = small_synthetic(n_clients=8, rows=160)
-    cfg = RunConfig(n_clients=8, clients_per_round=None, fraction_schedule=(0.25, 0.5, 2), selection="attention",
-                    rounds=rounds, local_steps=3, batch_size=5, model="dnn", lr=0.1, momentum=0.5, **kw).validate()
+    cfg = RunConfig(
+        n_clients=8,
+        clients_per_round=None,
+        fraction_schedule=(0.25, 0.5, 2),
+        selection="attention",
+        rounds=rounds,
+        local_steps=3,
+        batch_size=5,
+        model="dnn",
+        lr=0.1,
+        momentum=0.5,
+        **kw,
+    ).validate()
     alg = build_algorithm(cfg, n_samples=data.train.sizes.numpy())
     model = build_model("dnn", data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
     log = []
-    res = simulate(alg, data, model, executor, rounds, local_steps=3, batch_size=5, progress=False,
-                   on_round=lambda t, sel, mixing, state: log.append((sel.copy(), alg.select.scores.copy())))
+    res = simulate(
+        alg,
+        data,
+        model,
+        executor,
+        rounds,
+        local_steps=3,
+        batch_size=5,
+        progress=False,
+        on_round=lambda t, sel, mixing, state: log.append((sel.copy(), alg.select.scores.copy())),
+    )
     return data, alg, res, log
 
 
@@ -175,8 +210,17 @@ def test_adafl_selection_same_on_both_executors():
 def test_attention_selection_composes_with_other_methods(algorithm):
     """AdaFL 'can be incorporated into any FL method': selection is a stage, the method's rest is untouched."""
     data = small_synthetic(n_clients=6, rows=120)
-    cfg = RunConfig(n_clients=6, clients_per_round=3, selection="attention", rounds=3, local_steps=2, batch_size=4,
-                    model="dnn", lr=0.05, algorithm=algorithm).validate()
+    cfg = RunConfig(
+        n_clients=6,
+        clients_per_round=3,
+        selection="attention",
+        rounds=3,
+        local_steps=2,
+        batch_size=4,
+        model="dnn",
+        lr=0.05,
+        algorithm=algorithm,
+    ).validate()
     alg = build_algorithm(cfg, n_samples=data.train.sizes.numpy())
     assert isinstance(alg.select, AttentionSelection)
     model = build_model("dnn", data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
@@ -189,17 +233,39 @@ def test_adafl_cifar_setting_on_cifar_shaped_tensors():
     """AdaFL's CIFAR-10 cell (FedMix CNN, IID, lr 0.01 x 0.99^t, E epochs with momentum 0.5) end to end on generated
     3x32x32 images: CIFAR-10 itself is not available offline."""
     from fedlib.data.federated import FederatedData
+
     g = np.random.default_rng(0)
     xs = [g.normal(size=(12, 3, 32, 32)).astype(np.float32) for _ in range(4)]
     ys = [g.integers(0, 10, 12) for _ in range(4)]
     data = FederatedData.from_clients("cifar-shaped", xs, ys, [np.arange(12)] * 4, [np.arange(8, 12)] * 4, 10)
-    cfg = RunConfig(n_clients=4, clients_per_round=None, fraction_schedule=(0.25, 0.5, 2), selection="attention",
-                    model="cnn", lr=0.01, lr_decay=0.99, momentum=0.5, local_epochs=1, local_steps=None,
-                    batch_size=5, rounds=2).validate()
+    cfg = RunConfig(
+        n_clients=4,
+        clients_per_round=None,
+        fraction_schedule=(0.25, 0.5, 2),
+        selection="attention",
+        model="cnn",
+        lr=0.01,
+        lr_decay=0.99,
+        momentum=0.5,
+        local_epochs=1,
+        local_steps=None,
+        batch_size=5,
+        rounds=2,
+    ).validate()
     alg = build_algorithm(cfg, n_samples=data.train.sizes.numpy())
     model = build_model("cnn", (3, 32, 32), 10, seed=0)
-    res = simulate(alg, data, model, StackedExecutor(), 2, local_epochs=1, local_steps=None, batch_size=5,
-                   progress=False, lr_decay=0.99)
+    res = simulate(
+        alg,
+        data,
+        model,
+        StackedExecutor(),
+        2,
+        local_epochs=1,
+        local_steps=None,
+        batch_size=5,
+        progress=False,
+        lr_decay=0.99,
+    )
     assert list(res.metrics.uploads) == [1, 3] and np.isfinite(res.metrics.test_loss).all()
     assert len(alg.select.history) == 2 and np.isclose(alg.select.scores.sum(), 1.0)
 
@@ -208,11 +274,13 @@ def test_progress_bar_shows_the_global_accuracy_without_client_test_splits(capsy
     """AdaFL's setting keeps no client test split (train_frac = 1): the bar must show the global model's accuracy
     on the global test set, not the clients' (NaN) accuracy."""
     from fedlib.data.federated import FederatedData
+
     g = np.random.default_rng(0)
     x, y = g.normal(size=(160, 6)).astype(np.float32), g.integers(0, 3, 160)
     parts = [np.arange(40 * i, 40 * (i + 1)) for i in range(4)]
-    data = FederatedData.from_parts("no-client-test", x, y, parts, [np.arange(0)] * 4, 3,
-                                    global_test=(x[:50], y[:50])).to("cpu", torch.float64)
+    data = FederatedData.from_parts(
+        "no-client-test", x, y, parts, [np.arange(0)] * 4, 3, global_test=(x[:50], y[:50])
+    ).to("cpu", torch.float64)
     cfg = RunConfig(n_clients=4, clients_per_round=2, rounds=2, local_steps=2, batch_size=5, lr=0.1).validate()
     alg = build_algorithm(cfg, n_samples=data.train.sizes.numpy())
     model = build_model("mlr", data.input_shape, 3, seed=0, dtype=torch.float64)

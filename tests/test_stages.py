@@ -1,4 +1,5 @@
 """Server maths and selection with hand-checkable numbers on 2-3 clients."""
+
 import numpy as np
 import pytest
 import torch

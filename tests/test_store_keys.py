@@ -1,5 +1,6 @@
 """Every run committed under results/ keeps its key: its flat config.json loads into the typed config, validates,
 and hashes to the name of its folder (the store is users' data)."""
+
 import json
 from pathlib import Path
 

@@ -1,5 +1,6 @@
 """FedMCSA Table 1 selection (``fedlib.papers.fedmcsa``): the winner of each row is the grid config with the highest
 stored seed-0 BMTA, picked by an explicit step between the two stages."""
+
 from pathlib import Path
 
 import numpy as np
@@ -7,19 +8,25 @@ import pandas as pd
 import pytest
 
 from fedlib import expand, profiles
-from fedlib.papers import fedmcsa
 from fedlib.config import RunConfig
+from fedlib.papers import fedmcsa
+from fedlib.papers.fedmcsa import grid_frame, select, setting, status, table1_runs, table1_winners
 from fedlib.simulation import RunResult
 from fedlib.store import Store
-from fedlib.papers.fedmcsa import grid_frame, select, setting, status, table1_runs, table1_winners
 
 
 def _fake(store: Store, cfg: RunConfig, test_acc, gm=None):
     """Store a run whose per-round sample-weighted accuracy is ``test_acc`` (unweighted: 1 point lower)."""
     acc = np.asarray(test_acc, dtype=float)
-    m = pd.DataFrame({"round": np.arange(1, len(acc) + 1), "test_acc": acc, "test_acc_mean": acc - 0.01,
-                      "gm_test_acc": np.nan if gm is None else np.asarray(gm, float),
-                      "gm_test_acc_mean": np.nan if gm is None else np.asarray(gm, float) - 0.01})
+    m = pd.DataFrame(
+        {
+            "round": np.arange(1, len(acc) + 1),
+            "test_acc": acc,
+            "test_acc_mean": acc - 0.01,
+            "gm_test_acc": np.nan if gm is None else np.asarray(gm, float),
+            "gm_test_acc_mean": np.nan if gm is None else np.asarray(gm, float) - 0.01,
+        }
+    )
     z = np.zeros((len(acc), 2))
     store.save(cfg, RunResult(m, z, z, np.ones(2, int), {}, cfg))
 
@@ -27,8 +34,10 @@ def _fake(store: Store, cfg: RunConfig, test_acc, gm=None):
 @pytest.fixture
 def grid():
     base = RunConfig(n_clients=6, clients_per_round=3, rounds=3)
-    return expand(base, [{"algorithm": "fedprox", "lr": [0.01, 0.05], "mu": [0.01, 0.1]},
-                         {"algorithm": "pfedme", "lr": [0.01, 0.05]}])
+    return expand(
+        base,
+        [{"algorithm": "fedprox", "lr": [0.01, 0.05], "mu": [0.01, 0.1]}, {"algorithm": "pfedme", "lr": [0.01, 0.05]}],
+    )
 
 
 def test_select_picks_the_best_bmta_per_row(tmp_path, grid):
@@ -134,13 +143,15 @@ def test_stage2_runs_the_winners_with_three_seeds(tmp_path, monkeypatch):
     assert sorted({c.seed for c in stage2}) == fedmcsa.TABLE1_SEEDS["smoke"]
     # fedlib.experiment runs the step itself: the grid (stored only here), then the winners, then stage 2
     import fedlib
+
     ex = fedlib.experiment("fedmcsa_table1", "smoke", stored_only=True, progress=False, store=store)
     assert ex.after.name == "fedmcsa_table1_grid" and ex.inputs["winners"] == winners
     assert [c.key() for c in ex.configs] == [c.key() for c in stage2]
     assert {c.get("seed") for c in ex.missing_runs} == {1}  # seed 0 of each winner is its stored grid run
     # ... or takes them given
-    given = fedlib.experiment("fedmcsa_table1", "smoke", stored_only=True, progress=False, store=store,
-                              inputs={"winners": winners})
+    given = fedlib.experiment(
+        "fedmcsa_table1", "smoke", stored_only=True, progress=False, store=store, inputs={"winners": winners}
+    )
     assert given.after is None and [c.key() for c in given.configs] == [c.key() for c in stage2]
 
 

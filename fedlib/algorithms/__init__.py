@@ -6,13 +6,25 @@ validation, the CLI and the contract tests pick new entries up from there. A met
 Every module of this package is imported here, so adding a method is adding one file: the first eleven in
 the order the registry has always listed them (error messages and tables use it), any others after them by name.
 """
+
 import importlib
 import pkgutil
 
 from ..options import METHODS
 
-_FIRST = ("fedavg", "fedprox", "fedmcsa", "heurfedamp", "local", "pfedme", "perfedavg", "scaffold", "fedbn", "ditto",
-          "fedmix")
+_FIRST = (
+    "fedavg",
+    "fedprox",
+    "fedmcsa",
+    "heurfedamp",
+    "local",
+    "pfedme",
+    "perfedavg",
+    "scaffold",
+    "fedbn",
+    "ditto",
+    "fedmix",
+)
 for _name in _FIRST + tuple(sorted({m.name for m in pkgutil.iter_modules(__path__)} - set(_FIRST))):
     importlib.import_module(f"{__name__}.{_name}")
 

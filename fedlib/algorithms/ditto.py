@@ -19,6 +19,7 @@ update v_k (Algorithm 1 line 5). lambda -> infinity pins v_k to w^t: with lr * l
 v = w^t - lr grad F_k(v_old) (tested). Parameters the engine keeps local (FedBN's BN, pFedLA's attention)
 follow the same rule in both models.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,9 @@ class DittoClient:
         v = state.extra.setdefault("ditto_v", {n: t.clone() for n, t in state.client_params.items()})
         own = {n: t[clients] for n, t in v.items()}
         # v_k <- argmin F_k(v) + lam/2 ||v - w^t||^2, w^t the model the client received (``start``)
-        personal = executor.train(model, own, plan, split, LocalSGD(lr, self.momentum, self.weight_decay, mu=self.lam),
-                                  anchor=start)
+        personal = executor.train(
+            model, own, plan, split, LocalSGD(lr, self.momentum, self.weight_decay, mu=self.lam), anchor=start
+        )
         for n, t in personal.items():
             v[n][clients] = t
         return uploaded
@@ -59,6 +61,11 @@ class Ditto(MethodOptions):
     def build(self, cfg) -> Algorithm:
         """FedAvg's round (selection, server mean) with Ditto's client procedure and the personal models evaluated."""
         lo = cfg.local
-        return dataclasses.replace(FedAvg().build(cfg), name=self.NAME,
-                                   local_update=DittoClient(lo.lr, self.lam, lo.momentum, lo.weight_decay),
-                                   evaluate="personal", personal_key="ditto_v", report_global=True)
+        return dataclasses.replace(
+            FedAvg().build(cfg),
+            name=self.NAME,
+            local_update=DittoClient(lo.lr, self.lam, lo.momentum, lo.weight_decay),
+            evaluate="personal",
+            personal_key="ditto_v",
+            report_global=True,
+        )

@@ -15,6 +15,7 @@ v_{-1} >= tau^2); the mean is sample-weighted like every FedAvg-family server he
 over the sampled clients; equal when clients hold equal data, as in AdaFL's MNIST setting). State (m, v) is
 per parameter in ``state.extra["fedadam"]``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,9 +36,13 @@ class ServerAdam:
     tau: float
 
     def __call__(self, global_params, mean, state) -> dict[str, torch.Tensor]:
-        st = state.extra.setdefault("fedadam", {**{f"m.{k}": torch.zeros_like(t) for k, t in global_params.items()},
-                                                **{f"v.{k}": torch.full_like(t, self.tau ** 2)
-                                                   for k, t in global_params.items()}})
+        st = state.extra.setdefault(
+            "fedadam",
+            {
+                **{f"m.{k}": torch.zeros_like(t) for k, t in global_params.items()},
+                **{f"v.{k}": torch.full_like(t, self.tau**2) for k, t in global_params.items()},
+            },
+        )
         out = {}
         for k, x in global_params.items():
             delta = mean[k] - x
@@ -58,5 +63,8 @@ class FedAdam(MethodOptions):
     adam_tau: float = option(1e-3, ge=0, doc="degree of adaptivity tau")
 
     def build(self, cfg) -> Algorithm:
-        return dataclasses.replace(FedAvg().build(cfg), name=self.NAME,
-                                   server_step=ServerAdam(self.adam_lr, self.adam_beta1, self.adam_beta2, self.adam_tau))
+        return dataclasses.replace(
+            FedAvg().build(cfg),
+            name=self.NAME,
+            server_step=ServerAdam(self.adam_lr, self.adam_beta1, self.adam_beta2, self.adam_tau),
+        )

@@ -9,6 +9,7 @@ Algorithm 1 (FederatedAveraging), paper symbols -> ``RunConfig`` fields:
 Every selected client starts from the global model; the global model is what is evaluated,
 on every client's test split.
 """
+
 from dataclasses import dataclass
 
 from ..options import MethodOptions, register
@@ -19,6 +20,7 @@ from ..stages import Algorithm, WeightedMean, local_sgd
 @dataclass(frozen=True)
 class FedAvg(MethodOptions):
     """FedAvg has no options of its own."""
+
     NAME = "fedavg"
 
     def build(self, cfg) -> Algorithm:

@@ -12,6 +12,7 @@ Paper symbols -> options: beta -> ``server_momentum``, eta -> ``server_lr`` (the
 tunes the client lr; we keep eta so the same options serve the FedOpt family). With beta = 0 and eta = 1
 FedAvgM is FedAvg exactly (tested). The velocity v is per parameter, in ``state.extra["fedavgm"]``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,5 +47,6 @@ class FedAvgM(MethodOptions):
     server_momentum: float = option(0.9, ge=0, lt=1, doc="server momentum beta")
 
     def build(self, cfg) -> Algorithm:
-        return dataclasses.replace(FedAvg().build(cfg), name=self.NAME,
-                                   server_step=ServerMomentum(self.server_lr, self.server_momentum))
+        return dataclasses.replace(
+            FedAvg().build(cfg), name=self.NAME, server_step=ServerMomentum(self.server_lr, self.server_momentum)
+        )

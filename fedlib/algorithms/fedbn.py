@@ -8,6 +8,7 @@ see ``fedlib.convnets``). Each client starts a round from the global non-BN weig
 and is evaluated with that combination. On a model without BN, FedBN is FedAvg (tested).
 Paper symbols -> ``RunConfig``: E -> ``local_epochs``, B -> ``batch_size``, eta -> ``lr``.
 """
+
 import dataclasses
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from .fedavg import FedAvg
 @dataclass(frozen=True)
 class FedBN(MethodOptions):
     """No options of its own: FedAvg with the model's ``bn`` parameter group kept on its client."""
+
     NAME = "fedbn"
 
     def build(self, cfg) -> Algorithm:

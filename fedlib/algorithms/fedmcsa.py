@@ -28,6 +28,7 @@ Variants (Table 2 and the authors'-code switch), each registered under its own n
   overwritten with the current weights each step, so local training is plain SGD). The
   authors' code also uses sigma = 1000 and lambda = 15 by default; set those explicitly.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from ..stages import Algorithm, Mixing, local_sgd
 @dataclass
 class MCSAttention:
     """Aggregator: per-component attention among the uploads -> personalised models (``Mixing.to_personal``)."""
+
     sigma: float
     by_data_size: bool = False
 
@@ -62,8 +64,15 @@ class UniformToPersonal:
 def _fedmcsa_round(cfg, name: str, lam: float, mcsa_code: bool, aggregate) -> Algorithm:
     """Algorithm 1's round with a given server aggregation: all clients train, prox toward the last W_i
     (no effective prox "as in the authors' code")."""
-    return Algorithm(name=name, local=local_sgd(cfg, mu=0.0 if mcsa_code else lam), aggregate=aggregate,
-                     trains="all", start="personal", anchor="received", evaluate="personal")
+    return Algorithm(
+        name=name,
+        local=local_sgd(cfg, mu=0.0 if mcsa_code else lam),
+        aggregate=aggregate,
+        trains="all",
+        start="personal",
+        anchor="received",
+        evaluate="personal",
+    )
 
 
 _SIGMA = dict(ge=0, doc="attention scale sigma (FedMCSA default 50)")
@@ -87,6 +96,7 @@ class FedMCSA(MethodOptions):
 @dataclass(frozen=True)
 class FedMCSAMinusMCSA(MethodOptions):
     """FedMCSA^{-MCSA}: no attention, so no sigma."""
+
     NAME = "fedmcsa-mcsa"
     lam: float = option(5.0, **_LAM)
     mcsa_code: bool = option(False, **_CODE)
@@ -99,9 +109,16 @@ class FedMCSAMinusMCSA(MethodOptions):
 @dataclass(frozen=True)
 class FedAvgPlusMCSA(MethodOptions):
     """FedAvg^{+MCSA}: FedAvg's clients (plain SGD, only the sampled train), the server's attention."""
+
     NAME = "fedavg+mcsa"
     sigma: float = option(50.0, **_SIGMA)
 
     def build(self, cfg) -> Algorithm:
-        return Algorithm(name=self.NAME, local=local_sgd(cfg), aggregate=MCSAttention(self.sigma), trains="selected",
-                         start="personal", evaluate="personal")
+        return Algorithm(
+            name=self.NAME,
+            local=local_sgd(cfg),
+            aggregate=MCSAttention(self.sigma),
+            trains="selected",
+            start="personal",
+            evaluate="personal",
+        )

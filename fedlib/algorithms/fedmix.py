@@ -85,6 +85,7 @@ to < 1e-10 (tested, masked and unmasked plans):
   ``executors.chain``): the FedMix term as a forward-mode tangent pass run beside the primal one, all by
   hand-written batched matmuls.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -129,7 +130,7 @@ def pairing(round_: int, plan: BatchPlan, n_means: int) -> torch.Tensor:
     """
     first = plan.index[0].reshape(-1)[:64].cpu().to(torch.float64)
     mix = int((first * torch.arange(1, len(first) + 1, dtype=torch.float64)).sum().item())
-    seed = (round_ * 1_000_003 + mix * 7_919 + plan.steps) % (2 ** 62)
+    seed = (round_ * 1_000_003 + mix * 7_919 + plan.steps) % (2**62)
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(n_means, tuple(plan.index.shape), generator=gen).to(plan.index.device)
 
@@ -137,6 +138,7 @@ def pairing(round_: int, plan: BatchPlan, n_means: int) -> torch.Tensor:
 @dataclass
 class MixClient:
     """FedMix's (``taylor=True``) or NaiveMix's local objective, minimised by SGD over the round's plan."""
+
     opt: LocalSGD
     lam: float
     mean_size: int
@@ -162,7 +164,9 @@ class MixClient:
         if MEANS_KEY not in state.extra:
             with torch.no_grad():  # number of classes = the model's output width
                 probe = {n: t[0] for n, t in start.items()}
-                out = torch.func.functional_call(model.eval(), probe, (split.x[:1].to(next(iter(probe.values())).dtype),))
+                out = torch.func.functional_call(
+                    model.eval(), probe, (split.x[:1].to(next(iter(probe.values())).dtype),)
+                )
                 model.train()
             mx, my = mean_dataset(split, out.shape[-1], self.mean_size)
             state.extra[MEANS_KEY] = {"x": mx, "y": my}
@@ -172,8 +176,12 @@ class MixClient:
 
 def _build(cfg, name: str, lam: float, mean_size: int, taylor: bool, taylor_scale: str = "sample") -> Algorithm:
     opt = local_sgd(cfg)
-    return Algorithm(name=name, local=opt, aggregate=WeightedMean("samples"),
-                     local_update=MixClient(opt, lam, mean_size, taylor, taylor_scale))
+    return Algorithm(
+        name=name,
+        local=opt,
+        aggregate=WeightedMean("samples"),
+        local_update=MixClient(opt, lam, mean_size, taylor, taylor_scale),
+    )
 
 
 _LAM = dict(ge=0, le=1, doc="mixing ratio lambda")
@@ -186,8 +194,11 @@ class FedMix(MethodOptions):
     NAME = "fedmix"
     mix_lam: float = option(0.05, **_LAM)
     mix_mean_size: int = option(10, **_M)
-    mix_taylor_scale: str = option("sample", choices=("sample", "batch"),
-                                   doc="Taylor term per sample (the equation) or x (1 - lam) / B (public codes)")
+    mix_taylor_scale: str = option(
+        "sample",
+        choices=("sample", "batch"),
+        doc="Taylor term per sample (the equation) or x (1 - lam) / B (public codes)",
+    )
 
     def build(self, cfg) -> Algorithm:
         return _build(cfg, self.NAME, self.mix_lam, self.mix_mean_size, True, self.mix_taylor_scale)
@@ -197,6 +208,7 @@ class FedMix(MethodOptions):
 @dataclass(frozen=True)
 class NaiveMix(MethodOptions):
     """NaiveMix has no Taylor term, so no ``mix_taylor_scale``."""
+
     NAME = "naivemix"
     mix_lam: float = option(0.05, **_LAM)
     mix_mean_size: int = option(10, **_M)

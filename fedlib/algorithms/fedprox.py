@@ -8,6 +8,7 @@ Paper symbols -> ``RunConfig`` fields: mu -> ``mu``; the inexact local solver is
 We keep FedAvg's sample-weighted average; FedProx's paper averages uniformly over devices
 sampled with probability p_k = n_k / n, which has the same expectation.
 """
+
 from dataclasses import dataclass
 
 from ..options import MethodOptions, option, register
@@ -21,5 +22,6 @@ class FedProx(MethodOptions):
     mu: float = option(0.0, ge=0, doc="FedProx proximal strength mu")
 
     def build(self, cfg) -> Algorithm:
-        return Algorithm(name=self.NAME, local=local_sgd(cfg, mu=self.mu), aggregate=WeightedMean("samples"),
-                         anchor="start")  # the proximal centre is w^t, the global model the client received
+        return Algorithm(
+            name=self.NAME, local=local_sgd(cfg, mu=self.mu), aggregate=WeightedMean("samples"), anchor="start"
+        )  # the proximal centre is w^t, the global model the client received

@@ -7,6 +7,7 @@ the proximal pull lambda/2 ||w - u_i||^2 toward the last u_i they received, as i
 so the two differ only in the attention (FedMCSA Sec. 4 compares exactly this).
 Paper symbols -> ``RunConfig``: sigma -> ``sigma``, xi_ii -> ``amp_self_weight``, lambda -> ``lam``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,6 +38,12 @@ class HeurFedAMP(MethodOptions):
     amp_self_weight: float = option(0.5, ge=0, le=1, doc="self-attention weight xi_ii")
 
     def build(self, cfg) -> Algorithm:
-        return Algorithm(name=self.NAME, local=local_sgd(cfg, mu=self.lam),
-                         aggregate=WholeModelAttention(self.sigma, self.amp_self_weight),
-                         trains="all", start="personal", anchor="received", evaluate="personal")
+        return Algorithm(
+            name=self.NAME,
+            local=local_sgd(cfg, mu=self.lam),
+            aggregate=WholeModelAttention(self.sigma, self.amp_self_weight),
+            trains="all",
+            start="personal",
+            anchor="received",
+            evaluate="personal",
+        )

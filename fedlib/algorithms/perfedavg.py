@@ -16,6 +16,7 @@ data, and the adapted models are tested (pFedMe's code draws that batch from the
 which leaks test labels; we do not). ``test_acc`` is the adapted models', ``gm_test_acc`` the
 global model's.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,7 +57,10 @@ class PerFedAvgClient:
             if self.hessian_free:
                 plus = {n: w[n] + self.delta * g[n] if n in g else w[n] for n in w}
                 minus = {n: w[n] - self.delta * g[n] if n in g else w[n] for n in w}
-                gp, gm = _grad(executor, model, plus, plan, s + 2, split), _grad(executor, model, minus, plan, s + 2, split)
+                gp, gm = (
+                    _grad(executor, model, plus, plan, s + 2, split),
+                    _grad(executor, model, minus, plan, s + 2, split),
+                )
                 g = {n: g[n] - alpha * (gp[n] - gm[n]) / (2 * self.delta) for n in g}
             for n in g:
                 w[n] = w[n] - self.beta * g[n]
@@ -66,6 +70,7 @@ class PerFedAvgClient:
 @dataclass
 class AdaptBeforeEval:
     """Every client adapts the global model with one SGD step (rate alpha) on one training mini-batch."""
+
     alpha: float
     batch_size: int
 
@@ -78,10 +83,17 @@ class AdaptBeforeEval:
 
 
 def _build(cfg, name: str, beta: float, hessian_free: bool, delta: float = 1e-3) -> Algorithm:
-    return Algorithm(name=name, local=local_sgd(cfg), aggregate=WeightedMean("samples"),
-                     local_update=PerFedAvgClient(cfg.local.lr, beta, hessian_free, delta),
-                     batches_per_step=3 if hessian_free else 2, evaluate="personal", personal_key="adapted",
-                     report_global=True, before_eval=AdaptBeforeEval(cfg.local.lr, cfg.local.batch_size))
+    return Algorithm(
+        name=name,
+        local=local_sgd(cfg),
+        aggregate=WeightedMean("samples"),
+        local_update=PerFedAvgClient(cfg.local.lr, beta, hessian_free, delta),
+        batches_per_step=3 if hessian_free else 2,
+        evaluate="personal",
+        personal_key="adapted",
+        report_global=True,
+        before_eval=AdaptBeforeEval(cfg.local.lr, cfg.local.batch_size),
+    )
 
 
 _BETA = dict(gt=0, doc="outer (meta) step size beta")
@@ -91,6 +103,7 @@ _BETA = dict(gt=0, doc="outer (meta) step size beta")
 @dataclass(frozen=True)
 class PerFedAvg(MethodOptions):
     """First-order Per-FedAvg (alpha = ``lr``)."""
+
     NAME = "perfedavg"
     SGD_EXTRAS = False
     beta: float = option(1.0, **_BETA)
@@ -103,6 +116,7 @@ class PerFedAvg(MethodOptions):
 @dataclass(frozen=True)
 class PerFedAvgHF(MethodOptions):
     """Hessian-free Per-FedAvg."""
+
     NAME = "perfedavg-hf"
     SGD_EXTRAS = False
     beta: float = option(1.0, **_BETA)

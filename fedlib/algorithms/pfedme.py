@@ -18,6 +18,7 @@ next, as in the authors' code. The personalised model (PM) is theta_i after the 
 ``pfedme+mcsa`` (FedMCSA Table 2): the server's average is replaced by FedMCSA's attention
 among the sampled clients; a sampled client starts its next round from its personalised W_i.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from .fedmcsa import MCSAttention
 @dataclass
 class PFedMeClient:
     """pFedMe's client procedure over a plan of R steps; stores theta_i in ``state.extra['theta']``."""
+
     lr: float
     personal_lr: float
     lam: float
@@ -63,6 +65,7 @@ class PFedMeClient:
 @dataclass
 class PFedMeServer:
     """Sample-weighted mean of the uploads, mixed into the old global model with beta."""
+
     beta: float
 
     def __call__(self, uploads, n_samples, clients) -> Mixing:
@@ -86,16 +89,24 @@ class PFedMe(MethodOptions):
     beta: float = option(1.0, ge=0, doc="server mixing beta (1: plain average)")
 
     def build(self, cfg) -> Algorithm:
-        return Algorithm(name=self.NAME, local=local_sgd(cfg), aggregate=PFedMeServer(self.beta), trains="all",
-                         start="global", evaluate="personal",
-                         local_update=PFedMeClient(cfg.local.lr, self.personal_lr, self.lam, self.inner_steps),
-                         personal_key="theta", report_global=True)
+        return Algorithm(
+            name=self.NAME,
+            local=local_sgd(cfg),
+            aggregate=PFedMeServer(self.beta),
+            trains="all",
+            start="global",
+            evaluate="personal",
+            local_update=PFedMeClient(cfg.local.lr, self.personal_lr, self.lam, self.inner_steps),
+            personal_key="theta",
+            report_global=True,
+        )
 
 
 @register
 @dataclass(frozen=True)
 class PFedMePlusMCSA(MethodOptions):
     """pFedMe^{+MCSA}: the server's average replaced by FedMCSA's attention (so no beta)."""
+
     NAME = "pfedme+mcsa"
     SGD_EXTRAS = False
     lam: float = option(5.0, **_LAM)
@@ -104,7 +115,13 @@ class PFedMePlusMCSA(MethodOptions):
     sigma: float = option(50.0, ge=0, doc="FedMCSA's attention scale sigma")
 
     def build(self, cfg) -> Algorithm:
-        return Algorithm(name=self.NAME, local=local_sgd(cfg), aggregate=MCSAttention(self.sigma), trains="all",
-                         start="personal", evaluate="personal",
-                         local_update=PFedMeClient(cfg.local.lr, self.personal_lr, self.lam, self.inner_steps),
-                         personal_key="theta")
+        return Algorithm(
+            name=self.NAME,
+            local=local_sgd(cfg),
+            aggregate=MCSAttention(self.sigma),
+            trains="all",
+            start="personal",
+            evaluate="personal",
+            local_update=PFedMeClient(cfg.local.lr, self.personal_lr, self.lam, self.inner_steps),
+            personal_key="theta",
+        )

@@ -25,6 +25,7 @@ Choices, stated because the paper leaves them open for our setting:
 - The control-variate update is done inside the client procedure (it needs only the sampled
   clients' own values, so it commutes with the model aggregation).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from ..stages import Algorithm, Mixing, WeightedMean, local_sgd
 @dataclass
 class ScaffoldClient:
     """K corrected local steps per sampled client, then option II's control-variate update."""
+
     lr: float
     momentum: float = 0.0
     weight_decay: float = 0.0
@@ -51,20 +53,24 @@ class ScaffoldClient:
         drift = {n: c[n].unsqueeze(0) - ci[n][clients] for n in names}  # c - c_i
         lr = self.lr * state.lr_scale
         trained = executor.train(model, start, plan, split, LocalSGD(lr, self.momentum, self.weight_decay), drift=drift)
-        steps = (torch.full((len(clients),), plan.steps, dtype=torch.float64) if plan.active is None
-                 else plan.active.sum(0).clamp_min(1).to(torch.float64)).to(start[names[0]].device)
+        steps = (
+            torch.full((len(clients),), plan.steps, dtype=torch.float64)
+            if plan.active is None
+            else plan.active.sum(0).clamp_min(1).to(torch.float64)
+        ).to(start[names[0]].device)
         for n in names:
             k_eta = (steps * lr).to(start[n].dtype).view(-1, *([1] * (start[n].dim() - 1)))
             old = ci[n][clients]
-            new = old - c[n].unsqueeze(0) + (start[n] - trained[n]) / k_eta   # option II
+            new = old - c[n].unsqueeze(0) + (start[n] - trained[n]) / k_eta  # option II
             ci[n][clients] = new
-            c[n] += (new - old).sum(0) / n_clients                              # c + |S|/N mean(delta c_i)
+            c[n] += (new - old).sum(0) / n_clients  # c + |S|/N mean(delta c_i)
         return trained
 
 
 @dataclass
 class ScaffoldServer:
     """x <- x + eta_g (sum_k w_k y_k - x), w_k the sample shares of the sampled clients."""
+
     server_lr: float = 1.0
 
     def __call__(self, uploads, n_samples, clients) -> Mixing:
@@ -80,5 +86,9 @@ class Scaffold(MethodOptions):
 
     def build(self, cfg) -> Algorithm:
         lo = cfg.local
-        return Algorithm(name=self.NAME, local=local_sgd(cfg), aggregate=ScaffoldServer(self.server_lr),
-                         local_update=ScaffoldClient(lo.lr, lo.momentum, lo.weight_decay))
+        return Algorithm(
+            name=self.NAME,
+            local=local_sgd(cfg),
+            aggregate=ScaffoldServer(self.server_lr),
+            local_update=ScaffoldClient(lo.lr, lo.momentum, lo.weight_decay),
+        )

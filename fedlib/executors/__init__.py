@@ -22,6 +22,7 @@ Modules:
 - ``kernels``: ``model_kernel`` (which kernel a model runs under) and the fast-path registry.
 - ``sgd``: ``LocalSGD`` and the in-place SGD updates of the stacked paths (private to this package).
 """
+
 from __future__ import annotations
 
 from torch import nn
@@ -45,11 +46,28 @@ def make_executor(name: str, model: nn.Module, *, group_bytes: int | None = None
     if name not in EXECUTORS:
         raise ValueError(f"executor={name!r} is not one of: auto, {', '.join(EXECUTORS)}")
     if name == "stacked" and not StackedExecutor.supports(model):
-        raise ValueError(f"executor='stacked' does not cover {type(model).__name__} (it has buffers); "
-                         "use 'loop' or 'auto'")
+        raise ValueError(
+            f"executor='stacked' does not cover {type(model).__name__} (it has buffers); use 'loop' or 'auto'"
+        )
     return StackedExecutor(group_bytes=group_bytes) if name == "stacked" else LoopExecutor()
 
 
-__all__ = ["LocalSGD", "LoopExecutor", "StackedExecutor", "make_executor", "EXECUTORS", "PROCESS_CACHE_BYTES",
-           "Params", "Objective", "CrossEntropy", "MixupObjective", "FedMixObjective", "NaiveMixObjective",
-           "chain_forward", "model_kernel", "register_fast_path", "fast_path", "FAST_PATHS"]
+__all__ = [
+    "LocalSGD",
+    "LoopExecutor",
+    "StackedExecutor",
+    "make_executor",
+    "EXECUTORS",
+    "PROCESS_CACHE_BYTES",
+    "Params",
+    "Objective",
+    "CrossEntropy",
+    "MixupObjective",
+    "FedMixObjective",
+    "NaiveMixObjective",
+    "chain_forward",
+    "model_kernel",
+    "register_fast_path",
+    "fast_path",
+    "FAST_PATHS",
+]

@@ -5,6 +5,7 @@ hand-written fast paths for the cross-entropy and the MAFL objectives (FedMix / 
 The fast paths run a client group's local steps as batched matmuls (``torch.baddbmm``) with the SGD update
 fused in place; they compute what the loop executor computes on the same objective (float64, < 1e-10, tested).
 """
+
 from __future__ import annotations
 
 import torch
@@ -18,8 +19,9 @@ from .objectives import CrossEntropy, FedMixObjective, NaiveMixObjective
 from .sgd import LocalSGD, Params, _fused_weight_step, _sgd_update
 
 
-def chain_forward(layers: list[str], params: Params, x: torch.Tensor, tangent: torch.Tensor | None = None
-                  ) -> list[torch.Tensor]:
+def chain_forward(
+    layers: list[str], params: Params, x: torch.Tensor, tangent: torch.Tensor | None = None
+) -> list[torch.Tensor]:
     """The forward pass of the chain ``layers`` (``linear_chain(model)``): [h_0, h_1, ..., logits], h_0 the
     flattened input, h_j the ReLU output of Linear layer j (the input of layer j + 1), the last one without ReLU.
 
@@ -59,7 +61,7 @@ def chain_forward(layers: list[str], params: Params, x: torch.Tensor, tangent: t
 def _group_state(layers, p: Params, opt: LocalSGD, anchor: Params | None, drift: Params | None):
     """Per layer: weight and bias (views of the group's rows), their momentum buffers, anchors and drifts."""
     W = [p[f"{n}.weight"] for n in layers]  # (G, out, in)
-    b = [p[f"{n}.bias"] for n in layers]    # (G, out)
+    b = [p[f"{n}.bias"] for n in layers]  # (G, out)
     bufs = [(None, None)] * len(W)
     if opt.momentum:
         bufs = [(torch.zeros_like(w), torch.zeros_like(c)) for w, c in zip(W, b)]
@@ -107,8 +109,17 @@ def _row_scale(plan: BatchPlan, s: int, dtype, device):
 
 
 @register_fast_path("chain", CrossEntropy)
-def chain_cross_entropy(model: nn.Module, p: Params, plan: BatchPlan, data: Split, opt: LocalSGD,
-                        anchor: Params | None, drift: Params | None, objective, clients) -> None:
+def chain_cross_entropy(
+    model: nn.Module,
+    p: Params,
+    plan: BatchPlan,
+    data: Split,
+    opt: LocalSGD,
+    anchor: Params | None,
+    drift: Params | None,
+    objective,
+    clients,
+) -> None:
     """The mean cross-entropy: d/d logits = (softmax - onehot) / n, zero for padded rows."""
     layers = linear_chain(model)
     W, b, bufs, anchors, drifts = _group_state(layers, p, opt, anchor, drift)
@@ -131,8 +142,17 @@ def chain_cross_entropy(model: nn.Module, p: Params, plan: BatchPlan, data: Spli
 
 
 @register_fast_path("chain", FedMixObjective, NaiveMixObjective)
-def chain_mean_mixup(model: nn.Module, p: Params, plan: BatchPlan, data: Split, opt: LocalSGD,
-                     anchor: Params | None, drift: Params | None, objective, clients) -> None:
+def chain_mean_mixup(
+    model: nn.Module,
+    p: Params,
+    plan: BatchPlan,
+    data: Split,
+    opt: LocalSGD,
+    anchor: Params | None,
+    drift: Params | None,
+    objective,
+    clients,
+) -> None:
     """FedMix / NaiveMix (``objectives.FedMixObjective``, ``NaiveMixObjective``): batched matmuls, no nested ``grad``.
 
     With z = (1 - lam) x_i, logits u = f(z), p = softmax(u), e the one-hot y_i, FedMix's Taylor term is

@@ -11,6 +11,7 @@ plan; ``clients``: the group's slice of the full plan, for ``objective.context``
 package (``executors.chain`` registers its own on import); for any other (kernel, objective) the stacked
 executor takes its generic ``vmap(grad(objective.loss))`` path.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -26,7 +27,7 @@ except ImportError:  # until models.kernel_of lands: the structural rule it fall
 
 
 def model_kernel(model: nn.Module) -> str:
-    """"chain", "vmap" or "loop": ``models.kernel_of`` when it exists, else the structural rule."""
+    """ "chain", "vmap" or "loop": ``models.kernel_of`` when it exists, else the structural rule."""
     if kernel_of is not None:
         return kernel_of(model)
     if linear_chain(model) is not None:
@@ -39,10 +40,12 @@ FAST_PATHS: dict[tuple[str, type], Callable] = {}
 
 def register_fast_path(kernel: str, *objective_types: type):
     """Decorator: ``path`` trains a client group of a ``kernel`` model on any of ``objective_types``."""
+
     def deco(path):
         for t in objective_types:
             FAST_PATHS[(kernel, t)] = path
         return path
+
     return deco
 
 

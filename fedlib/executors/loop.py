@@ -1,6 +1,7 @@
 """The per-client loop executor: one ``nn.Module`` and one ``torch.optim.SGD`` per client, a Python loop over
 clients and steps. Obviously right, slow; the float64 reference the stacked paths are tested against, and the
 executor for any model (BatchNorm included) and any objective."""
+
 from __future__ import annotations
 
 import torch
@@ -26,7 +27,7 @@ class ModuleForward:
         if not z.requires_grad:
             z = z.requires_grad_(True)
         value, aux = fn(z)
-        g, = torch.autograd.grad(value, z, create_graph=True)
+        (g,) = torch.autograd.grad(value, z, create_graph=True)
         return g, aux
 
 
@@ -36,11 +37,21 @@ def _as_inputs(x: torch.Tensor, dtype) -> torch.Tensor:
 
 class LoopExecutor:
     """Per-client reference: ``nn.Module`` + ``torch.optim.SGD``, one client after another."""
+
     name = "loop"
 
-    def train(self, model: nn.Module, params: Params, plan: BatchPlan, data: Split, opt: LocalSGD,
-              anchor: Params | None = None, drift: Params | None = None, *,
-              objective: Objective | None = None) -> Params:
+    def train(
+        self,
+        model: nn.Module,
+        params: Params,
+        plan: BatchPlan,
+        data: Split,
+        opt: LocalSGD,
+        anchor: Params | None = None,
+        drift: Params | None = None,
+        *,
+        objective: Objective | None = None,
+    ) -> Params:
         """Client i minimises ``objective`` (default: mean cross-entropy) plus the generic terms: weight decay and
         momentum (``torch.optim.SGD``), mu/2 ||w - anchor_i||^2 (``opt.mu``) and <drift_i, w> (the constant
         drift_i added to every gradient: SCAFFOLD's c - c_i)."""

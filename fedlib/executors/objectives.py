@@ -22,6 +22,7 @@ Interface (``Objective``):
         parameters (FedMix's Taylor term). ``w``: None (every row counts: the mean over rows) or (B,) row
         weights (0 for padding: the weighted mean sum(l w) / max(sum w, 1)).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,8 +37,9 @@ class Objective:
     def context(self, step: int, clients, dtype) -> dict[str, torch.Tensor]:
         return {}
 
-    def loss(self, forward, params, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None,
-             ctx: dict[str, torch.Tensor]) -> torch.Tensor:
+    def loss(
+        self, forward, params, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None, ctx: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
         raise NotImplementedError
 
     @staticmethod
@@ -74,6 +76,7 @@ class MixupObjective(Objective):
     """Mixup with received means (MAFL, Yoon et al. 2021; ``fedlib.algorithms.fedmix``): sample i of step s of
     client k is paired with mean ``pair[s, k, i]`` of the mean set (``means_x`` (J, *input), ``means_y`` (J, C)
     soft labels). ``lam``: the mixing weight. Subclasses: ``FedMixObjective``, ``NaiveMixObjective``."""
+
     lam: float
     means_x: torch.Tensor
     means_y: torch.Tensor
@@ -104,6 +107,7 @@ class FedMixObjective(MixupObjective):
 
     ``taylor_scale``: "sample" (t = 1, the equation) or "batch" (t = (1 - lam) / B, B the client's rows that
     count that step: the public codes take the input gradient of the batch-mean loss)."""
+
     taylor_scale: str = "sample"
 
     def __post_init__(self):
@@ -126,6 +130,9 @@ class FedMixObjective(MixupObjective):
         gz, out = forward.input_grad(ce_sum, (1 - lam) * x)
         taylor = (gz * xm).reshape(gz.shape[0], -1).sum(1)
         n = self.rows(w, y)
-        per = ((1 - lam) * F.cross_entropy(out, y, reduction="none") + lam * soft_cross_entropy(out, ym)
-               + lam * self.tscale(n) * taylor)
+        per = (
+            (1 - lam) * F.cross_entropy(out, y, reduction="none")
+            + lam * soft_cross_entropy(out, ym)
+            + lam * self.tscale(n) * taylor
+        )
         return self.reduce(per, w, n)

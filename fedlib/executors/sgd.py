@@ -5,6 +5,7 @@ weight decay and FedProx's proximal pull ``mu`` toward an anchor model; the exec
 c - c_i) is the other generic term. ``_sgd_update`` and ``_fused_weight_step`` are the stacked paths' update
 (private to this package: the loop executor uses ``torch.optim.SGD``, which they reproduce).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ class LocalSGD:
     algorithm names). ``mu = 0`` is plain local SGD. f_i is the executor's ``objective``
     (default: the mean cross-entropy, ``objectives.CrossEntropy``).
     """
+
     lr: float
     momentum: float = 0.0
     weight_decay: float = 0.0
@@ -42,8 +44,15 @@ def _check(params: Params, plan: BatchPlan, anchor: Params | None, opt: LocalSGD
     return k
 
 
-def _sgd_update(p: torch.Tensor, g: torch.Tensor, buf: torch.Tensor | None, a: torch.Tensor | None,
-                opt: LocalSGD, act: torch.Tensor | None, c: torch.Tensor | None = None) -> None:
+def _sgd_update(
+    p: torch.Tensor,
+    g: torch.Tensor,
+    buf: torch.Tensor | None,
+    a: torch.Tensor | None,
+    opt: LocalSGD,
+    act: torch.Tensor | None,
+    c: torch.Tensor | None = None,
+) -> None:
     """In place: g += wd p + mu (p - a) + c; buf = m buf + g; p -= lr buf; clients with act=False unchanged.
 
     Same arithmetic as ``torch.optim.SGD`` (its first momentum step sets buf = g, which is
@@ -68,8 +77,15 @@ def _sgd_update(p: torch.Tensor, g: torch.Tensor, buf: torch.Tensor | None, a: t
     p.sub_(g, alpha=opt.lr)
 
 
-def _fused_weight_step(W: torch.Tensor, dzT: torch.Tensor, hin: torch.Tensor, buf: torch.Tensor | None,
-                       a: torch.Tensor | None, opt: LocalSGD, c: torch.Tensor | None = None) -> None:
+def _fused_weight_step(
+    W: torch.Tensor,
+    dzT: torch.Tensor,
+    hin: torch.Tensor,
+    buf: torch.Tensor | None,
+    a: torch.Tensor | None,
+    opt: LocalSGD,
+    c: torch.Tensor | None = None,
+) -> None:
     """The SGD step of ``_sgd_update`` for a weight whose loss gradient is ``dzT @ hin``, with the
     batched matmul written straight into the momentum buffer or the weight (no gradient tensor):
 

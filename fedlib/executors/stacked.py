@@ -7,6 +7,7 @@ type) (``executors.kernels``; ``executors.chain``: Flatten/Linear/ReLU chains wi
 objective), else the generic path below: ``torch.func.vmap(grad(objective.loss))`` over ``functional_call``,
 for any buffer-free model and any objective, followed by the same in-place SGD update.
 """
+
 from __future__ import annotations
 
 import torch
@@ -54,6 +55,7 @@ class StackedExecutor:
     The grouping changes no result: each client's matmuls have the same shapes in any group
     (on this CPU groups of 3 and of 7 gave bit-identical float32 parameters after 20 steps).
     """
+
     name = "stacked"
 
     def __init__(self, group_bytes: int | None = None, max_group: int | None = None, kernel: str | None = None):
@@ -75,8 +77,9 @@ class StackedExecutor:
         if self.kernel is None:
             return kernel
         if self.kernel == "chain" and kernel != "chain":
-            raise ValueError(f"StackedExecutor(kernel='chain'): {type(model).__name__} is not a "
-                             "Flatten/Linear/ReLU chain")
+            raise ValueError(
+                f"StackedExecutor(kernel='chain'): {type(model).__name__} is not a Flatten/Linear/ReLU chain"
+            )
         return self.kernel
 
     def group_size(self, model: nn.Module, k: int, plan: BatchPlan, opt: LocalSGD, device) -> int:
@@ -90,9 +93,18 @@ class StackedExecutor:
         n_groups = -(-k // g)
         return -(-k // n_groups)  # equal groups: 20 clients as 10 + 10, not 17 + 3 (a thin group is slow)
 
-    def train(self, model: nn.Module, params: Params, plan: BatchPlan, data: Split, opt: LocalSGD,
-              anchor: Params | None = None, drift: Params | None = None, *,
-              objective: Objective | None = None) -> Params:
+    def train(
+        self,
+        model: nn.Module,
+        params: Params,
+        plan: BatchPlan,
+        data: Split,
+        opt: LocalSGD,
+        anchor: Params | None = None,
+        drift: Params | None = None,
+        *,
+        objective: Objective | None = None,
+    ) -> Params:
         """Every client minimises ``objective`` (default: mean cross-entropy) plus the generic terms (weight decay,
         momentum, mu/2 ||w - anchor_i||^2, the constant ``drift`` added to every gradient): what
         ``LoopExecutor.train`` computes, in client groups."""
@@ -112,8 +124,17 @@ class StackedExecutor:
         return out
 
 
-def _vmap_path(model: nn.Module, p: Params, plan: BatchPlan, data: Split, opt: LocalSGD, anchor: Params | None,
-               drift: Params | None, objective: Objective, clients) -> None:
+def _vmap_path(
+    model: nn.Module,
+    p: Params,
+    plan: BatchPlan,
+    data: Split,
+    opt: LocalSGD,
+    anchor: Params | None,
+    drift: Params | None,
+    objective: Objective,
+    clients,
+) -> None:
     """Any buffer-free model, any objective: ``vmap(grad(objective.loss))`` over ``functional_call``."""
     from torch.func import grad, vmap
 
@@ -138,5 +159,6 @@ def _vmap_path(model: nn.Module, p: Params, plan: BatchPlan, data: Split, opt: L
         act = None if plan.active is None else plan.active[s]
         for n in names:
             a = None if anchor is None or not opt.mu else anchor[n]
-            _sgd_update(p[n], grads[n], None if bufs is None else bufs[n], a, opt, act,
-                        None if drift is None else drift.get(n))
+            _sgd_update(
+                p[n], grads[n], None if bufs is None else bufs[n], a, opt, act, None if drift is None else drift.get(n)
+            )

@@ -10,6 +10,7 @@ fedlib's names, with 'pfedme (GM)' for pFedMe's global model.
 average, method x attention (none = the base method), and Table 5 (= Table 11, the hybrid's learned weights
 per client and layer). ``pfedla_params.csv``: pFedLA Tables 2 and 4 (parameter counts).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,5 +23,7 @@ HERE = Path(__file__).resolve().parent
 def load(paper: str) -> pd.DataFrame:
     path = HERE / f"{paper}.csv"
     if not path.exists():
-        raise ValueError(f"paper={paper!r} has no stored numbers; available: {', '.join(p.stem for p in HERE.glob('*.csv'))}")
+        raise ValueError(
+            f"paper={paper!r} has no stored numbers; available: {', '.join(p.stem for p in HERE.glob('*.csv'))}"
+        )
     return pd.read_csv(path)

@@ -8,6 +8,7 @@ MLP, CIFAR-10 with a CNN; Tables 1-4, Figures 2-3). Published numbers: ``fedlib/
 Every grid here is a pure function of ``(profile, available)`` (``fedlib.profiles.Available``); AdaFL's MNIST cells
 take the data set from the base config and the CIFAR-10 cells run where that data is present.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -43,9 +44,23 @@ ABLATION = {  # label -> the cell's fields (Tables 1 and 2 of AdaFL)
     "FedAvg-0.1": {"fraction": 0.1},
     "FedAvg-0.5": {"fraction": 0.5},
 }
-MNIST_BASE = RunConfig.of(dataset="mnist", partition="shards", n_clients=100, shard_size=300, train_frac=1.0,
-                          normalize="unit", model="mlp", hidden=(200, 200), lr=0.01, momentum=0.5, local_epochs=5,
-                          local_steps=None, batch_size=10, clients_per_round=None, eval_every=1)
+MNIST_BASE = RunConfig.of(
+    dataset="mnist",
+    partition="shards",
+    n_clients=100,
+    shard_size=300,
+    train_frac=1.0,
+    normalize="unit",
+    model="mlp",
+    hidden=(200, 200),
+    lr=0.01,
+    momentum=0.5,
+    local_epochs=5,
+    local_steps=None,
+    batch_size=10,
+    clients_per_round=None,
+    eval_every=1,
+)
 
 
 def cells(labels: dict, rounds: int, seeds, **extra) -> list[dict]:
@@ -58,8 +73,14 @@ def cells(labels: dict, rounds: int, seeds, **extra) -> list[dict]:
     return out
 
 
-NAMES = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedmix": "FedMix", "naivemix": "NaiveMix",
-         "scaffold": "SCAFFOLD", "fedmcsa": "FedMCSA"}
+NAMES = {
+    "fedavg": "FedAvg",
+    "fedprox": "FedProx",
+    "fedmix": "FedMix",
+    "naivemix": "NaiveMix",
+    "scaffold": "SCAFFOLD",
+    "fedmcsa": "FedMCSA",
+}
 
 
 def label(cfg: RunConfig) -> str:
@@ -121,8 +142,11 @@ def fig3(profile: str, available: "Available | None" = None):
 # FedMix runs on MNIST collapse after about 300 rounds (to 26-93% from a best of 96.5%); at the batch scale both end
 # steady (last-10 97.19 and 97.61, std over the last 100 rounds 0.56 and 0.11 points). The per-sample runs stay
 # stored as an ablation (``fedmix_scale`` below, drawn in notebook 23).
-COMBINED = {"fedprox": {"mu": 0.01}, "fedmix": {"mix_lam": 0.05, "mix_mean_size": 10, "mix_taylor_scale": "batch"},
-            "scaffold": {}}
+COMBINED = {
+    "fedprox": {"mu": 0.01},
+    "fedmix": {"mix_lam": 0.05, "mix_mean_size": 10, "mix_taylor_scale": "batch"},
+    "scaffold": {},
+}
 COMBINED_LABELS = {"AdaFL": ABLATION["AdaFL"], "-0.1": {"fraction": 0.1}, "-0.5": {"fraction": 0.5}}
 
 
@@ -162,26 +186,53 @@ def dynamics(profile: str, available: "Available | None" = None):
     smoke = profile == "smoke"
     base, _ = _adafl(rounds, [0], smoke=smoke, cifar=False)
     base = base.replace(train_frac=0.8, local_epochs=epochs)
-    shards = [{"selection": "attention", "fraction_schedule": (0.1, 0.5, 5), "rounds": rounds},
-              {"fraction_schedule": (0.1, 0.5, 5), "rounds": rounds}]
-    mcsa = dict(fedmcsa.DATA["mnist"], clients_per_round=None, fraction_schedule=(0.1, 0.5, 5), model="dnn",
-                hidden=(100,), algorithm="fedmcsa", lr=0.02, momentum=0.0, batch_size=20, local_epochs=None,
-                local_steps=20, train_frac=0.75, normalize="standardize", shard_size=300, rounds=rounds)
+    shards = [
+        {"selection": "attention", "fraction_schedule": (0.1, 0.5, 5), "rounds": rounds},
+        {"fraction_schedule": (0.1, 0.5, 5), "rounds": rounds},
+    ]
+    mcsa = dict(
+        fedmcsa.DATA["mnist"],
+        clients_per_round=None,
+        fraction_schedule=(0.1, 0.5, 5),
+        model="dnn",
+        hidden=(100,),
+        algorithm="fedmcsa",
+        lr=0.02,
+        momentum=0.0,
+        batch_size=20,
+        local_epochs=None,
+        local_steps=20,
+        train_frac=0.75,
+        normalize="standardize",
+        shard_size=300,
+        rounds=rounds,
+    )
     if smoke:
         mcsa.update(n_clients=6, local_steps=3)
     return base, shards + [{**mcsa, "selection": "attention"}, mcsa]
 
 
-EXPERIMENTS = {"adafl_table1": table1, "adafl_fig3": fig3, "adafl_table3": table3, "adafl_fedmix_scale": fedmix_scale,
-               "adafl_dynamics": dynamics}
+EXPERIMENTS = {
+    "adafl_table1": table1,
+    "adafl_fig3": fig3,
+    "adafl_table3": table3,
+    "adafl_fedmix_scale": fedmix_scale,
+    "adafl_dynamics": dynamics,
+}
 
 
 # -- reports: accuracy (best, average of the last 10 rounds) and rounds / cost to a target ----------------------------
 TARGETS = {"mnist": (90.0, 91.0), "cifar10": (73.0,)}  # Table 2's targets; Table 4 uses its own per block
 
 
-def run_metrics(metrics: pd.DataFrame, targets=(), acc: str = "global_test_acc", last: int = 10,
-                window: int = 5, tail: int | None = None) -> dict:
+def run_metrics(
+    metrics: pd.DataFrame,
+    targets=(),
+    acc: str = "global_test_acc",
+    last: int = 10,
+    window: int = 5,
+    tail: int | None = None,
+) -> dict:
     """AdaFL's metrics of one run, in %: best accuracy over rounds, the average of the last ``last`` rounds
     (Table 1's "Average"), and for each target the rounds T* until the mean of the last ``window`` rounds
     exceeds it (Table 2's stopping rule) with the communication cost sum_{t <= T*} gamma^(t) M (uploads so far).
@@ -201,8 +252,9 @@ def run_metrics(metrics: pd.DataFrame, targets=(), acc: str = "global_test_acc",
     return out
 
 
-def frame(cfgs, label=label, store=None, targets=None, max_rounds: int | None = None,
-          tail: int | None = None) -> pd.DataFrame:
+def frame(
+    cfgs, label=label, store=None, targets=None, max_rounds: int | None = None, tail: int | None = None
+) -> pd.DataFrame:
     """One row per stored run: dataset, method (``label(cfg)``), seed, rounds and ``run_metrics`` (with
     ``tail``). ``max_rounds`` cuts runs to their first rounds (Figure 3 draws 500 rounds of T = 1000 runs)."""
     from ..store import Store
@@ -212,8 +264,15 @@ def frame(cfgs, label=label, store=None, targets=None, max_rounds: int | None = 
     for cfg, res in store.stored(cfgs):
         m = res.metrics if max_rounds is None else res.metrics[res.metrics["round"] <= max_rounds]
         tg = TARGETS.get(cfg.get("dataset"), ()) if targets is None else targets
-        rows.append({"dataset": cfg.get("dataset"), "method": label(cfg), "seed": cfg.get("seed"),
-                     "rounds": int(m["round"].max()), **run_metrics(m, tg, tail=tail)})
+        rows.append(
+            {
+                "dataset": cfg.get("dataset"),
+                "method": label(cfg),
+                "seed": cfg.get("seed"),
+                "rounds": int(m["round"].max()),
+                **run_metrics(m, tg, tail=tail),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -254,8 +313,13 @@ def pairs(frame: pd.DataFrame, pairs, targets=()) -> pd.DataFrame:
             continue
         A, B = A.loc[seeds], B.loc[seeds]
         row = {"dataset": dataset} if dataset is not None else {}
-        row |= {"A": a, "B": b, "seeds": ",".join(map(str, seeds)),
-               "best A-B": (A.best - B.best).mean(), "last10 A-B": (A.average - B.average).mean()}
+        row |= {
+            "A": a,
+            "B": b,
+            "seeds": ",".join(map(str, seeds)),
+            "best A-B": (A.best - B.best).mean(),
+            "last10 A-B": (A.average - B.average).mean(),
+        }
         std = [c for c in frame.columns if c.startswith("std_last")]
         if std:
             row["std A"], row["std B"] = A[std[0]].mean(), B[std[0]].mean()
@@ -284,9 +348,20 @@ def paper_vs_ours(frame: pd.DataFrame, which: str) -> pd.DataFrame:
             vals = g[col] if col in g else pd.Series(dtype=float)
             whole = vals.notna().all()  # a seed that never reached the target: no mean
             ours, sd = (vals.mean(), vals.std()) if whole else (np.nan, np.nan)
-            rows.append({"dataset": dataset, "method": method, "metric": r.metric, "target": r.target,
-                         "paper": r.value, "ours": ours, "sd": sd, "diff": ours - r.value, "runs": len(g),
-                         "reached": int(vals.notna().sum())})
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "method": method,
+                    "metric": r.metric,
+                    "target": r.target,
+                    "paper": r.value,
+                    "ours": ours,
+                    "sd": sd,
+                    "diff": ours - r.value,
+                    "runs": len(g),
+                    "reached": int(vals.notna().sum()),
+                }
+            )
     return pd.DataFrame(rows).round(2)
 
 
@@ -301,7 +376,9 @@ def cost_check(n_clients: int = 100, horizon: int = 1000, dyn_horizon: int = 150
 
     ref = published()
     ref = ref[ref.metric.isin(["rounds", "cost"])]
-    wide = ref.pivot_table(index=["table", "dataset", "method", "target"], columns="metric", values="value").reset_index()
+    wide = ref.pivot_table(
+        index=["table", "dataset", "method", "target"], columns="metric", values="value"
+    ).reset_index()
     rows = []
     for _, r in wide.iterrows():
         name = r.method
@@ -312,9 +389,18 @@ def cost_check(n_clients: int = 100, horizon: int = 1000, dyn_horizon: int = 150
         else:
             sched = ConstantFraction(float(name.rsplit("-", 1)[1]))
         ours = int(schedule_counts(sched, int(r.rounds), n_clients).sum())
-        rows.append({"table": r.table, "dataset": r.dataset, "method": name, "target": r.target,
-                     "rounds": int(r.rounds), "paper_cost": int(r.cost), "schedule_cost": ours,
-                     "consistent": ours == int(r.cost)})
+        rows.append(
+            {
+                "table": r.table,
+                "dataset": r.dataset,
+                "method": name,
+                "target": r.target,
+                "rounds": int(r.rounds),
+                "paper_cost": int(r.cost),
+                "schedule_cost": ours,
+                "consistent": ours == int(r.cost),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -368,8 +454,9 @@ def plot_selection_dynamics(scores, selected, client_acc, order=None, client_lab
     return fig
 
 
-def plot_accuracy_vs_cost(frame: pd.DataFrame, hue: str = "method", metric: str = "global_test_acc",
-                          targets=(0.95, 0.96), title: str = ""):
+def plot_accuracy_vs_cost(
+    frame: pd.DataFrame, hue: str = "method", metric: str = "global_test_acc", targets=(0.95, 0.96), title: str = ""
+):
     """AdaFL's cost argument as a picture: accuracy against cumulative uploads (the communication cost, log
     scale), mean over seeds, one line per ``hue``, with dotted lines at ``targets``. A curve further left at a
     target reaches it for fewer uploads. ``frame`` is ``runner.results_frame`` with a ``hue`` column."""

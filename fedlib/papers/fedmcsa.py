@@ -10,6 +10,7 @@ data sets are present (``fedlib.profiles.Available``). Table 1's second stage ta
 (``table1_winners`` reads them from the stored first-stage runs, ``table1`` turns them into a grid), so no grid
 depends on what is in the store.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -70,8 +71,11 @@ def _sized(profile: str, rounds: int, cells_: list[dict]) -> tuple[RunConfig, li
 
 def table2(profile: str, available: "Available | None" = None):
     """Table 2 (ablations: MCSA on/off for FedMCSA, FedAvg, pFedMe) + our Local baseline."""
-    datasets, rounds, seeds = {"smoke": (["synthetic"], 3, [0]), "quick": (["synthetic", "mnist"], 200, [0]),
-                               "paper": (["synthetic", "mnist", "fmnist"], 800, [0, 1, 2])}[profile]
+    datasets, rounds, seeds = {
+        "smoke": (["synthetic"], 3, [0]),
+        "quick": (["synthetic", "mnist"], 200, [0]),
+        "paper": (["synthetic", "mnist", "fmnist"], 800, [0, 1, 2]),
+    }[profile]
     return _sized(profile, rounds, cells(datasets, ["mlr", "dnn"], algorithm=TABLE2_ALGORITHMS, seed=seeds))
 
 
@@ -83,8 +87,9 @@ SIGMAS = [0.0, 10.0, 30.0, 50.0, 70.0, 100.0, 1000.0, 100000.0]
 def sigma(profile: str, available: "Available | None" = None):
     """Figure 5 (effect of sigma), extended to the local limit, with the Local baseline."""
     rounds, sigmas = {"smoke": (3, [0.0, 50.0, 100000.0]), "quick": (200, SIGMAS), "paper": (800, SIGMAS)}[profile]
-    c = (cells(["synthetic"], ["mlr", "dnn"], algorithm="fedmcsa", sigma=sigmas, seed=[0])
-         + cells(["synthetic"], ["mlr", "dnn"], algorithm="local", seed=[0]))
+    c = cells(["synthetic"], ["mlr", "dnn"], algorithm="fedmcsa", sigma=sigmas, seed=[0]) + cells(
+        ["synthetic"], ["mlr", "dnn"], algorithm="local", seed=[0]
+    )
     return _sized(profile, rounds, c)
 
 
@@ -92,14 +97,23 @@ def sigma(profile: str, available: "Available | None" = None):
 # Synthetic and MNIST. The paper gives no values for the baselines' own knobs; ours: FedProx mu = 0.01; Per-FedAvg
 # beta = 0.001 (pFedMe's README command for Per-FedAvg), alpha = lr; pFedMe as in Table 2; HeurFedAMP sigma = 50
 # (FedMCSA's), xi_ii = 0.5, lambda = 5. pFedMe gives both PM and GM from one run.
-FIGURE_METHODS = [{"algorithm": "fedavg"}, {"algorithm": "fedprox", "mu": 0.01},
-                  {"algorithm": "perfedavg", "beta": 0.001}, {"algorithm": "pfedme"},
-                  {"algorithm": "heurfedamp"}, {"algorithm": "fedmcsa"}, {"algorithm": "local"}]
+FIGURE_METHODS = [
+    {"algorithm": "fedavg"},
+    {"algorithm": "fedprox", "mu": 0.01},
+    {"algorithm": "perfedavg", "beta": 0.001},
+    {"algorithm": "pfedme"},
+    {"algorithm": "heurfedamp"},
+    {"algorithm": "fedmcsa"},
+    {"algorithm": "local"},
+]
 
 
 def _figure(model: str, profile: str):
-    datasets, rounds = {"smoke": (["synthetic"], 3), "quick": (["synthetic", "mnist"], 200),
-                        "paper": (["synthetic", "mnist"], 800)}[profile]
+    datasets, rounds = {
+        "smoke": (["synthetic"], 3),
+        "quick": (["synthetic", "mnist"], 200),
+        "paper": (["synthetic", "mnist"], 800),
+    }[profile]
     return _sized(profile, rounds, [{**cell, **m} for cell in cells(datasets, [model]) for m in FIGURE_METHODS])
 
 
@@ -121,9 +135,15 @@ def fig4(profile: str, available: "Available | None" = None):
 # (`fedmcsa_table1`, ``table1``) runs those winners with the profile's seeds. pFedMe's GM and PM rows pick their
 # winners separately. CIFAR-10 cells run where its data is present.
 TABLE1_LRS = [0.01, 0.02, 0.05]
-TABLE1_KNOBS = {"fedavg": {}, "fedprox": {"mu": [0.01, 0.1]}, "perfedavg": {"beta": [0.001, 0.01]},
-                "pfedme": {"lam": [5.0, 15.0]}, "heurfedamp": {"amp_self_weight": [0.5, 0.8]},
-                "fedmcsa": {"sigma": [50.0, 1000.0]}, "local": {}}
+TABLE1_KNOBS = {
+    "fedavg": {},
+    "fedprox": {"mu": [0.01, 0.1]},
+    "perfedavg": {"beta": [0.001, 0.01]},
+    "pfedme": {"lam": [5.0, 15.0]},
+    "heurfedamp": {"amp_self_weight": [0.5, 0.8]},
+    "fedmcsa": {"sigma": [50.0, 1000.0]},
+    "local": {},
+}
 TABLE1_SEEDS = {"smoke": [0, 1], "quick": [0, 1], "paper": [0, 1, 2]}
 
 
@@ -132,9 +152,13 @@ def table1_grid(profile: str, available: "Available | None" = None):
     datasets, models, rounds, lrs = {
         "smoke": (["synthetic"], ["mlr"], 3, [0.01, 0.05]),
         "quick": (["synthetic"], ["mlr"], 200, TABLE1_LRS),
-        "paper": (["synthetic", "mnist", "fmnist", "cifar10"], ["mlr", "dnn"], 800, TABLE1_LRS)}[profile]
-    c = [{**cell, "algorithm": alg, "lr": list(lrs), **knobs}
-         for cell in cells(datasets, models) for alg, knobs in TABLE1_KNOBS.items()]
+        "paper": (["synthetic", "mnist", "fmnist", "cifar10"], ["mlr", "dnn"], 800, TABLE1_LRS),
+    }[profile]
+    c = [
+        {**cell, "algorithm": alg, "lr": list(lrs), **knobs}
+        for cell in cells(datasets, models)
+        for alg, knobs in TABLE1_KNOBS.items()
+    ]
     return _sized(profile, rounds, c)
 
 
@@ -149,8 +173,14 @@ def table1(profile: str, available: "Available | None" = None, *, winners: dict)
     return RunConfig.of(), [{**w.changed(), "seed": TABLE1_SEEDS[profile]} for w in winners.values()]
 
 
-EXPERIMENTS = {"fedmcsa_fig3": fig3, "fedmcsa_fig4": fig4, "fedmcsa_table1_grid": table1_grid,
-               "fedmcsa_table1": table1, "fedmcsa_table2": table2, "fedmcsa_sigma": sigma}
+EXPERIMENTS = {
+    "fedmcsa_fig3": fig3,
+    "fedmcsa_fig4": fig4,
+    "fedmcsa_table1_grid": table1_grid,
+    "fedmcsa_table1": table1,
+    "fedmcsa_table2": table2,
+    "fedmcsa_sigma": sigma,
+}
 # experiment -> (the experiment whose runs the step reads, the keyword its grid takes, the step)
 STEPS = {"fedmcsa_table1": ("fedmcsa_table1_grid", "winners", table1_winners)}
 
@@ -169,14 +199,16 @@ STEPS = {"fedmcsa_table1": ("fedmcsa_table1_grid", "winners", table1_winners)}
 # ``gm_test_acc``); each row picks its own winner, as the paper reports them as two methods.
 
 # Table 1 row -> (algorithm, sample-weighted accuracy column, unweighted column)
-ROWS = {"fedavg": ("fedavg", "test_acc", "test_acc_mean"),
-        "fedprox": ("fedprox", "test_acc", "test_acc_mean"),
-        "perfedavg": ("perfedavg", "test_acc", "test_acc_mean"),
-        "pfedme (GM)": ("pfedme", "gm_test_acc", "gm_test_acc_mean"),
-        "pfedme": ("pfedme", "test_acc", "test_acc_mean"),
-        "heurfedamp": ("heurfedamp", "test_acc", "test_acc_mean"),
-        "fedmcsa": ("fedmcsa", "test_acc", "test_acc_mean"),
-        "local": ("local", "test_acc", "test_acc_mean")}
+ROWS = {
+    "fedavg": ("fedavg", "test_acc", "test_acc_mean"),
+    "fedprox": ("fedprox", "test_acc", "test_acc_mean"),
+    "perfedavg": ("perfedavg", "test_acc", "test_acc_mean"),
+    "pfedme (GM)": ("pfedme", "gm_test_acc", "gm_test_acc_mean"),
+    "pfedme": ("pfedme", "test_acc", "test_acc_mean"),
+    "heurfedamp": ("heurfedamp", "test_acc", "test_acc_mean"),
+    "fedmcsa": ("fedmcsa", "test_acc", "test_acc_mean"),
+    "local": ("local", "test_acc", "test_acc_mean"),
+}
 TUNED = ("lr", *dict.fromkeys(k for knobs in TABLE1_KNOBS.values() for k in knobs))  # the fields the grid varies
 
 
@@ -203,11 +235,20 @@ def grid_frame(cfgs: list[RunConfig], store: "Store | None" = None) -> pd.DataFr
         for row, (ralg, wcol, ucol) in ROWS.items():
             if alg != ralg:
                 continue
-            out.append({"dataset": cfg.get("dataset"), "model": cfg.get("model"), "row": row, "key": cfg.key(),
-                        **{f: cfg.get(f) for f in TUNED}, "setting": setting(cfg), "figure_setting": fig,
-                        "stored": res is not None,
-                        "bmta": np.nan if res is None else 100 * best(res.metrics[wcol]),
-                        "bmta_unweighted": np.nan if res is None else 100 * best(res.metrics[ucol])})
+            out.append(
+                {
+                    "dataset": cfg.get("dataset"),
+                    "model": cfg.get("model"),
+                    "row": row,
+                    "key": cfg.key(),
+                    **{f: cfg.get(f) for f in TUNED},
+                    "setting": setting(cfg),
+                    "figure_setting": fig,
+                    "stored": res is not None,
+                    "bmta": np.nan if res is None else 100 * best(res.metrics[wcol]),
+                    "bmta_unweighted": np.nan if res is None else 100 * best(res.metrics[ucol]),
+                }
+            )
     return pd.DataFrame(out)
 
 
@@ -255,8 +296,17 @@ def table1_runs(winners: dict, seeds, store: "Store | None" = None) -> pd.DataFr
             res = store.load(w.replace(seed=seed))
             if res is None:
                 continue
-            out.append({"dataset": d, "model": m, "algorithm": row, "seed": seed, "setting": setting(w),
-                        "best_acc": best(res.metrics[wcol]), "best_acc_mean": best(res.metrics[ucol])})
+            out.append(
+                {
+                    "dataset": d,
+                    "model": m,
+                    "algorithm": row,
+                    "seed": seed,
+                    "setting": setting(w),
+                    "best_acc": best(res.metrics[wcol]),
+                    "best_acc_mean": best(res.metrics[ucol]),
+                }
+            )
     return pd.DataFrame(out)
 
 
@@ -267,14 +317,19 @@ def table1_vs_paper(runs: pd.DataFrame) -> pd.DataFrame:
     if not len(runs):
         return pd.DataFrame()
     cmp = paper_vs_ours(runs, "fedmcsa", "table1").merge(
-        runs[["dataset", "model", "algorithm", "setting"]].drop_duplicates(), on=["dataset", "model", "algorithm"])
+        runs[["dataset", "model", "algorithm", "setting"]].drop_duplicates(), on=["dataset", "model", "algorithm"]
+    )
     order = {r: i for i, r in enumerate(ROWS)}
-    return cmp.sort_values(["dataset", "model", "algorithm"], key=lambda s: s.map(order) if s.name == "algorithm" else s)
+    return cmp.sort_values(
+        ["dataset", "model", "algorithm"], key=lambda s: s.map(order) if s.name == "algorithm" else s
+    )
 
 
 # -- Figures 3-4 (notebooks 10 and 11) -----------------------------------------------------------------------------------
-FIGURES = {"mlr": ("fedmcsa_fig3", "Figure 3 (MLR)", "10_fedmcsa_fig3_mlr"),
-           "dnn": ("fedmcsa_fig4", "Figure 4 (DNN)", "11_fedmcsa_fig4_dnn")}
+FIGURES = {
+    "mlr": ("fedmcsa_fig3", "Figure 3 (MLR)", "10_fedmcsa_fig3_mlr"),
+    "dnn": ("fedmcsa_fig4", "Figure 4 (DNN)", "11_fedmcsa_fig4_dnn"),
+}
 
 
 def method_frame(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -337,8 +392,9 @@ def plot_tuning_gain(frame: pd.DataFrame, paper: pd.DataFrame | None = None, tit
         ax.text(0.5, 0.5, "no grid runs stored", ha="center")
         return fig
     rows = list(dict.fromkeys(frame.row))
-    fig, axes = plt.subplots(1, len(cells_), figsize=(3.4 * len(cells_), 0.45 * len(rows) + 1.6), squeeze=False,
-                             sharey=True)
+    fig, axes = plt.subplots(
+        1, len(cells_), figsize=(3.4 * len(cells_), 0.45 * len(rows) + 1.6), squeeze=False, sharey=True
+    )
     for ax, (d, m) in zip(axes[0], cells_):
         sub = frame[(frame.dataset == d) & (frame.model == m)]
         for y, row in enumerate(rows):
@@ -358,10 +414,12 @@ def plot_tuning_gain(frame: pd.DataFrame, paper: pd.DataFrame | None = None, tit
     axes[0][0].set_yticks(range(len(rows)))
     axes[0][0].set_yticklabels(rows)
     axes[0][0].invert_yaxis()
-    handles = [Line2D([], [], color="#9ecae1", lw=6, label="grid span"),
-               Line2D([], [], marker="o", ls="", mfc="white", mec="k", label="Figs 3-4 setting"),
-               Line2D([], [], marker="o", ls="", color="#08519c", label="winner (seed 0)"),
-               Line2D([], [], marker="x", ls="", color="#d62728", mew=2, label="paper Table 1")]
+    handles = [
+        Line2D([], [], color="#9ecae1", lw=6, label="grid span"),
+        Line2D([], [], marker="o", ls="", mfc="white", mec="k", label="Figs 3-4 setting"),
+        Line2D([], [], marker="o", ls="", color="#08519c", label="winner (seed 0)"),
+        Line2D([], [], marker="x", ls="", color="#d62728", mew=2, label="paper Table 1"),
+    ]
     fig.legend(handles=handles, loc="lower center", ncol=4 if len(cells_) > 2 else 2, frameon=False)
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.08 if len(cells_) > 2 else 0.14, 1, 1))

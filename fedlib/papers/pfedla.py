@@ -10,6 +10,7 @@ here (``parameter_table``, ``readings``, ``overhead_table``).
 Every grid here is a pure function of ``(profile, available)`` (``fedlib.profiles.Available``): the digit grids run
 on the domains present (offline MNIST, USPS, MNIST-M), the Office grids only where all of a data set's domains are.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -44,8 +45,13 @@ def _available(available: "Available | None") -> "Available":
 # those three and says so; with SVHN and SynthDigits present it is the paper's five-domain setting. The paper profile
 # evaluates every 10 rounds (and at T): the three test sets hold 21,008 images, and testing every round would cost
 # about three times the training.
-METHODS = {"fedavg": {}, "fedprox": {"mu": 0.01}, "fedbn": {}, "pfedme": {"lam": 15.0, "inner_steps": 5},
-           "ditto": {"lam": 0.1}}
+METHODS = {
+    "fedavg": {},
+    "fedprox": {"mu": 0.01},
+    "fedbn": {},
+    "pfedme": {"lam": 15.0, "inner_steps": 5},
+    "ditto": {"lam": 0.1},
+}
 ATTENTIONS = ["none", "se", "eca", "ca", "hybrid"]
 DIGITS5 = ("mnist", "svhn", "usps", "synthdigits", "mnist_m")
 
@@ -58,9 +64,19 @@ def digits_domains(available: "Available | None" = None) -> tuple:
 
 def digits_base(domains: tuple, rounds: int) -> RunConfig:
     """The digits setting on ``domains`` (one client each) at ``rounds`` rounds."""
-    return RunConfig.of(dataset="digits", partition="domains", domains=domains, n_clients=max(1, len(domains)),
-                        model="lenet", lr=0.01, local_epochs=1, local_steps=None, batch_size=32,
-                        clients_per_round=None, rounds=rounds)
+    return RunConfig.of(
+        dataset="digits",
+        partition="domains",
+        domains=domains,
+        n_clients=max(1, len(domains)),
+        model="lenet",
+        lr=0.01,
+        local_epochs=1,
+        local_steps=None,
+        batch_size=32,
+        clients_per_round=None,
+        rounds=rounds,
+    )
 
 
 def method_cells(methods, attentions, seeds, extra, **data) -> list[dict]:
@@ -72,11 +88,20 @@ def fig4_cells(seeds, extra, percents, **data) -> list[dict]:
     """pFedLA Figure 4's grid: (a) FedBN x attention type, (b) FedProx without attention and with local / non-local
     SE, (c) FedBN and FedBN+SE over the local data sizes ``percents``. (c) leaves out the default size (digits 10%,
     Office 100%): those runs are (a)'s, not repeated under another key."""
-    return [{**data, "algorithm": "fedbn", "attention": ATTENTIONS, "seed": seeds, **extra},
-            {**data, "algorithm": "fedprox", "mu": 0.01, "attention": "se", "attention_local": [True, False],
-             "seed": seeds, **extra},
-            {**data, "algorithm": "fedprox", "mu": 0.01, "seed": seeds, **extra},
-            {**data, "algorithm": "fedbn", "attention": ["none", "se"], "seed": seeds, **extra, "domain_percent": percents}]
+    return [
+        {**data, "algorithm": "fedbn", "attention": ATTENTIONS, "seed": seeds, **extra},
+        {
+            **data,
+            "algorithm": "fedprox",
+            "mu": 0.01,
+            "attention": "se",
+            "attention_local": [True, False],
+            "seed": seeds,
+            **extra,
+        },
+        {**data, "algorithm": "fedprox", "mu": 0.01, "seed": seeds, **extra},
+        {**data, "algorithm": "fedbn", "attention": ["none", "se"], "seed": seeds, **extra, "domain_percent": percents},
+    ]
 
 
 def table1(profile: str, available: "Available | None" = None):
@@ -93,9 +118,11 @@ def table1(profile: str, available: "Available | None" = None):
 def fig4(profile: str, available: "Available | None" = None):
     """Figure 4 on the digits substitute (the smoke profile's default size is 2%, so its (c) adds 4%)."""
     doms = digits_domains(available)
-    rounds, seeds, percents, extra = {"smoke": (2, [0], [0.02, 0.04], {"domain_percent": 0.02}),
-                                      "quick": (30, [0], [0.3], {"eval_every": 5}),
-                                      "paper": (100, [0, 1, 2], [0.2, 0.4, 0.6, 0.8, 1.0], {"eval_every": 10})}[profile]
+    rounds, seeds, percents, extra = {
+        "smoke": (2, [0], [0.02, 0.04], {"domain_percent": 0.02}),
+        "quick": (30, [0], [0.3], {"eval_every": 5}),
+        "paper": (100, [0, 1, 2], [0.2, 0.4, 0.6, 0.8, 1.0], {"eval_every": 10}),
+    }[profile]
     return digits_base(doms, rounds), (fig4_cells(seeds, extra, percents) if len(doms) >= 2 else [])
 
 
@@ -109,11 +136,24 @@ def _office(profile: str, available: "Available | None"):
     from ..data.domains import DOMAINS
 
     available = _available(available)
-    rounds, seeds, extra = {"smoke": (1, [0], {"domain_percent": 0.05}), "quick": (10, [0], {"eval_every": 5}),
-                            "paper": (200, [0, 1, 2], {"eval_every": 10})}[profile]
+    rounds, seeds, extra = {
+        "smoke": (1, [0], {"domain_percent": 0.05}),
+        "quick": (10, [0], {"eval_every": 5}),
+        "paper": (200, [0, 1, 2], {"eval_every": 10}),
+    }[profile]
     sets = [d for d in OFFICE_SETS if available.domains_of(d) and set(DOMAINS[d]) <= set(available.domains_of(d))]
-    base = RunConfig.of(dataset="office31", partition="domains", n_clients=3, model="alexnet", lr=0.01, local_epochs=1,
-                        local_steps=None, batch_size=32, clients_per_round=None, rounds=rounds)
+    base = RunConfig.of(
+        dataset="office31",
+        partition="domains",
+        n_clients=3,
+        model="alexnet",
+        lr=0.01,
+        local_epochs=1,
+        local_steps=None,
+        batch_size=32,
+        clients_per_round=None,
+        rounds=rounds,
+    )
     data = lambda d: {"dataset": d, "n_clients": len(DOMAINS[d])}
     return base, sets, seeds, extra, data
 
@@ -133,8 +173,12 @@ def office_fig4(profile: str, available: "Available | None" = None):
     return base, fig4_cells(seeds, extra, percents, **data("office31"))
 
 
-EXPERIMENTS = {"pfedla_table1": table1, "pfedla_fig4": fig4, "pfedla_office_table3": office_table3,
-               "pfedla_office_fig4": office_fig4}
+EXPERIMENTS = {
+    "pfedla_table1": table1,
+    "pfedla_fig4": fig4,
+    "pfedla_office_table3": office_table3,
+    "pfedla_office_fig4": office_fig4,
+}
 
 
 # -- reports: per-domain accuracy, ours beside the paper's, with the arrows against each base method -----------------
@@ -160,10 +204,15 @@ def frame(cfgs, store=None) -> pd.DataFrame:
     rows = []
     for cfg, _, per in _runs(cfgs, store):
         for d, curve in per.items():
-            rows.append({**{k: cfg.get(k) for k in ("algorithm", "attention", "attention_local", "domain_percent",
-                                                    "seed")},
-                         "domain": d, "final": float(curve[-1]), "best": float(np.nanmax(curve)),
-                         "last3": float(curve[-3:].mean())})
+            rows.append(
+                {
+                    **{k: cfg.get(k) for k in ("algorithm", "attention", "attention_local", "domain_percent", "seed")},
+                    "domain": d,
+                    "final": float(curve[-1]),
+                    "best": float(np.nanmax(curve)),
+                    "last3": float(curve[-3:].mean()),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -179,8 +228,9 @@ def curves(cfgs, store=None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def paper_vs_ours(frame: pd.DataFrame, dataset: str = "digits", table: str = "table1",
-                  metric: str = "final") -> pd.DataFrame:
+def paper_vs_ours(
+    frame: pd.DataFrame, dataset: str = "digits", table: str = "table1", metric: str = "final"
+) -> pd.DataFrame:
     """Wide table: one row per (algorithm, attention), per domain the paper's number, ours (mean over seeds of
     ``metric``) and an arrow against the same method without attention (paper's arrow from the paper's numbers,
     ours from ours). The paper's average is over its domains (five digit domains), ours over the domains run, so
@@ -189,23 +239,59 @@ def paper_vs_ours(frame: pd.DataFrame, dataset: str = "digits", table: str = "ta
     ref = ref[(ref.table == table) & (ref.dataset == dataset)].rename(columns={"method": "algorithm"})
     local = frame[frame.attention_local] if "attention_local" in frame else frame
     ours = local.groupby(["algorithm", "attention", "domain"])[metric].agg(["mean", "count"]).reset_index()
-    out = ours.merge(ref[["algorithm", "attention", "domain", "value"]], on=["algorithm", "attention", "domain"],
-                     how="left").rename(columns={"mean": "ours", "value": "paper", "count": "runs"})
+    out = ours.merge(
+        ref[["algorithm", "attention", "domain", "value"]], on=["algorithm", "attention", "domain"], how="left"
+    ).rename(columns={"mean": "ours", "value": "paper", "count": "runs"})
     base = out[out.attention == "none"].set_index(["algorithm", "domain"])
     arrow = lambda v, b: "" if pd.isna(v) or pd.isna(b) else ("↑" if v > b else "↓" if v < b else "=")
-    out["ours_arrow"] = [arrow(r.ours, base.ours.get((r.algorithm, r.domain))) if r.attention != "none" else ""
-                         for r in out.itertuples()]
-    out["paper_arrow"] = [arrow(r.paper, base.paper.get((r.algorithm, r.domain))) if r.attention != "none" else ""
-                          for r in out.itertuples()]
+    out["ours_arrow"] = [
+        arrow(r.ours, base.ours.get((r.algorithm, r.domain))) if r.attention != "none" else "" for r in out.itertuples()
+    ]
+    out["paper_arrow"] = [
+        arrow(r.paper, base.paper.get((r.algorithm, r.domain))) if r.attention != "none" else ""
+        for r in out.itertuples()
+    ]
     out["diff"] = out.ours - out.paper
     order = {a: i for i, a in enumerate(["none", "se", "eca", "ca", "hybrid"])}
     out = out.sort_values(["algorithm", "attention"], key=lambda s: s.map(order) if s.name == "attention" else s)
-    return out[["algorithm", "attention", "domain", "paper", "paper_arrow", "ours", "ours_arrow", "diff", "runs"]].round(2)
+    return out[
+        ["algorithm", "attention", "domain", "paper", "paper_arrow", "ours", "ours_arrow", "diff", "runs"]
+    ].round(2)
 
 
 # Student's t 97.5% quantiles for 1..30 degrees of freedom (two-sided 95% intervals; beyond 30: 1.96)
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def gains(frame: pd.DataFrame, metric: str = "final", dataset: str = "digits", table: str = "table1") -> pd.DataFrame:
@@ -234,12 +320,25 @@ def gains(frame: pd.DataFrame, metric: str = "final", dataset: str = "digits", t
             half = _T975[min(n - 1, 30) - 1] * float(d.std(ddof=1)) / np.sqrt(n) if n > 1 else np.nan
             low, high = m - half, m + half
             paper = ref.get((alg, att, dom), np.nan) - ref.get((alg, "none", dom), np.nan)
-            rows.append({"algorithm": alg, "attention": att, "domain": dom, "gain": m, "low": low, "high": high,
-                         "seeds": n, "sign": "↑" if low > 0 else "↓" if high < 0 else "", "paper_gain": paper,
-                         "paper_in_ci": bool(low <= paper <= high) if not np.isnan(paper) else None})
+            rows.append(
+                {
+                    "algorithm": alg,
+                    "attention": att,
+                    "domain": dom,
+                    "gain": m,
+                    "low": low,
+                    "high": high,
+                    "seeds": n,
+                    "sign": "↑" if low > 0 else "↓" if high < 0 else "",
+                    "paper_gain": paper,
+                    "paper_in_ci": bool(low <= paper <= high) if not np.isnan(paper) else None,
+                }
+            )
     out = pd.DataFrame(rows)
     order = {d: i for i, d in enumerate(dict.fromkeys(list(local.domain[local.domain != "avg"]) + ["avg"]))}
-    out = out.sort_values(["domain", "algorithm"], key=lambda s: s.map(order) if s.name == "domain" else s, kind="stable")
+    out = out.sort_values(
+        ["domain", "algorithm"], key=lambda s: s.map(order) if s.name == "domain" else s, kind="stable"
+    )
     return out.reset_index(drop=True).round({"gain": 2, "low": 2, "high": 2, "paper_gain": 2})
 
 
@@ -257,7 +356,9 @@ def plot_hybrid_weights(weights, clients, title: str = "", mechanisms=("SE", "EC
     d = max(0.01, float(np.abs(w - 1 / 3).max()))  # a diverging scale centred on the initial 1/3
     im = ax.imshow(w.reshape(n, slots * k), cmap="RdBu_r", vmin=1 / 3 - d, vmax=1 / 3 + d, aspect="auto")
     label_cells(ax, w.reshape(n, slots * k), "{:.3f}")
-    ax.set_xticks(range(slots * k), [f"L{s + 1} {m}" for s in range(slots) for m in mechanisms], rotation=45, ha="right")
+    ax.set_xticks(
+        range(slots * k), [f"L{s + 1} {m}" for s in range(slots) for m in mechanisms], rotation=45, ha="right"
+    )
     ax.set_yticks(range(n), clients)
     fig.colorbar(im, ax=ax, label="weight (1/3 at the start)")
     ax.set_title(title)
@@ -276,11 +377,17 @@ def plot_fig4(avg: pd.DataFrame, default_percent: float, title: str = ""):
     avg = avg.assign(domain_percent=avg.domain_percent.fillna(default_percent))
     a = avg[(avg.algorithm == "fedbn") & (avg.domain_percent == default_percent)]
     b = avg[avg.algorithm == "fedprox"]
-    b = b.assign(setting=["none" if r.attention == "none" else ("local SE" if r.attention_local else "non-local SE")
-                          for r in b.itertuples()])
+    b = b.assign(
+        setting=[
+            "none" if r.attention == "none" else ("local SE" if r.attention_local else "non-local SE")
+            for r in b.itertuples()
+        ]
+    )
     c = avg[(avg.algorithm == "fedbn") & avg.attention.isin(["none", "se"])]
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
-    sns.barplot(data=a, x="attention", y="final", order=["none", "se", "eca", "ca", "hybrid"], errorbar="sd", ax=axes[0])
+    sns.barplot(
+        data=a, x="attention", y="final", order=["none", "se", "eca", "ca", "hybrid"], errorbar="sd", ax=axes[0]
+    )
     axes[0].set_title("(a) FedBN + attention type")
     sns.barplot(data=b, x="setting", y="final", order=["none", "local SE", "non-local SE"], errorbar="sd", ax=axes[1])
     axes[1].set_title("(b) FedProx: local vs non-local SE")
@@ -311,8 +418,17 @@ def plot_fig3(curves: pd.DataFrame, title: str = ""):
     fig, axes = plt.subplots(1, len(domains), figsize=(4.2 * len(domains), 3.6), sharex=True, squeeze=False)
     data = curves.assign(setting=curves.attention.map({"none": "base", "se": "+ SE"}))
     for k, (ax, d) in enumerate(zip(axes[0], domains)):
-        sns.lineplot(data=data[data.domain == d], x="round", y="acc", hue="algorithm", style="setting",
-                     style_order=["+ SE", "base"], errorbar="sd", ax=ax, legend=k == len(domains) - 1)
+        sns.lineplot(
+            data=data[data.domain == d],
+            x="round",
+            y="acc",
+            hue="algorithm",
+            style="setting",
+            style_order=["+ SE", "base"],
+            errorbar="sd",
+            ax=ax,
+            legend=k == len(domains) - 1,
+        )
         ax.set_title(f"({chr(ord('a') + k)}) {'average over domains' if d == 'avg' else d}")
         ax.set_ylabel("test accuracy (%)"), ax.grid(alpha=0.3)
     sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
@@ -359,14 +475,17 @@ def plot_gain_intervals(gains: pd.DataFrame, title: str = ""):
 
     domains = [d for d in dict.fromkeys(gains.domain) if d != "avg"] + (["avg"] if "avg" in set(gains.domain) else [])
     rows = list(dict.fromkeys(zip(gains.algorithm, gains.attention)))  # gains' order: method, then attention
-    fig, axes = plt.subplots(1, len(domains), figsize=(2.6 * len(domains) + 1.6, 0.28 * len(rows) + 1.4),
-                             sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(domains), figsize=(2.6 * len(domains) + 1.6, 0.28 * len(rows) + 1.4), sharey=True, squeeze=False
+    )
     for ax, dom in zip(axes[0], domains):
         g = gains[gains.domain == dom].set_index(["algorithm", "attention"]).reindex(rows)
         y = range(len(rows))
         ax.hlines(y, g.low, g.high, color="0.4", lw=1.2)
         sig = g.sign.fillna("") != ""
-        ax.scatter(g.gain[~sig], [i for i, s in zip(y, sig) if not s], s=22, facecolors="white", edgecolors="k", zorder=3)
+        ax.scatter(
+            g.gain[~sig], [i for i, s in zip(y, sig) if not s], s=22, facecolors="white", edgecolors="k", zorder=3
+        )
         ax.scatter(g.gain[sig], [i for i, s in zip(y, sig) if s], s=22, color="k", zorder=3)
         ax.scatter(g.paper_gain, list(y), marker="x", color="tab:red", s=22, zorder=4)
         ax.axvline(0, color="0.6", lw=0.8, ls="--")

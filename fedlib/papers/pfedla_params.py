@@ -54,6 +54,7 @@ with 1000 classes it has torchvision's 3,504,872 parameters; with CA (r = 32) 3,
 Hou et al. report for MobileNetV2 + CA. Attention options: SE r = 16 (as AlexNet's), CA r = 32, ECA with
 bias, as for the other nets.
 """
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -65,6 +66,7 @@ from ..convnets import ATTENTION_OPTION_KEYS, NETS, PFEDLA_ATTENTION
 from ..local_attention import KINDS, make_attention
 from ..models import count_parameters
 from ..paper_data import load
+
 
 # -- counting ------------------------------------------------------------------------------
 def count(model: str, attention: str = "none", **kwargs) -> int:
@@ -92,12 +94,14 @@ def _pct_text(p: float) -> str:
 
 
 # Defaults of the published counts' models (see the module docstring); ``readings()`` varies them.
-TABLE_MODELS = {"lenet": dict(input_shape=(3, 28, 28), n_classes=10),
-                "alexnet": dict(input_shape=(3, 224, 224), n_classes=31)}
+TABLE_MODELS = {
+    "lenet": dict(input_shape=(3, 28, 28), n_classes=10),
+    "alexnet": dict(input_shape=(3, 224, 224), n_classes=31),
+}
 
 NOTES = {
     ("lenet", "ca"): "not reproducible: the hybrid row needs a CA of 614-647 parameters, this row one of "
-                     "362-371; and (45.54-45.17)/45.17 = 0.81%, not 0.80%. Ours: Hou et al.'s CA (r=32, 8 mid)",
+    "362-371; and (45.54-45.17)/45.17 = 0.81%, not 0.80%. Ours: Hou et al.'s CA (r=32, 8 mid)",
     ("lenet", "hybrid"): "needs ECA with a bias (bias-free: 45.94K)",
     ("lenet", "none"): "Table 7 with padding 0 (FC(256,120) chains only so); printed truncated",
     ("alexnet", "none"): "Table 8 without row 3 (FedBN's AlexNet), 31 classes (Office-31)",
@@ -110,8 +114,9 @@ def _shown(value_n: int, unit: str, rounding: str) -> float:
     return round(value_n / UNITS[unit] + 1e-12, 2)
 
 
-def parameter_table(lenet: dict | None = None, alexnet: dict | None = None, slot_channels: dict | None = None,
-                    rounding: str = "trunc") -> pd.DataFrame:
+def parameter_table(
+    lenet: dict | None = None, alexnet: dict | None = None, slot_channels: dict | None = None, rounding: str = "trunc"
+) -> pd.DataFrame:
     """Our counts against pFedLA's Tables 2 (LeNet) and 4 (AlexNet), one row per published number.
 
     ``lenet`` / ``alexnet``: keyword overrides for the nets (e.g. ``dict(eca_bias=False)``,
@@ -143,9 +148,17 @@ def parameter_table(lenet: dict | None = None, alexnet: dict | None = None, slot
             base[r.model] = n
         b = base[r.model]
         shown = _shown(n, r.unit, rounding)
-        pct = None if r.attention == "none" else (
-            adds_pct_paper_rule(n, b, r.unit) if rounding == "trunc"
-            else round((round(n / UNITS[r.unit], 2) - round(b / UNITS[r.unit], 2)) / round(b / UNITS[r.unit], 2) * 100, 2))
+        pct = (
+            None
+            if r.attention == "none"
+            else (
+                adds_pct_paper_rule(n, b, r.unit)
+                if rounding == "trunc"
+                else round(
+                    (round(n / UNITS[r.unit], 2) - round(b / UNITS[r.unit], 2)) / round(b / UNITS[r.unit], 2) * 100, 2
+                )
+            )
+        )
         text = str(r.paper_adds_pct).strip()
         if pct is None:
             pct_ok = True
@@ -154,13 +167,26 @@ def parameter_table(lenet: dict | None = None, alexnet: dict | None = None, slot
         else:
             pct_ok = abs(pct - float(text)) < 1e-9
         count_ok = abs(shown - r.paper_params) < 1e-9
-        rows.append(dict(table=r.table, model=r.model, attention=r.attention, ours=n, ours_added=n - b,
-                         unit=r.unit, ours_printed=shown, paper=r.paper_params,
-                         diff=round(shown - r.paper_params, 2),
-                         adds_pct=None if pct is None else round((n - b) / b * 100, 4),
-                         adds_pct_paper_rule=None if pct is None else _pct_text(pct),
-                         paper_adds_pct=text, count_ok=count_ok, pct_ok=pct_ok, reproduced=count_ok and pct_ok,
-                         note="" if overridden else NOTES.get((r.model, r.attention), "")))
+        rows.append(
+            dict(
+                table=r.table,
+                model=r.model,
+                attention=r.attention,
+                ours=n,
+                ours_added=n - b,
+                unit=r.unit,
+                ours_printed=shown,
+                paper=r.paper_params,
+                diff=round(shown - r.paper_params, 2),
+                adds_pct=None if pct is None else round((n - b) / b * 100, 4),
+                adds_pct_paper_rule=None if pct is None else _pct_text(pct),
+                paper_adds_pct=text,
+                count_ok=count_ok,
+                pct_ok=pct_ok,
+                reproduced=count_ok and pct_ok,
+                note="" if overridden else NOTES.get((r.model, r.attention), ""),
+            )
+        )
     return pd.DataFrame(rows)
 
 
@@ -179,8 +205,11 @@ READINGS: list[tuple[str, str, dict]] = [
     ("alexnet", "FC(4096, 10) as printed in Table 8", dict(alexnet=dict(n_classes=10))),
     ("alexnet", "65 classes (Office-Home)", dict(alexnet=dict(n_classes=65))),
     ("alexnet", "slots after conv1-4 only", dict(alexnet=dict(slots=(1, 2, 3, 4)))),
-    ("alexnet", "Table 8's literal slot channels 64, 192, 128, 384, 256",
-     dict(slot_channels={"alexnet": (64, 192, 128, 384, 256)})),
+    (
+        "alexnet",
+        "Table 8's literal slot channels 64, 192, 128, 384, 256",
+        dict(slot_channels={"alexnet": (64, 192, 128, 384, 256)}),
+    ),
     ("alexnet", "ECA without bias (the ECA code)", dict(alexnet=dict(eca_bias=False))),
     ("alexnet", "SE r = 8", dict(alexnet=dict(se_reduction=8))),
     ("alexnet", "CA r = 16", dict(alexnet=dict(ca_reduction=16))),
@@ -197,8 +226,15 @@ def readings() -> pd.DataFrame:
         g = t[t.model == model]
         att = g[g.attention != "none"]
         miss = [a for a, ok in zip(g.attention, g.reproduced) if not ok]
-        out.append(dict(model=model, reading=name, counts=f"{int(g.count_ok.sum())}/{len(g)}",
-                        pcts=f"{int(att.pct_ok.sum())}/{len(att)}", not_reproduced=", ".join(miss) or "-"))
+        out.append(
+            dict(
+                model=model,
+                reading=name,
+                counts=f"{int(g.count_ok.sum())}/{len(g)}",
+                pcts=f"{int(att.pct_ok.sum())}/{len(att)}",
+                not_reproduced=", ".join(miss) or "-",
+            )
+        )
     return pd.DataFrame(out)
 
 
@@ -208,9 +244,22 @@ def overhead_table(model: str, attentions: Iterable[str] = KINDS, **kwargs) -> p
     rows = []
     for a in attentions:
         n = count(model, a, **kwargs)
-        rows.append(dict(model=model, attention=a, params=n, added=n - base, adds_pct=round((n - base) / base * 100, 4)))
+        rows.append(
+            dict(model=model, attention=a, params=n, added=n - base, adds_pct=round((n - base) / base * 100, 4))
+        )
     return pd.DataFrame(rows)
 
 
-__all__ = ["count", "count_parameters", "printed", "adds_pct_paper_rule", "parameter_table", "readings",
-           "overhead_table", "READINGS", "TABLE_MODELS", "NOTES", "UNITS"]
+__all__ = [
+    "count",
+    "count_parameters",
+    "printed",
+    "adds_pct_paper_rule",
+    "parameter_table",
+    "readings",
+    "overhead_table",
+    "READINGS",
+    "TABLE_MODELS",
+    "NOTES",
+    "UNITS",
+]
