@@ -147,24 +147,41 @@ def evaluation_params(alg: Algorithm, state: State, which: str | None = None) ->
     }, True
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """How clients train each round: ``local_steps`` R (or ``local_epochs`` E) of ``batch_size``, and the lr
+    schedule eta_t = eta * lr_decay^(t-1)."""
+
+    local_steps: int | None = 20
+    local_epochs: int | None = None
+    batch_size: int = 20
+    lr_decay: float = 1.0
+
+    def plan(self, layout, clients: torch.Tensor, batches_per_step: int, gen: torch.Generator) -> BatchPlan:
+        if self.local_epochs is not None:
+            return sample_epochs(layout, clients, self.local_epochs, self.batch_size, gen)
+        return sample_steps(layout, clients, self.local_steps * batches_per_step, self.batch_size, gen)
+
+
 @dataclass
 class Run:
-    """What a running ``simulate`` carries from round to round besides the stages: the ``State``, the random
-    streams (selection, mini-batches, evaluation batches) and the round's settings. ``state_dict()`` is plain data."""
+    """What a running ``simulate`` carries from round to round besides the stages: the ``State`` and the random
+    streams (selection ``rng``, mini-batches ``gen``, evaluation batches ``eval_gen``, seeded from ``seed``).
+    ``state_dict()`` is tensors and plain data."""
 
     alg: Algorithm
     data: FederatedData
     model: nn.Module
     executor: object
     rounds: int
-    local_steps: int | None
-    local_epochs: int | None
-    batch_size: int
-    lr_decay: float
-    state: State
-    rng: np.random.Generator
-    gen: torch.Generator
-    eval_gen: torch.Generator
+    seed: int
+    schedule: Schedule
+
+    def __post_init__(self):
+        self.state = init_state(self.model, self.data.n_clients)
+        self.rng = np.random.default_rng(self.seed)
+        self.gen = torch.Generator().manual_seed(self.seed + 1)
+        self.eval_gen = torch.Generator().manual_seed(self.seed + 2)
 
     def state_dict(self) -> dict:
         return {
@@ -196,18 +213,13 @@ class Round:
 def run_round(run: Run, t: int) -> Round:
     """Round t: select -> start models -> local training -> aggregate -> let the selection stage observe."""
     alg, state, data, dev, n = run.alg, run.state, run.data, run.data.train.x.device, run.data.n_clients
-    state.round, state.lr_scale = t, run.lr_decay ** (t - 1)  # the lr schedule, in one place
+    state.round, state.lr_scale = t, run.schedule.lr_decay ** (t - 1)  # the lr schedule, in one place
     local = alg.local if state.lr_scale == 1 else dataclasses.replace(alg.local, lr=alg.local.lr * state.lr_scale)
     sel = np.asarray(alg.select.select(t, n, run.rng))
     trainers = sel if alg.trains == "selected" else np.arange(n)
     tr = torch.as_tensor(trainers, device=dev)
     start, anchor = start_models(alg, state, tr)
-    if run.local_epochs is not None:
-        plan = sample_epochs(data.train.layout(), torch.as_tensor(trainers), run.local_epochs, run.batch_size, run.gen)
-    else:
-        steps = run.local_steps * alg.batches_per_step
-        plan = sample_steps(data.train.layout(), torch.as_tensor(trainers), steps, run.batch_size, run.gen)
-    plan = _to(plan, dev)
+    plan = _to(run.schedule.plan(data.train.layout(), torch.as_tensor(trainers), alg.batches_per_step, run.gen), dev)
     if alg.local_update is None:
         trained = run.executor.train(run.model, start, plan, data.train, local, anchor=anchor if local.mu else None)
     else:  # a method's own client procedure (pFedMe, SCAFFOLD, ...), built from executor.train calls
@@ -215,10 +227,8 @@ def run_round(run: Run, t: int) -> Round:
     for name, v in trained.items():
         state.client_params[name][tr] = v
     state.fresh[tr] = False
-    pos = torch.as_tensor(
-        np.searchsorted(trainers, sel), device=dev
-    )  # uploads: the selected clients' shared parameters
-    up = {k: v[pos] for k, v in trained.items() if alg.shared(k) and v.is_floating_point()}
+    pos = torch.as_tensor(np.searchsorted(trainers, sel), device=dev)  # the selected clients' uploads:
+    up = {k: v[pos] for k, v in trained.items() if alg.shared(k) and v.is_floating_point()}  # shared tensors only
     mixing = alg.aggregate(up, data.train.sizes.cpu().to(torch.float64)[torch.as_tensor(sel)], sel)
     if mixing.to_global is not None:  # w <- (1 - beta) w + beta sum_k p_k w_k   (beta = 1: FedAvg; pFedMe's beta)
         mean = {k: v[0] for k, v in mix(mixing.to_global.to(dev).unsqueeze(0), up).items()}
@@ -237,25 +247,10 @@ def run_round(run: Run, t: int) -> Round:
     return Round(t, sel, mixing, up)
 
 
-def simulate(
-    alg: Algorithm,
-    data: FederatedData,
-    model: nn.Module,
-    executor,
-    rounds: int,
-    *,
-    local_steps: int | None = 20,
-    local_epochs: int | None = None,
-    batch_size: int = 20,
-    seed: int = 0,
-    eval_every: int = 1,
-    eval_train: bool = False,
-    progress: bool = True,
-    desc: str | None = None,
-    on_round=None,
-    lr_decay: float = 1.0,
-    checkpoint: "Checkpoint | None" = None,
-) -> RunResult:
+def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, rounds: int, *,
+             local_steps: int | None = 20, local_epochs: int | None = None, batch_size: int = 20, seed: int = 0,
+             eval_every: int = 1, eval_train: bool = False, progress: bool = True, desc: str | None = None,
+             on_round=None, lr_decay: float = 1.0, checkpoint: "Checkpoint | None" = None) -> RunResult:  # fmt: skip
     """Run ``rounds`` rounds of ``alg``; ``model`` holds the initial weights (on the data's device and dtype).
 
     Each round is ``run_round``; after it the callbacks run in order: the traces (selection, attention), the
@@ -264,29 +259,11 @@ def simulate(
     """
     if alg.local_groups:  # declared groups (FedBN's bn, pFedLA's attn) -> which parameters stay on the clients
         alg.shared = keep_local(param_groups(model), tuple(alg.local_groups))
-    run = Run(
-        alg,
-        data,
-        model,
-        executor,
-        rounds,
-        local_steps,
-        local_epochs,
-        batch_size,
-        lr_decay,
-        init_state(model, data.n_clients),
-        np.random.default_rng(seed),
-        torch.Generator().manual_seed(seed + 1),
-        torch.Generator().manual_seed(seed + 2),
-    )
-    evaluation = Evaluation(eval_every, eval_train)
-    callbacks = {
-        "selection": SelectionTrace(data.n_clients, rounds),
-        "attention": AttentionTrace(data.n_clients, rounds),
-        "user": OnRound(on_round),
-        "evaluation": evaluation,
-        "progress": ProgressBar(rounds, desc or alg.name, progress, evaluation),
-    }
+    run = Run(alg, data, model, executor, rounds, seed, Schedule(local_steps, local_epochs, batch_size, lr_decay))
+    evaluation, n = Evaluation(eval_every, eval_train), data.n_clients
+    callbacks = {"selection": SelectionTrace(n, rounds), "attention": AttentionTrace(n, rounds),
+                 "user": OnRound(on_round), "evaluation": evaluation,
+                 "progress": ProgressBar(rounds, desc or alg.name, progress, evaluation)}  # fmt: skip
     saver = callbacks["checkpoint"] = Checkpointing(checkpoint, rounds, callbacks)
     done, resumed = saver.resume(run)
     for t in range(done + 1, rounds + 1):
@@ -295,15 +272,9 @@ def simulate(
             cb.after_round(run, out)
     callbacks["progress"].close()
     traces = {k: v for cb in callbacks.values() for k, v in cb.traces(run).items()}
-    return RunResult(
-        evaluation.frame(),
-        np.array(evaluation.accs),
-        np.array(evaluation.losses),
-        data.test.sizes.cpu().numpy(),
-        state=run.state,
-        traces=traces,
-        meta={"resumed": resumed} if resumed else {},
-    )
+    accs, losses, meta = np.array(evaluation.accs), np.array(evaluation.losses), {"resumed": resumed} if resumed else {}
+    return RunResult(evaluation.frame(), accs, losses, data.test.sizes.cpu().numpy(), state=run.state, traces=traces,
+                     meta=meta)  # fmt: skip
 
 
 # -- callbacks: each reads the round's outcome and keeps (and snapshots) what it records ------------------------
