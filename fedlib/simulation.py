@@ -55,7 +55,7 @@ class State:
     client_params: Params  # name -> (N, ...): each client's current model (Theta_i)
     sent: Params  # name -> (N, ...): the last personalised model the server sent (W_i)
     fresh: torch.Tensor  # (N,) bool: W_i arrived since the client last trained
-    extra: dict[str, Params] = field(default_factory=dict)  # per-client state of one method (pFedMe's theta_i)
+    extra: dict[str, Params] = field(default_factory=dict)  # the method's own state (stages.MethodState), by its KEY
     lr_scale: float = 1.0  # eta_t / eta this round (``lr_decay``); client procedures scale their steps by it
 
 
@@ -131,11 +131,11 @@ def start_models(alg: Algorithm, state: State, clients: torch.Tensor) -> tuple[P
 def evaluation_params(alg: Algorithm, state: State, which: str | None = None) -> tuple[Params, bool]:
     """(params, per_client) for evaluation: the global model (with each client's local parts) or the personal ones.
 
-    Personal models are the clients' own (``client_params``), or ``state.extra[alg.personal_key]``
-    for methods that keep them apart from what they upload (pFedMe's theta_i).
+    Personal models are the clients' own (``client_params``), or the ``personal()`` models of the method's state
+    (``alg.personal``) for methods that keep them apart from what they upload (pFedMe's theta_i).
     """
     if (which or alg.evaluate) == "personal":
-        return (state.extra[alg.personal_key] if alg.personal_key else state.client_params), True
+        return (alg.personal.of(state).personal() if alg.personal else state.client_params), True
     if all(alg.shared(n) for n in state.client_params):
         return state.global_params, False
     n_clients = next(iter(state.client_params.values())).shape[0]
@@ -184,8 +184,10 @@ class Run:
         self.eval_gen = torch.Generator().manual_seed(self.seed + 2)
 
     def state_dict(self) -> dict:
+        st = {f.name: getattr(self.state, f.name) for f in dataclasses.fields(State)}
+        st["extra"] = {k: dict(v) for k, v in self.state.extra.items()}  # methods' states as plain name -> tensor
         return {
-            "state": {f.name: getattr(self.state, f.name) for f in dataclasses.fields(State)},
+            "state": st,
             "rng": self.rng.bit_generator.state,
             "gen": self.gen.get_state(),
             "eval_gen": self.eval_gen.get_state(),

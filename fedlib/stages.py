@@ -10,8 +10,10 @@ small stage objects the round loop in ``simulation.py`` calls.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -19,6 +21,54 @@ import torch
 from .selection import UniformSelection  # noqa: F401  (re-exported: algorithms build it from here)
 
 Params = dict[str, torch.Tensor]
+
+
+# -- a method's own state between rounds ---------------------------------------------------------------
+class MethodState(Mapping):
+    """A method's own state between rounds (SCAFFOLD's control variates, Ditto's and pFedMe's personal models,
+    FedAvgM's velocity, ...), declared as a dataclass whose fields are ``Params`` (name -> tensor, with or without
+    the client axis). It lives in ``State.extra[KEY]``; as a ``Mapping`` it is its flat ``state_dict()``
+    (``"<field>.<name>" -> tensor``), which is what snapshots save, and ``of(state)`` rebuilds it from one.
+    ``personal()``: the models evaluated as the clients' personal ones, for methods that keep them apart."""
+
+    KEY: ClassVar[str] = ""
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {f"{f.name}.{n}": t for f in dataclasses.fields(self) for n, t in getattr(self, f.name).items()}
+
+    @classmethod
+    def from_state_dict(cls, d: Mapping) -> "MethodState":
+        parts = {f.name: {} for f in dataclasses.fields(cls)}
+        for k, t in d.items():
+            name, _, param = k.partition(".")
+            parts[name][param] = t
+        return cls(**parts)
+
+    @classmethod
+    def of(cls, state, init: Callable[[], "MethodState"] | None = None) -> "MethodState":
+        """The method's state in ``state.extra``: made by ``init()`` the first time, rebuilt from a snapshot's plain
+        dict after a resumption."""
+        cur = state.extra.get(cls.KEY)
+        if cur is None:
+            if init is None:
+                raise KeyError(f"{cls.__name__}: no state under {cls.KEY!r} yet (the method has not trained)")
+            cur = init()
+        elif not isinstance(cur, cls):
+            cur = cls.from_state_dict(cur)
+        state.extra[cls.KEY] = cur
+        return cur
+
+    def personal(self) -> Params:
+        raise NotImplementedError(f"{type(self).__name__} holds no personal models")
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self.state_dict()[key]
+
+    def __iter__(self):
+        return iter(self.state_dict())
+
+    def __len__(self) -> int:
+        return len(self.state_dict())
 
 
 # -- selection (see selection.py: uniform, AdaFL attention, fraction schedules) -------------------------
@@ -135,7 +185,8 @@ class Algorithm:
     model or each client's own ('personal') model. ``local_update``: a method's own client
     procedure (default: ``executor.train`` with ``local``), called as
     ``local_update(executor, model, start, anchor, plan, split, state, clients) -> uploaded models``.
-    ``personal_key``: personal models live in ``state.extra[personal_key]`` (pFedMe's theta_i).
+    ``personal``: the ``MethodState`` class whose ``personal()`` models are evaluated (pFedMe's theta_i), for
+    methods that keep them apart from what they upload.
     ``report_global``: also evaluate the global model every round (``gm_*`` columns).
     ``batches_per_step``: mini-batches a local step consumes (Per-FedAvg: 2, or 3 for HF).
     ``before_eval(executor, model, state, split, generator)``: prepares the evaluated models
@@ -156,7 +207,7 @@ class Algorithm:
     evaluate: str = "global"
     shared: Callable[[str], bool] = field(default=all_shared)
     local_update: Callable | None = None
-    personal_key: str | None = None
+    personal: type[MethodState] | None = None
     report_global: bool = False
     batches_per_step: int = 1
     before_eval: Callable | None = None

@@ -230,7 +230,7 @@ def test_engine_dispatch_and_lr_scale():
         state = init_state(model, 3)
         state.round, state.lr_scale = 3, 0.5
         outs.append(client(ex, model, start, start, plan, data.train, state, torch.arange(3)))
-        assert set(state.extra[MEANS_KEY]) == {"x", "y"}
+        assert set(state.extra[MEANS_KEY].means) == {"x", "y"}
     assert _max_diff(outs[0], outs[1]) < 1e-12
     mx, my = mean_dataset(data.train, 10, 4)
     half = _train(

@@ -87,4 +87,4 @@ def test_adaptation_uses_training_rows_only_and_one_step():
         p = {n: t.clone().requires_grad_(True) for n, t in state.global_params.items()}
         g = torch.autograd.grad(_loss(model, p, data.train.x[rows], data.train.y[rows]), list(p.values()))
         for (n, t), gn in zip(state.global_params.items(), g):
-            assert torch.allclose(state.extra["adapted"][n][i], t - 0.5 * gn, atol=1e-12)
+            assert torch.allclose(state.extra["perfedavg"].adapted[n][i], t - 0.5 * gn, atol=1e-12)

@@ -138,7 +138,7 @@ def test_ditto_large_lambda_pins_personal_to_global():
         loss = F.cross_entropy(m(data.train.x[rows]), data.train.y[rows])
         grads = dict(zip([n for n, _ in m.named_parameters()], torch.autograd.grad(loss, list(m.parameters()))))
         for n, p in m.named_parameters():
-            assert torch.allclose(st.extra["ditto_v"][n][i], p.detach() - lr * grads[n], rtol=0, atol=1e-12)
+            assert torch.allclose(st.extra["ditto"].v[n][i], p.detach() - lr * grads[n], rtol=0, atol=1e-12)
     # the personal models are what is evaluated, the global model is reported beside them
     assert res.metrics.gm_test_acc.notna().all()
 
@@ -165,5 +165,5 @@ def test_ditto_lambda_zero_personal_is_local_training():
         executor=StackedExecutor(),
         on_round=lambda t, s, m, st: captured.update({n: v.clone() for n, v in st.client_params.items()}),
     )
-    for n, v in res.state.extra["ditto_v"].items():
+    for n, v in res.state.extra["ditto"].v.items():
         assert torch.allclose(v, captured[n], rtol=0, atol=1e-14)

@@ -66,7 +66,7 @@ def test_pfedme_one_round_matches_reference():
             mean = sum(share[j] * ws[i][name] for j, i in enumerate(sel))
             assert torch.allclose(res.state.global_params[name], 0.5 * w0[name] + 0.5 * mean, atol=1e-12)
             for i in range(3):
-                assert torch.allclose(res.state.extra["theta"][name][i], thetas[i][name], atol=1e-12)
+                assert torch.allclose(res.state.extra["pfedme"].theta[name][i], thetas[i][name], atol=1e-12)
                 assert torch.allclose(res.state.client_params[name][i], ws[i][name], atol=1e-12)
         assert not torch.allclose(thetas[0]["1.weight"], ws[0]["1.weight"])  # PM and local model differ
         assert res.metrics.gm_test_acc.notna().all() and res.metrics.test_acc.notna().all()

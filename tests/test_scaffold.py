@@ -102,9 +102,9 @@ def test_first_round_equals_fedavg_and_control_variates_are_gradients():
         rows = plan.index[0, i]
         loss = F.cross_entropy(model(data.train.x[rows]), data.train.y[rows])
         for (n, p), gr in zip(model.named_parameters(), torch.autograd.grad(loss, list(model.parameters()))):
-            assert torch.allclose(st.extra["scaffold_ci"][n][i], gr, rtol=0, atol=1e-10), (n, i)
-    for n, c in st.extra["scaffold_c"].items():
-        assert torch.allclose(c, st.extra["scaffold_ci"][n].mean(0), rtol=0, atol=1e-14)
+            assert torch.allclose(st.extra["scaffold"].ci[n][i], gr, rtol=0, atol=1e-10), (n, i)
+    for n, c in st.extra["scaffold"].c.items():
+        assert torch.allclose(c, st.extra["scaffold"].ci[n].mean(0), rtol=0, atol=1e-14)
 
 
 def test_scaffold_vs_fedavg_and_both_executors_agree():

@@ -1,7 +1,7 @@
 """Ditto: Li, Hu, Beirami, Smith, "Ditto: Fair and Robust Federated Learning Through Personalization", ICML 2021.
 
 Algorithm 1, paper symbols -> ``RunConfig`` / state:
-    w (global model), v_k (personalised)  -> the global model, ``state.extra['ditto_v']`` (N, ...)
+    w (global model), v_k (personalised)  -> the global model, ``PersonalModels.v`` (N, ...)
     lambda                                -> ``lam``
     eta (local step size)                 -> ``lr`` (also for v_k; the paper uses one step size)
     local updates / s personal steps      -> ``local_steps`` or ``local_epochs``, the same plan for both
@@ -27,8 +27,19 @@ from dataclasses import dataclass
 
 from ..executors import LocalSGD
 from ..options import MethodOptions, option, register
-from ..stages import Algorithm
+from ..stages import Algorithm, MethodState, Params
 from .fedavg import FedAvg
+
+
+@dataclass(eq=False)
+class PersonalModels(MethodState):
+    """Ditto's v_k for every client (N, ...), starting at the initial model."""
+
+    KEY = "ditto"
+    v: Params
+
+    def personal(self) -> Params:
+        return self.v
 
 
 @dataclass
@@ -41,7 +52,7 @@ class DittoClient:
     def __call__(self, executor, model, start, anchor, plan, split, state, clients):
         lr = self.lr * state.lr_scale
         uploaded = executor.train(model, start, plan, split, LocalSGD(lr, self.momentum, self.weight_decay))
-        v = state.extra.setdefault("ditto_v", {n: t.clone() for n, t in state.client_params.items()})
+        v = PersonalModels.of(state, lambda: PersonalModels({n: t.clone() for n, t in state.client_params.items()})).v
         own = {n: t[clients] for n, t in v.items()}
         # v_k <- argmin F_k(v) + lam/2 ||v - w^t||^2, w^t the model the client received (``start``)
         personal = executor.train(
@@ -66,6 +77,6 @@ class Ditto(MethodOptions):
             name=self.NAME,
             local_update=DittoClient(lo.lr, self.lam, lo.momentum, lo.weight_decay),
             evaluate="personal",
-            personal_key="ditto_v",
+            personal=PersonalModels,
             report_global=True,
         )

@@ -13,7 +13,7 @@ degree of adaptivity) -> ``adam_tau``. Defaults are the paper's: beta1 = 0.9, be
 = 0.01 from its tuned range (it tunes eta per task). Choices: m_0 = 0 and v_0 = tau^2 (the algorithm asks
 v_{-1} >= tau^2); the mean is sample-weighted like every FedAvg-family server here (the paper's is uniform
 over the sampled clients; equal when clients hold equal data, as in AdaFL's MNIST setting). State (m, v) is
-per parameter in ``state.extra["fedadam"]``.
+per parameter, the method's state ``Moments``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,17 @@ from dataclasses import dataclass
 import torch
 
 from ..options import MethodOptions, option, register
-from ..stages import Algorithm
+from ..stages import Algorithm, MethodState, Params
 from .fedavg import FedAvg
+
+
+@dataclass(eq=False)
+class Moments(MethodState):
+    """The server's first and second moments m, v per parameter (no client axis): m_0 = 0, v_0 = tau^2."""
+
+    KEY = "fedadam"
+    m: Params
+    v: Params
 
 
 @dataclass
@@ -36,17 +45,18 @@ class ServerAdam:
     tau: float
 
     def __call__(self, global_params, mean, state) -> dict[str, torch.Tensor]:
-        st = state.extra.setdefault(
-            "fedadam",
-            {
-                **{f"m.{k}": torch.zeros_like(t) for k, t in global_params.items()},
-                **{f"v.{k}": torch.full_like(t, self.tau**2) for k, t in global_params.items()},
-            },
+        g = global_params
+        st = Moments.of(
+            state,
+            lambda: Moments(
+                {k: torch.zeros_like(t) for k, t in g.items()},
+                {k: torch.full_like(t, self.tau**2) for k, t in g.items()},
+            ),
         )
         out = {}
         for k, x in global_params.items():
             delta = mean[k] - x
-            m, v = st[f"m.{k}"], st[f"v.{k}"]
+            m, v = st.m[k], st.v[k]
             m.mul_(self.beta1).add_(delta, alpha=1 - self.beta1)
             v.mul_(self.beta2).addcmul_(delta, delta, value=1 - self.beta2)
             out[k] = x + self.lr * m / (v.sqrt() + self.tau)

@@ -10,7 +10,7 @@ heavy-ball step on it:
 
 Paper symbols -> options: beta -> ``server_momentum``, eta -> ``server_lr`` (the paper fixes eta = 1 and
 tunes the client lr; we keep eta so the same options serve the FedOpt family). With beta = 0 and eta = 1
-FedAvgM is FedAvg exactly (tested). The velocity v is per parameter, in ``state.extra["fedavgm"]``.
+FedAvgM is FedAvg exactly (tested). The velocity v is per parameter, the method's state ``Velocity``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,16 @@ from dataclasses import dataclass
 import torch
 
 from ..options import MethodOptions, option, register
-from ..stages import Algorithm
+from ..stages import Algorithm, MethodState, Params
 from .fedavg import FedAvg
+
+
+@dataclass(eq=False)
+class Velocity(MethodState):
+    """The server's heavy-ball velocity v, per parameter (no client axis), starting at 0."""
+
+    KEY = "fedavgm"
+    v: Params
 
 
 @dataclass
@@ -31,7 +39,7 @@ class ServerMomentum:
     momentum: float
 
     def __call__(self, global_params, mean, state) -> dict[str, torch.Tensor]:
-        v = state.extra.setdefault("fedavgm", {k: torch.zeros_like(t) for k, t in global_params.items()})
+        v = Velocity.of(state, lambda: Velocity({k: torch.zeros_like(t) for k, t in global_params.items()})).v
         out = {}
         for k, w in global_params.items():
             v[k].mul_(self.momentum).add_(w - mean[k])  # v = beta v + Delta

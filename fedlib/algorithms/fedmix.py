@@ -69,7 +69,7 @@ Choices, where the sources leave it open or disagree:
 - Mean set: computed once, deterministically, from the training split: each client's rows in
   stored order (its dataset indices ascending, not sorted by label), cut into consecutive chunks
   of M_k; the last chunk of a client may be smaller (its mean is over the rows it has), so
-  M_k >= n_k gives one mean per client. Held in ``state.extra['mafl_means']`` = {'x', 'y'}.
+  M_k >= n_k gives one mean per client. Held as the method's state ``MeanSet``.
 - Masked epochs (``sample_epochs``): padding rows do not count; a client past the end of its
   epochs does not step (no momentum, no weight decay), as in the executors.
 
@@ -97,9 +97,18 @@ import torch.nn.functional as F
 from ..data.federated import BatchPlan, Split
 from ..executors import FedMixObjective, LocalSGD, NaiveMixObjective, Objective
 from ..options import MethodOptions, option, register
-from ..stages import Algorithm, WeightedMean, local_sgd
+from ..stages import Algorithm, MethodState, Params, WeightedMean, local_sgd
 
-MEANS_KEY = "mafl_means"
+
+@dataclass(eq=False)
+class MeanSet(MethodState):
+    """MAFL's global mean set, ``means = {"x": X_g, "y": Y_g}``: computed once, before the first round's training."""
+
+    KEY = "mafl_means"
+    means: Params
+
+
+MEANS_KEY = MeanSet.KEY
 
 
 def mean_dataset(split: Split, n_classes: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -161,7 +170,8 @@ class MixClient:
 
     def means(self, model, start, split, state) -> tuple[torch.Tensor, torch.Tensor]:
         """The global mean set, computed once (the clients send their means before training)."""
-        if MEANS_KEY not in state.extra:
+
+        def compute() -> MeanSet:
             with torch.no_grad():  # number of classes = the model's output width
                 probe = {n: t[0] for n, t in start.items()}
                 out = torch.func.functional_call(
@@ -169,8 +179,9 @@ class MixClient:
                 )
                 model.train()
             mx, my = mean_dataset(split, out.shape[-1], self.mean_size)
-            state.extra[MEANS_KEY] = {"x": mx, "y": my}
-        m = state.extra[MEANS_KEY]
+            return MeanSet({"x": mx, "y": my})
+
+        m = MeanSet.of(state, compute).means
         return m["x"], m["y"]
 
 

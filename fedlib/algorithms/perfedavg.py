@@ -26,7 +26,7 @@ import torch
 from ..data.federated import BatchPlan, sample_steps
 from ..executors import LocalSGD
 from ..options import MethodOptions, option, register
-from ..stages import Algorithm, WeightedMean, local_sgd
+from ..stages import Algorithm, MethodState, Params, WeightedMean, local_sgd
 
 
 def _one_step(executor, model, params, plan: BatchPlan, s: int, split, lr: float):
@@ -67,6 +67,17 @@ class PerFedAvgClient:
         return w
 
 
+@dataclass(eq=False)
+class AdaptedModels(MethodState):
+    """Every client's one-step adaptation of the global model (N, ...), made before each evaluation and evaluated."""
+
+    KEY = "perfedavg"
+    adapted: Params
+
+    def personal(self) -> Params:
+        return self.adapted
+
+
 @dataclass
 class AdaptBeforeEval:
     """Every client adapts the global model with one SGD step (rate alpha) on one training mini-batch."""
@@ -79,7 +90,7 @@ class AdaptBeforeEval:
         plan = sample_steps(split.layout(), torch.arange(n), 1, self.batch_size, generator)
         plan = BatchPlan(plan.index.to(split.x.device))
         g = {k: v.unsqueeze(0).expand(n, *v.shape).clone() for k, v in state.global_params.items()}
-        state.extra["adapted"] = executor.train(model, g, plan, split, LocalSGD(lr=self.alpha))
+        state.extra[AdaptedModels.KEY] = AdaptedModels(executor.train(model, g, plan, split, LocalSGD(lr=self.alpha)))
 
 
 def _build(cfg, name: str, beta: float, hessian_free: bool, delta: float = 1e-3) -> Algorithm:
@@ -90,7 +101,7 @@ def _build(cfg, name: str, beta: float, hessian_free: bool, delta: float = 1e-3)
         local_update=PerFedAvgClient(cfg.local.lr, beta, hessian_free, delta),
         batches_per_step=3 if hessian_free else 2,
         evaluate="personal",
-        personal_key="adapted",
+        personal=AdaptedModels,
         report_global=True,
         before_eval=AdaptBeforeEval(cfg.local.lr, cfg.local.batch_size),
     )

@@ -28,13 +28,24 @@ import torch
 from ..data.federated import BatchPlan
 from ..executors import LocalSGD
 from ..options import MethodOptions, option, register
-from ..stages import Algorithm, Mixing, WeightedMean, local_sgd
+from ..stages import Algorithm, MethodState, Mixing, Params, WeightedMean, local_sgd
 from .fedmcsa import MCSAttention
+
+
+@dataclass(eq=False)
+class PersonalizedModels(MethodState):
+    """pFedMe's theta_i for every client (N, ...): the personalised models (PM) evaluated."""
+
+    KEY = "pfedme"
+    theta: Params
+
+    def personal(self) -> Params:
+        return self.theta
 
 
 @dataclass
 class PFedMeClient:
-    """pFedMe's client procedure over a plan of R steps; stores theta_i in ``state.extra['theta']``."""
+    """pFedMe's client procedure over a plan of R steps; keeps theta_i in ``PersonalizedModels``."""
 
     lr: float
     personal_lr: float
@@ -56,7 +67,9 @@ class PFedMeClient:
                     else:  # a client past the end of its epoch does not step
                         m = plan.active[r].view(-1, *([1] * (t.dim() - 1)))
                         t.copy_(torch.where(m, torch.lerp(t, theta[n], step), t))
-        store = state.extra.setdefault("theta", {n: v.clone() for n, v in state.client_params.items()})
+        store = PersonalizedModels.of(
+            state, lambda: PersonalizedModels({n: v.clone() for n, v in state.client_params.items()})
+        ).theta
         for n, t in theta.items():
             store[n][clients] = t
         return w
@@ -97,7 +110,7 @@ class PFedMe(MethodOptions):
             start="global",
             evaluate="personal",
             local_update=PFedMeClient(cfg.local.lr, self.personal_lr, self.lam, self.inner_steps),
-            personal_key="theta",
+            personal=PersonalizedModels,
             report_global=True,
         )
 
@@ -123,5 +136,5 @@ class PFedMePlusMCSA(MethodOptions):
             start="personal",
             evaluate="personal",
             local_update=PFedMeClient(cfg.local.lr, self.personal_lr, self.lam, self.inner_steps),
-            personal_key="theta",
+            personal=PersonalizedModels,
         )

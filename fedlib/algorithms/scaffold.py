@@ -2,7 +2,7 @@
 
 Algorithm 1, paper symbols -> ``RunConfig`` fields / state:
     x (server model)                 -> the global model
-    c, c_i (control variates)        -> ``state.extra['scaffold_c']`` (no client axis), ``['scaffold_ci']`` (N, ...); both start at 0
+    c, c_i (control variates)        -> ``ControlVariates.c`` (no client axis), ``.ci`` (N, ...); both start at 0
     eta_l (local step), K (steps)    -> ``lr`` (times ``lr_decay``^(t-1)), ``local_steps`` or the steps of ``local_epochs``
     eta_g (global step)              -> ``server_lr``
 Each sampled client i starts from y_i = x and takes K steps
@@ -34,7 +34,16 @@ import torch
 
 from ..executors import LocalSGD
 from ..options import MethodOptions, option, register
-from ..stages import Algorithm, Mixing, WeightedMean, local_sgd
+from ..stages import Algorithm, MethodState, Mixing, Params, WeightedMean, local_sgd
+
+
+@dataclass(eq=False)
+class ControlVariates(MethodState):
+    """SCAFFOLD's state: the server's c (no client axis) and every client's c_i (N, ...), both starting at 0."""
+
+    KEY = "scaffold"
+    c: Params
+    ci: Params
 
 
 @dataclass
@@ -48,8 +57,14 @@ class ScaffoldClient:
     def __call__(self, executor, model, start, anchor, plan, split, state, clients):
         names = [n for n, t in start.items() if t.is_floating_point()]
         n_clients = next(iter(state.client_params.values())).shape[0]
-        c = state.extra.setdefault("scaffold_c", {n: torch.zeros_like(state.global_params[n]) for n in names})
-        ci = state.extra.setdefault("scaffold_ci", {n: torch.zeros_like(state.client_params[n]) for n in names})
+        cv = ControlVariates.of(
+            state,
+            lambda: ControlVariates(
+                {n: torch.zeros_like(state.global_params[n]) for n in names},
+                {n: torch.zeros_like(state.client_params[n]) for n in names},
+            ),
+        )
+        c, ci = cv.c, cv.ci
         drift = {n: c[n].unsqueeze(0) - ci[n][clients] for n in names}  # c - c_i
         lr = self.lr * state.lr_scale
         trained = executor.train(model, start, plan, split, LocalSGD(lr, self.momentum, self.weight_decay), drift=drift)
