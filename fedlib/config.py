@@ -517,6 +517,25 @@ def flat_field_names() -> tuple[str, ...]:
     return tuple(LEGACY) + tuple(dict.fromkeys(extra))
 
 
+def flat_name(name: str) -> str:
+    """The flat name of a flat (``lr``) or dotted (``local.lr``, ``model.name``, ``method.mu``) field name, as grid
+    cells and ``--where`` filters use them; a ValueError naming the allowed names when there is none (``local.mu``:
+    mu is a method option, not a local one)."""
+    part, dot, field_ = name.partition(".")
+    if not dot and name in flat_field_names():
+        return name
+    if dot and part in _PARTS and field_ in {f.name for f in fields(_PARTS[part])}:
+        return _flat_of(part, field_)
+    if dot and part == "method" and field_ == "name":
+        return "algorithm"
+    if dot and part == "method" and field_ in flat_field_names() and field_ not in _FLAT:
+        return field_
+    raise ValueError(
+        f"{name!r} is not a config field; fields (flat, or dotted such as method.mu, local.lr, model.name): "
+        f"{', '.join(sorted(flat_field_names()))}"
+    )
+
+
 def _jsonable(d: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 

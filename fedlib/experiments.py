@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from . import profiles
-from .config import RunConfig, flat_field_names, resolve_profile
+from .config import RunConfig, flat_field_names, flat_name, resolve_profile
 from .runner import expand, results_frame, run_configs
 from .store import Store
 
@@ -116,7 +116,7 @@ def _table(cfgs: list[RunConfig], store: Store, columns, **kw) -> pd.DataFrame:
 
 def _where(where: dict | None) -> dict:
     """``where`` under flat names (dotted ones by their last component); unknown names are a ValueError."""
-    return {profiles.flat_name(k): v for k, v in (where or {}).items()}
+    return {flat_name(k): v for k, v in (where or {}).items()}
 
 
 def _matches(cfg: RunConfig, where: dict) -> bool:
@@ -219,7 +219,7 @@ def main(argv=None) -> int:
     for w in args.where:
         k, sep, v = w.partition("=")
         try:
-            k = profiles.flat_name(k) if sep else None
+            k = flat_name(k) if sep else None
         except ValueError:
             k = None
         if k is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import RunConfig, flat_field_names, resolve_profile
+from .config import RunConfig, flat_name, resolve_profile
 from .papers import adafl, fedmcsa, pfedla
 
 
@@ -90,18 +90,6 @@ def get(
                 f"{step.__module__}.{step.__name__} over {after!r}'s runs (fedlib.experiment runs it)"
             )
     return EXPERIMENTS[name](profile, available, **inputs)
-
-
-def flat_name(name: str) -> str:
-    """The flat field name of a flat (``lr``) or dotted (``local.lr``: its last component) name; a ValueError naming
-    the allowed names when there is none."""
-    flat = name.rsplit(".", 1)[-1]
-    if flat not in flat_field_names():
-        raise ValueError(
-            f"{name!r} is not a config field; fields (flat, or dotted such as method.mu, local.lr): "
-            f"{', '.join(sorted(flat_field_names()))}"
-        )
-    return flat
 
 
 def flat_cells(grid: list[dict]) -> list[dict]:

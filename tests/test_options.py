@@ -104,3 +104,16 @@ def test_grids_take_dotted_names():
     assert cfgs[0] == RunConfig(algorithm="fedprox", mu=cfgs[0].mu, lr=cfgs[0].lr)
     with pytest.raises(ValueError, match="sigma set but algorithm='fedprox' does not use it"):
         expand(RunConfig(algorithm="fedprox"), {"method.sigma": [1.0]})
+
+
+def test_flat_name_resolves_every_dotted_spelling_by_its_part():
+    """Grid cells and --where filters: ``model.name`` and ``method.name`` were refused, and ``local.mu`` taken as
+    FedProx's mu, when the last component alone was looked up."""
+    from fedlib.config import flat_name
+
+    assert [flat_name(n) for n in ("lr", "local.lr", "model.name", "selection.rule", "method.name", "method.mu",
+                                   "data.dataset", "model.hidden")] == [
+        "lr", "lr", "model", "selection", "algorithm", "mu", "dataset", "hidden"]  # fmt: skip
+    for bad in ("local.mu", "method.lr", "data.bogus", "bogus"):
+        with pytest.raises(ValueError, match="is not a config field"):
+            flat_name(bad)
