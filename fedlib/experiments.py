@@ -245,9 +245,9 @@ def main(argv=None) -> int:
             names.append(name)
     store, queue, seen, missing = Store(), [], set(), []
 
-    def flush():
-        """Train (or, dry, list) the queue so far."""
-        if not queue:
+    def flush(final: bool = False):
+        """Train (or, dry, list) the queue so far; the last call reports even an empty queue (nothing matched)."""
+        if not queue and not (final and not seen):
             return
         print(f"{len(queue)} configs, {sum(store.has(c) for c in queue)} stored, results in {store.root}")
         if args.dry_run:
@@ -274,7 +274,7 @@ def main(argv=None) -> int:
         missing += [m for m in ex.absent if m not in missing]
         if missing and name == names[-1]:
             print(f"data absent, skipped: {', '.join(missing)} (see data/README.md)")
-    flush()
+    flush(final=True)
     return 0
 
 

@@ -90,3 +90,11 @@ def test_cli_dotted_where_and_the_winners_step(monkeypatch, tmp_path, capsys):
     grid_line = out.index("24 configs, 0 stored")
     step_line = out.index("step table1_winners: 0 winners from 0 of 24 fedmcsa_table1_grid runs stored")
     assert grid_line < step_line
+
+
+def test_cli_says_when_where_matches_nothing(capsys):
+    """A --where that keeps no config still reports the (empty) queue instead of printing nothing."""
+    from fedlib.experiments import main
+
+    assert main(["fedmcsa_fig3", "--profile", "smoke", "--where", "model.name=dnn", "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith("0 configs, 0 stored")
