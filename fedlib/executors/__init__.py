@@ -19,7 +19,7 @@ Modules:
 - ``stacked``: ``StackedExecutor``, client groups, the generic ``vmap(grad(objective.loss))`` path.
 - ``chain``: ``chain_forward`` (the one Linear/ReLU-chain forward pass, also used by ``metrics.evaluate``) and the
   hand-written chain fast paths for (chain, CrossEntropy) and (chain, FedMixObjective / NaiveMixObjective).
-- ``kernels``: ``model_kernel`` (which kernel a model runs under) and the fast-path registry.
+- ``kernels``: the fast-path registry, keyed by (``models.kernel_of(model)``, objective type).
 - ``sgd``: ``LocalSGD`` and the in-place SGD updates of the stacked paths (private to this package).
 """
 
@@ -29,7 +29,7 @@ from torch import nn
 
 from . import chain  # noqa: F401  (registers the chain fast paths)
 from .chain import chain_forward
-from .kernels import FAST_PATHS, fast_path, model_kernel, register_fast_path
+from .kernels import FAST_PATHS, fast_path, register_fast_path
 from .loop import LoopExecutor
 from .objectives import CrossEntropy, FedMixObjective, MixupObjective, NaiveMixObjective, Objective
 from .sgd import LocalSGD, Params
@@ -66,7 +66,6 @@ __all__ = [
     "FedMixObjective",
     "NaiveMixObjective",
     "chain_forward",
-    "model_kernel",
     "register_fast_path",
     "fast_path",
     "FAST_PATHS",

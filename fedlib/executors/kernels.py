@@ -1,8 +1,8 @@
-"""Which kernel a model runs under, and the stacked executor's fast paths keyed by (kernel, objective type).
+"""The stacked executor's fast paths, keyed by (kernel, objective type).
 
-Kernels (``fedlib.models.KERNELS``): "chain" (a Flatten/Linear/ReLU chain: hand-written batched matmuls),
-"vmap" (buffer-free: ``torch.func.vmap`` over ``functional_call``), "loop" (anything, e.g. BatchNorm: the
-per-client loop executor only). A fast path is a function
+Kernels are what ``fedlib.models.kernel_of`` says a model supports (``fedlib.models.KERNELS``): "chain" (a
+Flatten/Linear/ReLU chain: hand-written batched matmuls), "vmap" (buffer-free: ``torch.func.vmap`` over
+``functional_call``), "loop" (anything, e.g. BatchNorm: the per-client loop executor only). A fast path is a function
 
     path(model, params, plan, data, opt, anchor, drift, objective, clients) -> None
 
@@ -15,25 +15,6 @@ executor takes its generic ``vmap(grad(objective.loss))`` path.
 from __future__ import annotations
 
 from typing import Callable
-
-from torch import nn
-
-from ..models import linear_chain
-
-try:
-    from ..models import kernel_of  # declared by the model (``ModelSpec.kernel``)
-except ImportError:  # until models.kernel_of lands: the structural rule it falls back to
-    kernel_of = None
-
-
-def model_kernel(model: nn.Module) -> str:
-    """ "chain", "vmap" or "loop": ``models.kernel_of`` when it exists, else the structural rule."""
-    if kernel_of is not None:
-        return kernel_of(model)
-    if linear_chain(model) is not None:
-        return "chain"
-    return "vmap" if next(model.buffers(), None) is None else "loop"
-
 
 FAST_PATHS: dict[tuple[str, type], Callable] = {}
 

@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from ..data.federated import BatchPlan, Split
-from .kernels import fast_path, model_kernel
+from ..models import kernel_of
+from .kernels import fast_path
 from .objectives import CrossEntropy, Objective
 from .sgd import LocalSGD, Params, _check, _sgd_update
 
@@ -67,11 +68,11 @@ class StackedExecutor:
 
     @staticmethod
     def supports(model: nn.Module) -> bool:
-        return model_kernel(model) in STACKED_KERNELS
+        return kernel_of(model) in STACKED_KERNELS
 
     def kernel_for(self, model: nn.Module) -> str:
         """The kernel this executor runs ``model`` under: the forced one, else the model's."""
-        kernel = model_kernel(model)
+        kernel = kernel_of(model)
         if kernel not in STACKED_KERNELS:
             raise NotImplementedError(f"{type(model).__name__} has buffers (e.g. BatchNorm): use the loop executor")
         if self.kernel is None:
