@@ -182,6 +182,9 @@ class Run:
         self.rng = np.random.default_rng(self.seed)
         self.gen = torch.Generator().manual_seed(self.seed + 1)
         self.eval_gen = torch.Generator().manual_seed(self.seed + 2)
+        # what every round's plan and aggregation read, on the CPU once (not a device sync per round)
+        self.layout = self.data.train.layout()
+        self.n_train = self.data.train.sizes.cpu().to(torch.float64)
 
     def state_dict(self) -> dict:
         st = {f.name: getattr(self.state, f.name) for f in dataclasses.fields(State)}
@@ -221,7 +224,7 @@ def run_round(run: Run, t: int) -> Round:
     trainers = sel if alg.trains == "selected" else np.arange(n)
     tr = torch.as_tensor(trainers, device=dev)
     start, anchor = start_models(alg, state, tr)
-    plan = _to(run.schedule.plan(data.train.layout(), torch.as_tensor(trainers), alg.batches_per_step, run.gen), dev)
+    plan = _to(run.schedule.plan(run.layout, torch.as_tensor(trainers), alg.batches_per_step, run.gen), dev)
     if alg.local_update is None:
         trained = run.executor.train(run.model, start, plan, data.train, local, anchor=anchor if local.mu else None)
     else:  # a method's own client procedure (pFedMe, SCAFFOLD, ...), built from executor.train calls
@@ -231,7 +234,7 @@ def run_round(run: Run, t: int) -> Round:
     state.fresh[tr] = False
     pos = torch.as_tensor(np.searchsorted(trainers, sel), device=dev)  # the selected clients' uploads:
     up = {k: v[pos] for k, v in trained.items() if alg.shared(k) and v.is_floating_point()}  # shared tensors only
-    mixing = alg.aggregate(up, data.train.sizes.cpu().to(torch.float64)[torch.as_tensor(sel)], sel)
+    mixing = alg.aggregate(up, run.n_train[torch.as_tensor(sel)], sel)
     if mixing.to_global is not None:  # w <- (1 - beta) w + beta sum_k p_k w_k   (beta = 1: FedAvg; pFedMe's beta)
         mean = {k: v[0] for k, v in mix(mixing.to_global.to(dev).unsqueeze(0), up).items()}
         if alg.server_step is not None:  # a server optimiser (FedAvgM, FedAdam)
