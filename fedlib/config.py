@@ -355,19 +355,13 @@ class RunConfig(Part):
         return self.get(name)
 
     def get(self, name: str):
-        """A field's value by flat (``mu``) or dotted (``method.mu``) name; a method option the method does not
-        have reads as its schema-1 default (what the flat ``config.json`` holds)."""
+        """A field's value by flat (``mu``) or dotted (``method.mu``) name (``flat_name``); a method option the method
+        does not have reads as its schema-1 default (what the flat ``config.json`` holds)."""
         flat = self.flat()
-        if name in flat:
-            return flat[name]
-        part, _, f = name.partition(".")
-        if part in _PARTS and hasattr(getattr(self, part), f):
-            return getattr(getattr(self, part), f)
-        if part == "method" and f == "name":
-            return self.method.NAME
-        if part == "method" and hasattr(self.method, f):
-            return getattr(self.method, f)
-        raise KeyError(f"RunConfig has no field {name!r}; flat names: {', '.join(flat_field_names())}")
+        try:
+            return flat[flat_name(name)]
+        except (KeyError, ValueError):
+            raise KeyError(f"RunConfig has no field {name!r}; flat names: {', '.join(flat)}") from None
 
     def _resolve(self, name: str, method: MethodOptions) -> tuple[str, str]:
         part, dot, f = name.partition(".")
