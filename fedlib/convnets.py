@@ -8,10 +8,9 @@ each conv layer the paper marks. The attention is pFedLA's local part; nothing e
 
 Which parameters stay local is declared by module type (``fedlib.models.param_groups``: backbone
 BatchNorm -> "bn", ``fedlib.local_attention.ATTENTION_MODULES`` -> "attn"). The state-dict names follow
-the older naming convention too (the engine's ``shared_except`` markers): BatchNorm layers of the backbone
-contain ``bn`` (``bn1``, ``blocks.4.dw_bn``), attention slots contain ``attn`` (``attn1``,
-``blocks.4.attn``), and no other name contains either. FedBN: ``shared_except("bn")``; pFedLA:
-``shared_except("attn")``; FedBN + pFedLA: ``shared_except("bn", "attn")``.
+the older naming convention too (what ``stages.shared_except`` matches, for hand-built algorithms): BatchNorm
+layers of the backbone contain ``bn`` (``bn1``, ``blocks.4.dw_bn``), attention slots contain ``attn``
+(``attn1``, ``blocks.4.attn``), and no other name contains either.
 
 Architecture choices. pFedLA's tables are not self-consistent; the published parameter counts of Tables 2
 and 4 pin down the readings used here (the arithmetic of every row and the alternatives tried are in

@@ -125,24 +125,9 @@ def all_shared(name: str) -> bool:
 
 
 def shared_except(*markers: str) -> Callable[[str], bool]:
-    """A parameter is kept local when its name contains one of ``markers`` (e.g. FedBN: 'bn', pFedLA: 'attn')."""
+    """A parameter is kept local when its name contains one of ``markers``: for hand-built ``Algorithm``s; the
+    registered methods keep declared groups local (``keep_local``, ``Algorithm.local_groups``)."""
     return lambda name: not any(m in name for m in markers)
-
-
-@dataclass(frozen=True)
-class also_local:
-    """``shared`` with parameters whose name contains one of ``markers`` kept local too
-    (pFedLA's attention on top of FedBN's BN: ``also_local(shared_except('bn'), 'attn')``)."""
-
-    base: Callable[[str], bool]
-    markers: tuple
-
-    def __init__(self, base, *markers):
-        object.__setattr__(self, "base", base)
-        object.__setattr__(self, "markers", markers)
-
-    def __call__(self, name: str) -> bool:
-        return self.base(name) and not any(m in name for m in self.markers)
 
 
 @dataclass(frozen=True)

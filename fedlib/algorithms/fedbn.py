@@ -2,9 +2,9 @@
 
 FedAvg in which every BatchNorm layer stays on its client: its affine parameters (gamma, beta) and
 its running statistics are never uploaded nor averaged (Algorithm 1: "for non-BN layers ... average").
-In fedlib that is the engine's shared-vs-local split: parameters whose state-dict name contains
-``bn`` are local (``shared_except('bn')``; the model registry names every backbone BatchNorm so,
-see ``fedlib.convnets``). Each client starts a round from the global non-BN weights and its own BN,
+In fedlib that is the engine's shared-vs-local split: FedBN keeps the parameter group ``bn`` local
+(``local_groups``), which the model declares by module type (``fedlib.models.param_groups``: every
+backbone BatchNorm layer). Each client starts a round from the global non-BN weights and its own BN,
 and is evaluated with that combination. On a model without BN, FedBN is FedAvg (tested).
 Paper symbols -> ``RunConfig``: E -> ``local_epochs``, B -> ``batch_size``, eta -> ``lr``.
 """
