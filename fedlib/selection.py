@@ -172,6 +172,10 @@ class AttentionSelection:
         """What changes from round to round (plain data, for snapshots): the scores and their history."""
         return {"scores": self.scores.copy(), "history": list(self.history)}
 
+    def traces(self, rounds: int) -> dict:
+        """'selection_scores' (rounds x N): a^(t) as it was when round t drew its clients."""
+        return {"selection_scores": np.array(self.history[-rounds:])} if self.history else {}
+
     def load_state_dict(self, d: dict) -> None:
         self.scores, self.history = np.asarray(d["scores"], dtype=np.float64), list(d["history"])
 

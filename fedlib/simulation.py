@@ -367,8 +367,8 @@ class ProgressBar(Callback):
 
 @dataclass
 class SelectionTrace(Callback):
-    """'selected' (rounds x N, bool: uploaded in round t) for every run; 'selection_scores' from a selection stage
-    that keeps a score history (AdaFL's a^(t) used to draw round t); 'hybrid_weights' from pFedLA_h models."""
+    """'selected' (rounds x N, bool: uploaded in round t) for every run; whatever the selection stage traces
+    (AdaFL: 'selection_scores', a^(t) used to draw round t); 'hybrid_weights' from pFedLA_h models."""
 
     n: int = 0
     rounds: int = 0
@@ -382,9 +382,8 @@ class SelectionTrace(Callback):
 
     def traces(self, run):
         out = {"selected": self.selected}
-        history = run.alg.select.state_dict().get("history") if hasattr(run.alg.select, "state_dict") else None
-        if history:
-            out["selection_scores"] = np.array(history[-self.rounds :])
+        if hasattr(run.alg.select, "traces"):  # the stage says what its scores mean (AdaFL: 'selection_scores')
+            out.update(run.alg.select.traces(self.rounds))
         logits = hybrid_logits(run.model)  # pFedLA_h: each client's softmax(u) per attention slot, (N, slots, 3)
         if logits:
             out["hybrid_weights"] = (
