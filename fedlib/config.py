@@ -34,6 +34,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
 
@@ -548,8 +549,12 @@ PROFILES = ("smoke", "quick", "paper")
 
 
 def resolve_profile(profile: str | None = None) -> str:
-    """The run profile: env ``FEDLIB_PROFILE`` (so CI can force 'smoke') wins, then ``profile``, then 'quick'."""
-    p = os.environ.get("FEDLIB_PROFILE") or profile or "quick"
-    if p not in PROFILES:
-        raise ValueError(f"profile={p!r} is not one of: {', '.join(PROFILES)}")
-    return p
+    """The run profile: an explicit ``profile`` wins, then env ``FEDLIB_PROFILE`` (how CI forces 'smoke' on code that
+    does not name one), then 'quick'. When both are given and differ, a warning says which one won."""
+    env = os.environ.get("FEDLIB_PROFILE") or None
+    for where, value in (("profile", profile), ("FEDLIB_PROFILE", env)):
+        if value is not None and value not in PROFILES:
+            raise ValueError(f"{where}={value!r} is not one of: {', '.join(PROFILES)}")
+    if profile and env and profile != env:
+        warnings.warn(f"profile={profile!r} given explicitly wins over FEDLIB_PROFILE={env!r}", stacklevel=2)
+    return profile or env or "quick"

@@ -138,7 +138,7 @@ def experiment(
     store: Store | str | None = None,
     available: "profiles.Available | None" = None,
 ) -> Experiment:
-    """Experiment ``name`` at ``profile`` (env FEDLIB_PROFILE wins; default 'quick') over the data sets present:
+    """Experiment ``name`` at ``profile`` (explicit beats env FEDLIB_PROFILE; default 'quick') over the data sets present:
     trained where not stored (``jobs`` at a time), or with ``stored_only`` read from the store only (nothing trains;
     ``missing_runs`` lists the rest). ``seeds``: only these seeds (every cell's); ``where``: ``{field: value or
     [values]}``, fields flat or dotted (``method.mu``); ``fields``: values set in every cell (e.g. ``{'data_seed': 1}``;
@@ -208,7 +208,9 @@ def main(argv=None) -> int:
         choices=["status"] + sorted(profiles.EXPERIMENTS),
         help="one or more experiments (one queue), or 'status': one line per experiment, stored / to run, runs nothing",
     )
-    ap.add_argument("--profile", default=None, help="smoke | quick | paper (default: FEDLIB_PROFILE or quick)")
+    ap.add_argument(
+        "--profile", default=None, help="smoke | quick | paper (beats FEDLIB_PROFILE; default: FEDLIB_PROFILE or quick)"
+    )
     ap.add_argument("--where", action="append", default=[], help="FIELD=VALUE filter, e.g. seed=0 or method.mu=0.1")
     ap.add_argument("--jobs", type=int, default=1, help="configs trained at a time, one process each (default 1)")
     ap.add_argument("--dry-run", action="store_true", help="list the configs and what is stored, run nothing")

@@ -75,7 +75,7 @@ STEPS = {**fedmcsa.STEPS}
 def get(
     name: str, profile: str | None = None, available: Available | None = None, **inputs
 ) -> tuple[RunConfig, list[dict]]:
-    """(base config, grid) of experiment ``name`` at ``profile`` (env FEDLIB_PROFILE wins, default 'quick') for the
+    """(base config, grid) of experiment ``name`` at ``profile`` (explicit beats env FEDLIB_PROFILE; default 'quick') for the
     data ``available`` (default: what is under the data root now). An experiment with a step (``STEPS``) takes the
     step's output by its keyword, e.g. ``get('fedmcsa_table1', 'paper', winners=...)``."""
     if name not in EXPERIMENTS:

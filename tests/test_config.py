@@ -60,7 +60,12 @@ def test_profile_resolution(monkeypatch):
     assert resolve_profile() == "quick"
     assert resolve_profile("paper") == "paper"
     monkeypatch.setenv("FEDLIB_PROFILE", "smoke")
-    assert resolve_profile("paper") == "smoke"  # CI forces smoke
+    assert resolve_profile() == "smoke"  # CI forces smoke where nothing is named
+    # issue 20/22: an explicit profile beats the environment, and says so (it was silently overridden)
+    with pytest.warns(UserWarning, match="profile='paper' given explicitly wins over FEDLIB_PROFILE='smoke'"):
+        assert resolve_profile("paper") == "paper"
     monkeypatch.setenv("FEDLIB_PROFILE", "huge")
-    with pytest.raises(ValueError, match="profile='huge' is not one of: smoke, quick, paper"):
+    with pytest.raises(ValueError, match="FEDLIB_PROFILE='huge' is not one of: smoke, quick, paper"):
         resolve_profile()
+    with pytest.raises(ValueError, match="profile='bogus' is not one of: smoke, quick, paper"):
+        resolve_profile("bogus")
