@@ -460,6 +460,19 @@ class RunConfig(Part):
                     f"RunConfig: {', '.join(extra)} set but algorithm={m.NAME!r} takes plain gradient "
                     "steps (its client procedure has no momentum or weight decay)"
                 )
+        if m.SELECTS and s.clients_per_round is not None and s.clients_per_round > self.data.n_clients:
+            raise ValueError(
+                f"RunConfig.clients_per_round={s.clients_per_round} must be <= n_clients={self.data.n_clients} "
+                "(S clients are sampled from the N; use fraction=1.0 for all of them)"
+            )
+        spec = MODELS[self.model.name]
+        lacking = [g for g in m.LOCAL_GROUPS if g not in spec.groups]
+        if lacking:
+            having = ", ".join(n for n, sp in MODELS.items() if all(g in sp.groups for g in m.LOCAL_GROUPS))
+            raise ValueError(
+                f"RunConfig: algorithm={m.NAME!r} keeps the model's {'/'.join(lacking)} parameters on the clients, "
+                f"but model={self.model.name!r} has none (it would train as FedAvg); models that have them: {having}"
+            )
         if s.fraction_schedule is not None:
             from .selection import StepFraction  # raises naming what is wrong
 

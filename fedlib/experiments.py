@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from . import profiles
-from .config import RunConfig, flat_field_names, flat_name, resolve_profile
+from .config import PROFILES, RunConfig, flat_field_names, flat_name, resolve_profile
 from .runner import expand, results_frame, run_configs
 from .store import Store
 
@@ -63,6 +63,12 @@ class Experiment:
         return [c for c in self.configs if not self.store.has(c)]
 
     @property
+    def damaged(self) -> list[str]:
+        """What is wrong with each damaged stored run among ``configs`` (they count as missing: left out of the
+        tables, retrained by the next ``train``)."""
+        return [p for c in self.configs if (p := self.store.problem(c)) is not None]
+
+    @property
     def columns(self) -> list[str]:
         """The fields the grid varies (the table's columns besides the summary)."""
         return list(dict.fromkeys(["algorithm", "seed"] + [k for cell in self.grid for k in cell]))
@@ -88,6 +94,11 @@ class Experiment:
             f"{' (stored only: nothing trains)' if self.stored_only else ''}; data sets: {', '.join(sets) or '-'}"
             f"; absent: {', '.join(self.absent) or 'none'}"
         ]
+        damaged = self.damaged
+        if damaged:
+            lines.append(
+                f"damaged, left out ({len(damaged)}; the next training run replaces them): " + "; ".join(damaged[:3])
+            )
         missing = self.missing_runs
         if missing:
             lines.append(
@@ -166,7 +177,11 @@ def experiment(
         fields = profiles.flat_cells([fields])[0]
         grid = [{**cell, **fields} for cell in grid]
     where = _where(where)
-    cfgs = [c for c in (expand(base, grid) if grid else []) if _matches(c, where)]
+    every = expand(base, grid) if grid else []
+    cfgs = [c for c in every if _matches(c, where)]
+    if every and where and not cfgs:
+        present = "; ".join(f"{k} in {{{', '.join(sorted({repr(c.get(k)) for c in every}))}}}" for k in where)
+        raise ValueError(f"where={where} matches none of the {len(every)} configs of {name!r} ({present})")
     ex = Experiment(name, profile, base, grid, cfgs, absent, store, stored_only, inputs, after)
     return ex if stored_only else ex.train(jobs, progress)
 
@@ -177,20 +192,21 @@ def configs(name: str, profile: str | None = None, where: dict | None = None):
     return ex.configs, ex.absent
 
 
-def status(profile: str | None = None, where: dict | None = None):
-    """One row per experiment at ``profile``: configs, stored, to run, how far the interrupted runs got
-    (they continue from there), the stored runs' wall hours, absent data."""
-    store, rows = Store(), []
+def status(profile: str | None = None, where: dict | None = None, store: Store | str | None = None):
+    """One row per experiment at ``profile``: configs, stored, damaged (left out, retrained by the next run), to run,
+    how far the interrupted runs got (they continue from there), the stored runs' wall hours, absent data."""
+    store, rows = store if isinstance(store, Store) else Store(store), []
     for name in sorted(profiles.EXPERIMENTS):
         ex = experiment(name, profile, where=where, stored_only=True, progress=False, store=store)
         cfgs, done = ex.configs, ex.runs
-        hours = sum(store.meta(c).get("wall_seconds", 0) for c in done) / 3600
+        hours = sum(store.meta(c).get("wall_seconds", 0) for c in done) / 3600  # done: checked runs only
         going = [i for c in cfgs if c not in done and (i := store.checkpoint(c).info())]
         rows.append(
             {
                 "experiment": name,
                 "configs": len(cfgs),
                 "stored": len(done),
+                "damaged": len(ex.damaged),
                 "to run": len(cfgs) - len(done),
                 "resumable (round/T)": ", ".join(f"{i['round']}/{i['rounds']}" for i in going),
                 "stored wall h": round(hours, 1),
@@ -209,7 +225,10 @@ def main(argv=None) -> int:
         help="one or more experiments (one queue), or 'status': one line per experiment, stored / to run, runs nothing",
     )
     ap.add_argument(
-        "--profile", default=None, help="smoke | quick | paper (beats FEDLIB_PROFILE; default: FEDLIB_PROFILE or quick)"
+        "--profile",
+        default=None,
+        choices=PROFILES,
+        help="smoke | quick | paper (beats FEDLIB_PROFILE; default: FEDLIB_PROFILE or quick)",
     )
     ap.add_argument("--where", action="append", default=[], help="FIELD=VALUE filter, e.g. seed=0 or method.mu=0.1")
     ap.add_argument("--jobs", type=int, default=1, help="configs trained at a time, one process each (default 1)")
@@ -233,6 +252,13 @@ def main(argv=None) -> int:
             where[k] = ast.literal_eval(v)
         except (ValueError, SyntaxError):
             where[k] = v
+    try:
+        return _main(ap, args, where)
+    except ValueError as e:  # bad input found before training (a --where that matches nothing, a bad config)
+        ap.error(str(e))
+
+
+def _main(ap, args, where) -> int:
     if "status" in args.experiment:
         if len(args.experiment) > 1:
             ap.error("'status' takes no experiment names: it lists every experiment")

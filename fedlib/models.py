@@ -53,6 +53,7 @@ class ModelSpec:
     attention_slots: bool = False  # build takes attention= (pFedLA's local attention after each conv layer)
     kernel: str = "chain"  # executor kernel of the built model, one of KERNELS (see ``kernel_of``)
     example_shapes: tuple[tuple[int, ...], ...] = ((60,), (1, 28, 28))  # inputs it takes (contract tests)
+    groups: tuple[str, ...] = ()  # parameter groups of the built model besides "" and "attn" (``param_groups``)
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -143,6 +144,7 @@ MODELS: dict[str, ModelSpec] = {
         "LeNet with BN, pFedLA Table 7 (digits, 3x28x28)",
         attention_slots=True,
         kernel="loop",
+        groups=("bn",),
         example_shapes=((3, 28, 28), (3, 32, 32)),
     ),
     "alexnet": ModelSpec(
@@ -152,6 +154,7 @@ MODELS: dict[str, ModelSpec] = {
         "AlexNet with BN, pFedLA Table 8 = FedBN's AlexNet (Office, 3x224x224)",
         attention_slots=True,
         kernel="loop",
+        groups=("bn",),
         example_shapes=((3, 224, 224), (3, 64, 64)),
     ),
     "mobilenetv2": ModelSpec(
@@ -161,6 +164,7 @@ MODELS: dict[str, ModelSpec] = {
         "MobileNetV2 with pFedLA Table 10's bottleneck, classification head",
         attention_slots=True,
         kernel="loop",
+        groups=("bn",),
         example_shapes=((3, 28, 28), (3, 64, 64)),
     ),
 }

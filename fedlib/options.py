@@ -134,11 +134,14 @@ class MethodOptions(Part):
     ``NAME``: the name configs use (``RunConfig.algorithm``). ``SELECTS``: the method samples clients each
     round (Local does not, so selection options do not apply to it). ``SGD_EXTRAS``: its client procedure
     honours SGD momentum and weight decay (pFedMe's and Per-FedAvg's steps are plain gradient steps).
+    ``LOCAL_GROUPS``: parameter groups (``fedlib.models.param_groups``) the method keeps on the clients; the model
+    must have them (FedBN on a model without BatchNorm would silently be FedAvg, so it is refused).
     """
 
     NAME: ClassVar[str] = ""
     SELECTS: ClassVar[bool] = True
     SGD_EXTRAS: ClassVar[bool] = True
+    LOCAL_GROUPS: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def option_names(cls) -> tuple[str, ...]:

@@ -8,14 +8,21 @@ soon as it finishes: an interrupted grid resumes where it stopped and loses noth
 
 from __future__ import annotations
 
+import _thread
+import contextlib
 import itertools
+import os
 import platform
+import signal
+import threading
 import time
+import warnings
 
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from . import resources
 from .algorithms import build_algorithm
 from .config import RunConfig
 from .data import load_federated
@@ -52,6 +59,7 @@ def train(cfg: RunConfig, progress: bool = True, data_root=None, checkpoint: Che
     """Train ``cfg`` from scratch (no store): the pure function behind ``run``; with a ``checkpoint``, continue
     from its snapshot if there is one (same result) and snapshot while training."""
     cfg.validate()
+    resources.check(cfg)  # refuse a run that cannot fit before loading its data
     device = cfg.resolved_device()
     if device == "cpu":
         keep_freed_memory()  # each round's large stacked tensors reuse freed memory (see fedlib.malloc)
@@ -81,11 +89,16 @@ def train(cfg: RunConfig, progress: bool = True, data_root=None, checkpoint: Che
         lr_decay=cfg.lr_decay,
         checkpoint=checkpoint,
     )
-    resumed = result.meta.get("resumed", [])
+    resumed, diverged = result.meta.get("resumed", []), dict(result.meta)
     before = resumed[-1]["elapsed"] if resumed else 0.0  # wall time of the interrupted part(s)
     result.meta = _meta(cfg, device, time.perf_counter() - t0 + before, executor.name)
     if resumed:
         result.meta["resumed"] = resumed
+    if "diverged_at" in diverged:
+        result.meta["diverged_at"] = diverged["diverged_at"]
+        warnings.warn(
+            f"{cfg.label()}: diverged at round {diverged['diverged_at']} (a NaN or inf model); the run stopped there"
+        )
     result.config = cfg
     return result
 
@@ -157,6 +170,8 @@ def run_configs(
         raise ValueError(f"jobs={jobs!r} must be an integer >= 1")
     store = store or Store()
     todo = [c for c in cfgs if not store.has(c)]
+    for c in todo:  # every run that will train fits, before any trains
+        resources.check(c)
     # runs that were stopped part-way first: they continue from their snapshot (see ``Store.checkpoint``)
     stopped = [c for c in todo if store.checkpoint(c).info() is not None]
     todo = stopped + [c for c in todo if c not in stopped]
@@ -185,6 +200,25 @@ def _worker_setup(jobs: int) -> None:
     global _GROUP_BYTES
     torch.set_num_threads(1)
     _GROUP_BYTES = PROCESS_CACHE_BYTES // jobs  # a value handed to each executor this process makes
+    # Ctrl-C in the terminal reaches every process of the group: an idle worker ignores it (the parent stops the
+    # grid); a training one snapshots at the end of its round and stops (``simulation.DeferredInterrupt``)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, daemon=True, name="fedlib-parent").start()
+
+
+def _exit_with_parent(grace: float = 20.0) -> None:
+    """A worker whose parent died (``kill -9`` of the grid) stops too instead of training on as an orphan: it is
+    interrupted like a Ctrl-C (its run snapshots at the end of the round), and exits after ``grace`` seconds."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    wait([parent.sentinel])  # ready when the parent process has ended, however it ended
+    _thread.interrupt_main(signal.SIGINT)
+    time.sleep(grace)
+    os._exit(1)
 
 
 def _run_in_worker(cfg: RunConfig, root: str, data_root) -> None:
@@ -208,6 +242,17 @@ def _run_parallel(todo: list[RunConfig], store: Store, jobs: int, progress: bool
                 c = futures[f]
                 f.result()
                 bar.set_postfix_str(f"{c.algorithm} {c.dataset}/{c.model} seed {c.seed}")
+        except KeyboardInterrupt:
+            for f in futures:  # runs not yet started are dropped; those running snapshot their last round and stop
+                f.cancel()
+            for p in list(getattr(pool, "_processes", {}).values()):  # also when only this process got the signal
+                with contextlib.suppress(OSError):
+                    os.kill(p.pid, signal.SIGINT)
+            pool.shutdown(wait=True)
+            stored = sum(store.has(c) for c in todo)
+            kept = sum(store.checkpoint(c).info() is not None for c in todo if not store.has(c))
+            print(f"interrupted: {stored} of {len(todo)} runs stored, {kept} snapshots kept (run again to resume)")
+            raise
         except BaseException:
             for f in futures:  # runs not yet started are dropped; those running finish and are stored
                 f.cancel()

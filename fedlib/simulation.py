@@ -10,10 +10,15 @@ never leave the client (FedBN's BN, pFedLA's attention).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
+import signal
 import subprocess
+import sys
+import threading
 import time
+import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +84,8 @@ class RunResult:
     state: State | None = None  # the final state (in memory only, not stored)
 
     def summary(self) -> dict:
+        """Best/final/last-10 accuracies, uploads and time. A diverged run (``diverged_at``: its round, else None)
+        reports its final and last-10 accuracies as NaN and its best over the rounds before it diverged."""
         m = self.metrics
         return {
             "best_acc": M.best(m.test_acc),
@@ -90,6 +97,7 @@ class RunResult:
             "last10_global_acc": M.last_mean(m.global_test_acc, 10),
             "uploads": int(m.uploads.iloc[-1]),
             "seconds": float(m.seconds.iloc[-1]),
+            "diverged_at": self.meta.get("diverged_at"),
         }
 
 
@@ -179,6 +187,7 @@ class Run:
 
     def __post_init__(self):
         self.state = init_state(self.model, self.data.n_clients)
+        self.diverged_at: int | None = None  # the round whose models became non-finite (the run stops there)
         self.rng = np.random.default_rng(self.seed)
         self.gen = torch.Generator().manual_seed(self.seed + 1)
         self.eval_gen = torch.Generator().manual_seed(self.seed + 2)
@@ -261,6 +270,11 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
     Each round is ``run_round``; after it the callbacks run in order: the traces (selection, attention), the
     user's ``on_round(t, selected, mixing, state)``, evaluation every ``eval_every`` rounds, the progress bar,
     and snapshots (``checkpoint``). ``lr_decay``: round t trains with eta * lr_decay^(t-1) (AdaFL's CIFAR-10).
+
+    Divergence: the first round whose uploads or global model hold a NaN or inf, or whose evaluated test loss
+    is not finite, is evaluated (its accuracies recorded as NaN: a non-finite model predicts nothing) and the
+    run stops there; ``meta['diverged_at']`` names that round. So no best or final accuracy of a diverged run
+    comes from a NaN model (an lr of 1e4 on MNIST once "reached" 18% with NaN weights).
     """
     if alg.local_groups:  # declared groups (FedBN's bn, pFedLA's attn) -> which parameters stay on the clients
         alg.shared = keep_local(param_groups(model), tuple(alg.local_groups))
@@ -271,13 +285,24 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
                  "progress": ProgressBar(rounds, desc or alg.name, progress, evaluation)}  # fmt: skip
     saver = callbacks["checkpoint"] = Checkpointing(checkpoint, rounds, callbacks)
     done, resumed = saver.resume(run)
-    for t in range(done + 1, rounds + 1):
-        out = run_round(run, t)
-        for cb in callbacks.values():
-            cb.after_round(run, out)
+    with DeferredInterrupt() as stop:  # Ctrl-C: finish the round, snapshot it, then stop
+        for t in range(done + 1, rounds + 1):
+            out = run_round(run, t)
+            if not finite(out.uploads, run.state.global_params):
+                run.diverged_at = t  # evaluation records this round (accuracies NaN), then the run stops
+            for cb in callbacks.values():
+                cb.after_round(run, out)
+            if run.diverged_at is not None:
+                break
+            if stop.requested and t < rounds:
+                callbacks["progress"].close()
+                where = saver.save(run, t)
+                raise KeyboardInterrupt(f"stopped after round {t}" + (f"; snapshot in {where}" if where else ""))
     callbacks["progress"].close()
     traces = {k: v for cb in callbacks.values() for k, v in cb.traces(run).items()}
     accs, losses, meta = np.array(evaluation.accs), np.array(evaluation.losses), {"resumed": resumed} if resumed else {}
+    if run.diverged_at is not None:
+        meta["diverged_at"] = run.diverged_at
     return RunResult(evaluation.frame(), accs, losses, data.test.sizes.cpu().numpy(), state=run.state, traces=traces,
                      meta=meta)  # fmt: skip
 
@@ -318,7 +343,7 @@ class Evaluation(Callback):
 
     def after_round(self, run, out):
         self.uploads += len(out.selected)
-        if out.t % self.every and out.t != run.rounds:
+        if out.t % self.every and out.t != run.rounds and run.diverged_at != out.t:
             return
         alg, state = run.alg, run.state
         if alg.before_eval is not None:
@@ -326,6 +351,11 @@ class Evaluation(Callback):
         row = _evaluate_round(
             alg, state, run.data, run.model, out.t, len(out.selected), self.uploads, self.train, self.t0
         )
+        if not np.isfinite(row["test_loss"]) or (self.train and not np.isfinite(row["train_loss"])):
+            run.diverged_at = out.t
+        if run.diverged_at == out.t:  # a non-finite model: no accuracy to report (argmax of NaN is class 0)
+            row.update({k: np.nan for k in row if k.endswith(("_acc", "_acc_mean")) and not k.startswith("_")})
+            row["_client_acc"] = np.full_like(row["_client_acc"], np.nan)
         self.accs.append(row.pop("_client_acc"))
         self.losses.append(row.pop("_client_loss"))
         self.rows.append(row)
@@ -357,7 +387,9 @@ class ProgressBar(Callback):
         if self.bar is None:
             self.bar = tqdm(total=self.rounds, initial=out.t - 1, desc=self.desc, disable=not self.enabled, leave=False)
         self.bar.update(1)
-        if self.evaluation is not None and self.evaluation.rows and self.evaluation.rows[-1]["round"] == out.t:
+        if run.diverged_at is not None:
+            self.bar.set_postfix_str(f"diverged at round {run.diverged_at}")
+        elif self.evaluation is not None and self.evaluation.rows and self.evaluation.rows[-1]["round"] == out.t:
             self.bar.set_postfix(acc=f"{self.evaluation.last_accuracy():.4f}")
 
     def close(self):
@@ -435,10 +467,17 @@ class Checkpointing(Callback):
         ck = self.checkpoint
         if ck is None or out.t >= self.rounds or time.perf_counter() - self.last_save < ck.every_seconds:
             return
+        self.save(run, out.t)
+
+    def save(self, run: Run, t: int) -> Path | None:
+        """Snapshot the run as it is after round ``t`` (now); the snapshot's path, or None if none was written."""
+        ck = self.checkpoint
+        if ck is None or ck.disabled:
+            return None
         select = run.alg.select.state_dict() if hasattr(run.alg.select, "state_dict") else {}
         ck.save(
             {
-                "round": out.t,
+                "round": t,
                 "rounds": self.rounds,
                 "elapsed": time.perf_counter() - self.t0,
                 "run": run.state_dict(),
@@ -448,6 +487,33 @@ class Checkpointing(Callback):
             }
         )
         self.last_save = time.perf_counter()
+        return None if ck.disabled else ck.path
+
+
+class DeferredInterrupt:
+    """Within it, a first Ctrl-C (SIGINT) only sets ``requested``: the round loop finishes the round, snapshots it
+    and stops, so an interrupted run loses nothing it finished. A second Ctrl-C stops at once. Only the main thread
+    can take signals; elsewhere (and where SIGINT was ignored: an idle worker) this does nothing."""
+
+    def __init__(self):
+        self.requested, self.previous = False, None
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\ninterrupt: stopping after this round, with a snapshot (Ctrl-C again: stop now)", file=sys.stderr)
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.getsignal(signal.SIGINT)
+            signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+        return False
 
 
 @dataclass
@@ -468,6 +534,7 @@ class Checkpoint:
 
     path: Path
     every_seconds: float = 300.0
+    disabled: bool = False  # set when a write failed: the run continues without snapshots
 
     def __post_init__(self):
         self.path = Path(self.path)
@@ -498,22 +565,45 @@ class Checkpoint:
             if not isinstance(snap, dict) or snap.get("format") != SNAPSHOT_FORMAT:
                 raise ValueError(f"not a fedlib snapshot of format {SNAPSHOT_FORMAT}")
         except Exception as e:  # noqa: BLE001  (any unreadable file: refuse it, never execute it)
+            aside = self._set_aside()
             warnings.warn(
-                f"snapshot {self.path} is not usable ({type(e).__name__}: {str(e)[:120]}); the run restarts "
-                "from round 1",
+                f"snapshot {self.path} is not usable ({type(e).__name__}: {str(e)[:120]}); moved to {aside.name} "
+                "and the run restarts from round 1",
                 stacklevel=2,
             )
             return None
         return _from_plain(snap) if snap.get("rounds") == rounds else None
 
+    def _set_aside(self) -> Path:
+        """Move a damaged snapshot out of the way (kept for inspection), so the next run does not trip on it."""
+        aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+        try:
+            os.replace(self.path, aside)
+        except OSError:
+            self.path.unlink(missing_ok=True)
+        self.info_path.unlink(missing_ok=True)
+        return aside
+
     def save(self, snap: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Write a snapshot atomically. A failed write (a full disk) is reported naming the file and snapshots stop
+        (``disabled``): the run goes on, it only loses the ability to resume."""
+        if self.disabled:
+            return
         snap = _to_plain({**snap, "commit": git_commit(), "format": SNAPSHOT_FORMAT})
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        torch.save(snap, tmp)
-        os.replace(tmp, self.path)  # a reader (or a second interruption) never sees half a snapshot
+        # unique per process: two processes on one config never write the same temporary file
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
         info = {k: snap[k] for k in ("round", "rounds")} | {"elapsed": round(snap["elapsed"], 1)}
-        self.info_path.write_text(json.dumps(info))
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(snap, tmp)
+            os.replace(tmp, self.path)  # a reader (or a second interruption) never sees half a snapshot
+            self.info_path.write_text(json.dumps(info))
+        except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
+            tmp.unlink(missing_ok=True)
+            self.disabled = True
+            no_space = getattr(e, "errno", None) == errno.ENOSPC or "No space left" in str(e)
+            what = "no space left" if no_space else f"{type(e).__name__}: {str(e)[:100]}"
+            warnings.warn(f"{what} writing {self.path}; the run continues without snapshots", stacklevel=2)
 
     def clear(self) -> None:
         for p in (self.path, self.info_path):
@@ -643,6 +733,12 @@ def _evaluate_round(alg, state, data, model, t, n_sel, uploads, eval_train, t0) 
         row["global_test_acc"] = float(c.sum() / k.sum())
     row["seconds"] = time.perf_counter() - t0
     return row
+
+
+def finite(*params: Params) -> bool:
+    """Whether every floating tensor of ``params`` is finite (one device sync)."""
+    flags = [torch.isfinite(v).all() for p in params for v in p.values() if v.is_floating_point() and v.numel()]
+    return bool(torch.stack(flags).all()) if flags else True
 
 
 def _to(plan: BatchPlan, dev) -> BatchPlan:

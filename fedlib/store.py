@@ -5,29 +5,162 @@ Layout of ``<root>/<key>/``:
     metrics.csv   one row per evaluated round (``simulation.COLUMNS``), a tidy table
     clients.npz   per-client test accuracy (float32) and loss (float16) per evaluated round, client test sizes,
                   and the per-round traces (``trace_selected``, ``trace_selection_scores``; see ``RunResult.traces``)
-    meta.json     package versions, git commit, device, wall time, date (and ``resumed``: where a run was continued)
+    meta.json     package versions, git commit, device, wall time, date (and ``resumed``: where a run was continued;
+                  ``diverged_at``: the round a diverged run stopped at)
+    manifest.json written last: each file's size and SHA-256, and the number of metrics rows
 
 Runs in progress keep a snapshot in ``<root>/_partial/<key>.pt`` (``simulation.Checkpoint``; not
 committed), removed once the run is stored.
 
 A run's folder is written in a temporary sibling and renamed into place, so a reader (or an
 interrupted grid) only ever sees complete results. The root is ``FEDLIB_RESULTS`` or the
-project's ``results/`` folder.
+project's ``results/`` folder. Folders and files get the permissions the umask allows (a shared store is
+readable by the group or others when the umask says so).
+
+Integrity: every read checks a run against its manifest (sizes and hashes) and its own structure (the
+metrics rows its config's rounds and ``eval_every`` give, per-client arrays of matching shape, JSON that parses
+into a config), so a truncated, edited or half-copied run is never shown as a
+result: ``load`` warns naming its path, key and what is wrong and returns None, ``has`` is False (the next grid
+retrains it) and ``save`` moves the damaged folder to ``_damaged/`` (kept for inspection) before storing the new
+one. Runs stored before manifests existed are checked by structure only. Nothing is unpickled: JSON, CSV, and
+``np.load(allow_pickle=False)``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import tempfile
+import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from .config import RunConfig, from_dict
-from .simulation import Checkpoint, RunResult
+from .simulation import COLUMNS, Checkpoint, RunResult
+
+FILES = ("config.json", "metrics.csv", "clients.npz", "meta.json")
+MANIFEST = "manifest.json"
+LATER_COLUMNS = ("gm_test_acc", "gm_test_acc_mean")  # metrics columns added after the first stored runs
+
+
+class DamagedRun(ValueError):
+    """A stored run that fails its integrity check; the message names the folder and what is wrong."""
+
+
+class DamagedRunWarning(UserWarning):
+    pass
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _open_up(folder: Path) -> None:
+    """``tempfile.mkdtemp`` makes a folder only its owner can read; give it (and its files) what the umask allows."""
+    mask = _umask()
+    os.chmod(folder, 0o777 & ~mask)
+    for f in folder.iterdir():
+        os.chmod(f, 0o666 & ~mask)
+
+
+def _digest(data: bytes) -> dict:
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def expected_rounds(cfg: RunConfig, diverged_at: int | None = None) -> list[int]:
+    """The rounds a run of ``cfg`` evaluates (every ``eval_every`` and the last; a diverged run up to its round)."""
+    last = diverged_at if diverged_at is not None else cfg.rounds
+    return [t for t in range(1, last + 1) if t % cfg.eval_every == 0 or t == last]
+
+
+def read_run(folder: Path, key: str | None = None) -> RunResult:
+    """A stored run read from ``folder`` and checked (manifest, structure); raises ``DamagedRun`` naming the folder.
+
+    ``key``: the folder's config key (default: its name), named in the error."""
+    folder = Path(folder)
+    key = key or folder.name
+
+    def bad(what: str) -> DamagedRun:
+        return DamagedRun(f"stored run {folder} (key {key}) is damaged: {what}")
+
+    blobs = {}
+    for name in FILES:
+        try:
+            blobs[name] = (folder / name).read_bytes()
+        except OSError as e:
+            raise bad(f"cannot read {name} ({e.strerror or e})") from None
+    if (folder / MANIFEST).exists():
+        try:
+            manifest = json.loads((folder / MANIFEST).read_text())
+            files = manifest["files"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise bad(f"{MANIFEST} unreadable ({type(e).__name__})") from None
+        for name in FILES:
+            if files.get(name) != _digest(blobs[name]):
+                raise bad(f"{name} differs from its manifest entry (size or SHA-256): changed after it was stored")
+    try:
+        cfg_dict, meta = json.loads(blobs["config.json"]), json.loads(blobs["meta.json"])
+        if not isinstance(cfg_dict, dict) or not isinstance(meta, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as e:
+        raise bad(f"config.json or meta.json is not a JSON object ({e})") from None
+    try:
+        cfg = from_dict(cfg_dict)
+    except (ValueError, TypeError) as e:
+        raise bad(f"config.json is not a valid config ({e})") from None
+    # (the folder's key is not re-derived from config.json: one stored run's file records a field the run never
+    # read, under a default that changed since -- tests/test_store_keys.py; its manifest guards it like the rest)
+    import io
+
+    try:
+        metrics = pd.read_csv(io.BytesIO(blobs["metrics.csv"]))
+    except (ValueError, pd.errors.ParserError) as e:  # EmptyDataError is a ValueError
+        raise bad(f"metrics.csv unreadable ({type(e).__name__}: {e})") from None
+    lacking = [c for c in COLUMNS if c not in metrics.columns and c not in LATER_COLUMNS]
+    if lacking:
+        raise bad(f"metrics.csv lacks columns {', '.join(lacking)}")
+    want = expected_rounds(cfg, meta.get("diverged_at"))
+    if metrics["round"].tolist() != want:
+        got = metrics["round"].tolist()
+        raise bad(
+            f"metrics.csv has rounds {_span(got)}, expected {_span(want)} (rounds={cfg.rounds}, "
+            f"eval_every={cfg.eval_every}): truncated or edited"
+        )
+    try:
+        with np.load(io.BytesIO(blobs["clients.npz"]), allow_pickle=False) as z:
+            acc, loss, n = z["acc"].astype(np.float64), z["loss"].astype(np.float64), z["n"]
+            traces = {k[len("trace_") :]: z[k] for k in z.files if k.startswith("trace_")}
+    except Exception as e:  # noqa: BLE001  (zip, npy and key errors alike: the file is damaged)
+        raise bad(f"clients.npz unreadable ({type(e).__name__}: {str(e)[:100]})") from None
+    if acc.shape != (len(want), len(n)) or loss.shape != acc.shape:
+        raise bad(f"clients.npz holds acc {acc.shape}, loss {loss.shape} for {len(want)} rounds x {len(n)} clients")
+    return RunResult(metrics, acc, loss, n, meta, cfg, traces=traces)
+
+
+def seal(folder: Path) -> None:
+    """Write ``folder``'s manifest: each file's size and SHA-256 (what ``read_run`` checks), and its metrics rows."""
+    folder = Path(folder)
+    files = {name: _digest((folder / name).read_bytes()) for name in FILES}
+    rows = len(pd.read_csv(folder / "metrics.csv"))
+    (folder / MANIFEST).write_text(json.dumps({"format": 1, "rows": rows, "files": files}, indent=1, sort_keys=True))
+
+
+def _span(rounds: list) -> str:
+    return f"[{rounds[0]}..{rounds[-1]}] ({len(rounds)})" if len(rounds) > 3 else str(rounds)
+
+
+def _stat(p: Path):
+    try:
+        return p.stat()
+    except OSError:
+        return None
 
 
 def default_root() -> Path:
@@ -41,6 +174,7 @@ def default_root() -> Path:
 class Store:
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = Path(root) if root is not None else default_root()
+        self._checked: dict[Path, tuple] = {}  # folder -> (file stamps, problem or None)
 
     def path(self, cfg: RunConfig) -> Path:
         return self.root / cfg.key()
@@ -52,7 +186,38 @@ class Store:
         return Checkpoint(self.root / "_partial" / f"{cfg.key()}.pt", self.checkpoint_seconds)
 
     def has(self, cfg: RunConfig) -> bool:
-        return (self.path(cfg) / "metrics.csv").exists()
+        """Whether ``cfg`` has a stored result that passes its integrity check."""
+        return self.problem(cfg) is None and (self.path(cfg) / "metrics.csv").exists()
+
+    def problem(self, cfg: RunConfig) -> str | None:
+        """What is wrong with ``cfg``'s stored run (None if it is sound or absent). Cached while its files are
+        unchanged, so asking again costs a few ``stat`` calls."""
+        folder = self.path(cfg)
+        if not folder.is_dir():
+            return None
+        stamp = tuple((s.st_size, s.st_mtime_ns) if (s := _stat(folder / f)) else None for f in (*FILES, MANIFEST))
+        hit = self._checked.get(folder)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        try:
+            read_run(folder, cfg.key())
+            found = None
+        except DamagedRun as e:
+            found = str(e)
+        self._checked[folder] = (stamp, found)
+        return found
+
+    def damaged(self) -> list[str]:
+        """What is wrong with each damaged run folder in the store (one line each, naming the folder)."""
+        out = []
+        if self.root.exists():
+            for d in sorted(self.root.iterdir()):
+                if d.is_dir() and not d.name.startswith("_"):
+                    try:
+                        read_run(d)
+                    except DamagedRun as e:
+                        out.append(str(e))
+        return out
 
     def save(self, cfg: RunConfig, result: RunResult, replace: bool = False) -> Path:
         """Write ``result`` under ``cfg``'s key; an existing result is kept unless ``replace`` (a forced re-run)."""
@@ -67,14 +232,20 @@ class Store:
             }
             # accuracies at float32: float16 would move a 95% accuracy by up to 0.02 points, the size of the
             # differences the tables print; the losses only feed curves, so float16 keeps them small
+            with np.errstate(over="ignore"):  # a diverged run's huge losses become inf in float16
+                loss16 = result.client_loss.astype(np.float16)
             np.savez_compressed(
                 tmp / "clients.npz",
                 acc=result.client_acc.astype(np.float32),
-                loss=result.client_loss.astype(np.float16),
+                loss=loss16,
                 n=result.client_n,
                 **traces,
             )
             (tmp / "meta.json").write_text(json.dumps(result.meta, indent=1, sort_keys=True, default=str))
+            seal(tmp)  # last: the manifest
+            _open_up(tmp)
+            if final.exists() and not replace and self.problem(cfg) is not None:
+                self._set_aside(final)  # a damaged run: keep it for inspection, store the new one
             if final.exists() and replace:  # swap in the new folder, then drop the old one
                 old = Path(tempfile.mkdtemp(prefix=f"_tmp-old-{cfg.key()}-", dir=self.root))
                 os.replace(final, old / "run")
@@ -89,18 +260,38 @@ class Store:
             raise
         return final
 
+    def _set_aside(self, folder: Path) -> Path:
+        dest = self.root / "_damaged" / f"{folder.name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(folder, dest)
+        warnings.warn(f"damaged run {folder} moved to {dest} (a new result takes its place)", DamagedRunWarning, 2)
+        self._checked.pop(folder, None)
+        return dest
+
     def meta(self, cfg: RunConfig) -> dict:
         """A stored run's metadata (versions, commit, device, wall time) without reading its metrics."""
-        return json.loads((self.path(cfg) / "meta.json").read_text())
+        p = self.path(cfg) / "meta.json"
+        try:
+            meta = json.loads(p.read_text())
+        except (OSError, ValueError) as e:
+            raise DamagedRun(f"stored run {p.parent} (key {cfg.key()}): meta.json unreadable ({e})") from None
+        if not isinstance(meta, dict):
+            raise DamagedRun(f"stored run {p.parent} (key {cfg.key()}): meta.json is not a JSON object")
+        return meta
 
     def load(self, cfg: RunConfig) -> RunResult | None:
+        """``cfg``'s stored result, checked; None if there is none, or (with a ``DamagedRunWarning`` naming the
+        folder and the fault) if it is damaged -- a damaged run is never returned as a result."""
         p = self.path(cfg)
-        if not (p / "metrics.csv").exists():
+        if not (p / "metrics.csv").exists() and not p.is_dir():
             return None
-        with np.load(p / "clients.npz") as z:
-            acc, loss, n = z["acc"].astype(np.float64), z["loss"].astype(np.float64), z["n"]
-            traces = {k[len("trace_") :]: z[k] for k in z.files if k.startswith("trace_")}
-        return RunResult(pd.read_csv(p / "metrics.csv"), acc, loss, n, self.meta(cfg), cfg, traces=traces)
+        try:
+            res = read_run(p, cfg.key())
+        except DamagedRun as e:
+            warnings.warn(f"{e}; left out (the next grid run retrains it)", DamagedRunWarning, stacklevel=2)
+            return None
+        res.config = cfg
+        return res
 
     def stored(self, cfgs):
         """(config, result) for each of ``cfgs`` that is in the store, in order; the others are skipped."""
@@ -115,9 +306,12 @@ class Store:
             return []
         out = []
         for d in sorted(self.root.iterdir()):
-            if d.name.startswith("_tmp") or not (d / "metrics.csv").exists():
+            if d.name.startswith("_") or not (d / "metrics.csv").exists():
                 continue
-            out.append(from_dict(json.loads((d / "config.json").read_text())))
+            try:
+                out.append(from_dict(json.loads((d / "config.json").read_text())))
+            except (OSError, ValueError, TypeError) as e:
+                warnings.warn(f"stored run {d}: config.json unreadable ({e}); left out", DamagedRunWarning, 2)
         return out
 
     def clean_tmp(self) -> int:

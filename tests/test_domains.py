@@ -265,17 +265,31 @@ def test_missing_image_dataset_names_dataset_layout_and_root(tmp_path):
     ],
 )
 def test_config_validation(change, message):
-    base = RunConfig(dataset="digits", partition="domains", n_clients=5)
+    base = RunConfig(dataset="digits", partition="domains", n_clients=5, clients_per_round=None, fraction=1.0)
     base.validate()
     with pytest.raises(ValueError, match=message):
         base.replace(**change).validate()
 
 
 def test_config_domains_only_for_feature_shift_data():
-    RunConfig(dataset="office31", partition="domains", n_clients=3).validate()
-    RunConfig(dataset="officehome", partition="domains", domains=("Real World",), n_clients=1).validate()
+    RunConfig(dataset="office31", partition="domains", n_clients=3, clients_per_round=None, fraction=1.0).validate()
+    RunConfig(
+        dataset="officehome",
+        partition="domains",
+        domains=("Real World",),
+        n_clients=1,
+        clients_per_round=None,
+        fraction=1.0,
+    ).validate()
     with pytest.raises(ValueError, match="allowed|from: clipart, infograph, painting, quickdraw, real, sketch"):
-        RunConfig(dataset="domainnet", partition="domains", domains=("amazon",), n_clients=1).validate()
+        RunConfig(
+            dataset="domainnet",
+            partition="domains",
+            domains=("amazon",),
+            n_clients=1,
+            clients_per_round=None,
+            fraction=1.0,
+        ).validate()
     with pytest.raises(ValueError, match="domains/domain_percent set but dataset='mnist'"):
         RunConfig(dataset="mnist", partition="iid", domains=("mnist",)).validate()
     with pytest.raises(ValueError, match="domains/domain_percent set but dataset='synthetic'"):
@@ -285,7 +299,14 @@ def test_config_domains_only_for_feature_shift_data():
 
 def test_load_federated_digits_three_clients():
     root = need(*MNIST, *USPS, *MNISTM)
-    cfg = RunConfig(dataset="digits", partition="domains", domains=("mnist", "usps", "mnist_m"), n_clients=3).validate()
+    cfg = RunConfig(
+        dataset="digits",
+        partition="domains",
+        domains=("mnist", "usps", "mnist_m"),
+        n_clients=3,
+        clients_per_round=None,
+        fraction=1.0,
+    ).validate()
     fd = load_federated(cfg, root=root)
     assert fd.n_clients == 3 and fd.input_shape == (3, 28, 28)
     assert fd.train.sizes.tolist() == [743, 743, 743] and fd.test.sizes.tolist() == [10000, 2007, 9001]
@@ -299,7 +320,13 @@ def test_load_federated_digits_three_clients():
 def test_load_federated_office31_from_generated_folder(tmp_path):
     make_folder(tmp_path / "office31" / "amazon" / "images", OFFICE_CLASSES, n=5, shape=(12, 10))
     cfg = RunConfig(
-        dataset="office31", partition="domains", domains=("amazon",), n_clients=1, domain_percent=1.0
+        dataset="office31",
+        partition="domains",
+        domains=("amazon",),
+        n_clients=1,
+        domain_percent=1.0,
+        fraction=1.0,
+        clients_per_round=None,
     ).validate()
     fd = load_federated(cfg, root=tmp_path)
     assert fd.n_clients == 1 and fd.input_shape == (3, 224, 224) and fd.n_classes == 31

@@ -65,12 +65,21 @@ def test_fedbn_keeps_bn_local():
         assert torch.equal(t, want), n
 
 
-def test_fedbn_without_bn_is_fedavg():
-    data = small_synthetic(n_clients=4)
+def test_fedbn_without_bn_is_refused():
+    """Issue 20: FedBN on a model without BatchNorm trained silently as FedAvg (same test losses); now refused."""
     base = RunConfig(n_clients=4, clients_per_round=2, rounds=3, local_steps=3, batch_size=5, model="dnn", lr=0.1)
-    _, _, a = _run(base, data, 3, executor=StackedExecutor())
-    _, _, b = _run(base.replace(algorithm="fedbn"), data, 3, executor=StackedExecutor())
-    assert np.array_equal(a.metrics.test_loss, b.metrics.test_loss)
+    with pytest.raises(ValueError, match="algorithm='fedbn' keeps the model's bn parameters.*model='dnn' has none"):
+        base.replace(algorithm="fedbn").validate()
+    base.replace(algorithm="fedbn", model="lenet", hidden=None).validate()
+
+
+def test_models_declare_their_parameter_groups():
+    """``ModelSpec.groups`` (what validation reads) is what ``param_groups`` finds in every built model."""
+    from fedlib.models import MODELS, param_groups
+
+    for name, spec in MODELS.items():
+        model = spec.build(spec.example_shapes[0], 10, spec.default_hidden)
+        assert set(param_groups(model).values()) - {"", "attn"} == set(spec.groups), name
 
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedbn", "fedprox", "ditto", "pfedme"])

@@ -5,7 +5,8 @@ its running statistics are never uploaded nor averaged (Algorithm 1: "for non-BN
 In fedlib that is the engine's shared-vs-local split: FedBN keeps the parameter group ``bn`` local
 (``local_groups``), which the model declares by module type (``fedlib.models.param_groups``: every
 backbone BatchNorm layer). Each client starts a round from the global non-BN weights and its own BN,
-and is evaluated with that combination. On a model without BN, FedBN is FedAvg (tested).
+and is evaluated with that combination. A model without BN would make FedBN plain FedAvg, so such a config is
+refused (``LOCAL_GROUPS``, checked by ``RunConfig.validate``).
 Paper symbols -> ``RunConfig``: E -> ``local_epochs``, B -> ``batch_size``, eta -> ``lr``.
 """
 
@@ -23,6 +24,7 @@ class FedBN(MethodOptions):
     """No options of its own: FedAvg with the model's ``bn`` parameter group kept on its client."""
 
     NAME = "fedbn"
+    LOCAL_GROUPS = ("bn",)
 
     def build(self, cfg) -> Algorithm:
-        return dataclasses.replace(FedAvg().build(cfg), name=self.NAME, local_groups=("bn",))
+        return dataclasses.replace(FedAvg().build(cfg), name=self.NAME, local_groups=self.LOCAL_GROUPS)

@@ -1,0 +1,145 @@
+"""Memory a run will need, estimated from its config before anything is allocated, and refused when it cannot fit.
+
+A config such as ``n_clients=10**9``, ``hidden=(10**6,)`` or ``batch_size=10**7`` passes every per-field check and
+then fills the machine (21 of 23 GB) or hangs while generating data. ``check(cfg)`` estimates the run's peak memory
+from the config alone and raises a ``ValueError`` with the estimate, its parts and the limit when it exceeds what is
+available. The estimate counts what the engine holds (``fedlib.simulation.State``: every client's model and the last
+one the server sent, plus the global model and a method's own state), what local training holds at once (the
+trainers' parameters, gradients, optimiser state and start points, and their activations for a batch), and the data
+set's tensors. It is meant to catch orders of magnitude, not to predict to the megabyte: it errs high by design
+(factors below), and only the runs about to train are checked (a stored result is read on any machine).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+
+import torch
+
+from .models import MODELS
+
+# (input shape, samples in the whole data set) per data set; Synthetic is generated per client (sizes below)
+DATA = {
+    "mnist": ((1, 28, 28), 70_000),
+    "fmnist": ((1, 28, 28), 70_000),
+    "cifar10": ((3, 32, 32), 60_000),
+    "digits": ((3, 28, 28), 5 * 80_000),  # MNIST, SVHN, USPS, SynthDigits, MNIST-M (at most, before domain_percent)
+    "office31": ((3, 224, 224), 4_110),
+    "officehome": ((3, 224, 224), 15_588),
+    "domainnet": ((3, 224, 224), 6 * 100_000),
+}
+SYNTHETIC_SHAPE = (60,)
+SYNTHETIC_MEAN_SIZE = 2_300  # E[(floor(LogNormal(4, 2)) + 50) * 5] ~ (e^6 + 50) * 5 (fedlib.data.synthetic)
+SYNTHETIC_MAX_SIZE = 30_000  # a bound on one client's size there (pFedMe's data set: 250 to 25,810)
+
+STATE_COPIES = 3  # client models, the models the server sent, and a method's per-client state (pFedMe, SCAFFOLD)
+TRAIN_COPIES = 4  # per trainer: parameters, gradients, momentum, the start point (anchor)
+ACTIVATION_COPIES = 3  # forward outputs kept for backward, their gradients, workspace
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if n < 1024 or unit == "PB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} PB"
+
+
+@functools.lru_cache(maxsize=64)
+def model_size(name: str, hidden: tuple | None, attention: str, input_shape: tuple, n_classes: int) -> tuple[int, int]:
+    """(parameters and buffers, activations per sample) of a model. Parameters are counted on the meta device
+    (nothing allocated, whatever the widths); activations from the widths for Linear chains, and for conv nets
+    from one real forward pass of the model at its default widths (a forward on the meta device would import
+    torch's compiler stack: seconds per process)."""
+    spec = MODELS[name]
+    kw = {"attention": attention} if spec.attention_slots else {}
+    widths = hidden if hidden is not None else spec.default_hidden
+    with torch.device("meta"):
+        params = sum(t.numel() for t in spec.build(input_shape, n_classes, widths, **kw).state_dict().values())
+    if spec.kernel == "chain":
+        return params, math.prod(input_shape) * 2 + 2 * sum(widths) + n_classes  # input, flatten, pre/post ReLU
+    return params, math.prod(input_shape) + sum(widths) + _conv_activations(name, attention, input_shape, n_classes)
+
+
+@functools.lru_cache(maxsize=16)
+def _conv_activations(name: str, attention: str, input_shape: tuple, n_classes: int) -> int:
+    spec = MODELS[name]
+    kw = {"attention": attention} if spec.attention_slots else {}
+    model = spec.build(input_shape, n_classes, spec.default_hidden, **kw).eval()
+    acts = [0]
+
+    def count(module, inputs, output):
+        if isinstance(output, torch.Tensor) and not list(module.children()):
+            acts[0] += output.numel()
+
+    hooks = [m.register_forward_hook(count) for m in model.modules()]
+    with torch.no_grad():
+        model(torch.zeros(1, *input_shape))
+    for h in hooks:
+        h.remove()
+    return acts[0]
+
+
+def estimate(cfg) -> dict[str, float]:
+    """Bytes the run of ``cfg`` holds at its peak, by part: 'clients', 'training', 'data'."""
+    d, m = cfg.data, cfg.model
+    b = 8 if cfg.dtype == "float64" else 4
+    if d.dataset == "synthetic":
+        shape, samples = SYNTHETIC_SHAPE, d.n_clients * SYNTHETIC_MEAN_SIZE
+    else:
+        shape, samples = DATA[d.dataset]
+    params, acts = model_size(m.name, m.hidden, m.attention, shape, 10)  # class count: a rounding error here
+    n = d.n_clients
+    s = cfg.selection
+    trainers = n if not cfg.method.SELECTS else min(n, s.clients_per_round or math.ceil((s.fraction or 1.0) * n))
+    return {
+        "clients": n * params * b * STATE_COPIES,
+        "training": trainers * (params * TRAIN_COPIES + cfg.local.batch_size * acts * ACTIVATION_COPIES) * b,
+        "data": samples * math.prod(shape) * b,
+    }
+
+
+def available_bytes(device: str = "cpu") -> int | None:
+    """What a run may use: free GPU memory on CUDA, else MemAvailable (Linux) or physical memory; None if unknown."""
+    if device == "cuda" and torch.cuda.is_available():
+        return torch.cuda.mem_get_info()[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check(cfg, limit: int | None = None) -> dict[str, float]:
+    """Raise ``ValueError`` when ``cfg``'s estimated peak memory exceeds ``limit`` (default: ``available_bytes``);
+    returns the estimate. The data set must also hold at least one sample per client."""
+    d = cfg.data
+    if d.dataset != "synthetic" and d.dataset in DATA and d.n_clients > DATA[d.dataset][1]:
+        raise ValueError(
+            f"RunConfig.n_clients={d.n_clients} exceeds the {DATA[d.dataset][1]} samples of dataset={d.dataset!r}"
+        )
+    most = d.n_clients * SYNTHETIC_MAX_SIZE if d.dataset == "synthetic" else DATA.get(d.dataset, (0, math.inf))[1]
+    if cfg.local.batch_size > most:
+        raise ValueError(
+            f"RunConfig.batch_size={cfg.local.batch_size} exceeds the {most} samples dataset={d.dataset!r} can have "
+            f"(n_clients={d.n_clients}): a batch is drawn from one client's data"
+        )
+    parts = estimate(cfg)
+    limit = limit if limit is not None else available_bytes(cfg.resolved_device())
+    total = sum(parts.values())
+    if limit is not None and total > limit:
+        detail = ", ".join(f"{k} {_bytes(v)}" for k, v in parts.items())
+        raise ValueError(
+            f"RunConfig: this run would need about {_bytes(total)} of memory ({detail}), more than the "
+            f"{_bytes(limit)} available; lower n_clients, the model's hidden widths, batch_size or "
+            "clients_per_round"
+        )
+    return parts

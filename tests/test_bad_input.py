@@ -1,0 +1,370 @@
+"""The bad-input suite (issue 20): configs, store damage, snapshots, divergence, signals, the CLI.
+
+Each case here was seen going wrong on the code before the fix (accepted, silently wrong, or a raw crash with no
+path); the data files' cases are in test_bad_data.py. The malicious-snapshot case is
+test_checkpoint.py::test_planted_snapshot_runs_no_code_and_the_run_restarts.
+"""
+
+import dataclasses
+import errno
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import small_synthetic
+
+import fedlib.runner as runner
+from fedlib import RunConfig, Store, run
+from fedlib.algorithms import build_algorithm
+from fedlib.executors import StackedExecutor
+from fedlib.models import build_model
+from fedlib.options import METHODS
+from fedlib.simulation import Checkpoint, simulate
+from fedlib.store import DamagedRunWarning, read_run
+
+TINY = RunConfig(n_clients=4, clients_per_round=2, rounds=4, local_steps=2, model="mlr")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- configs ----------------------------------------------------------------------------------------------------
+def _float_fields():
+    """(flat name, config to set it on) for every float option of every part and method."""
+    base = RunConfig()
+    out = []
+    for part in ("data", "model", "local", "selection"):
+        for f in dataclasses.fields(getattr(base, part)):
+            if f.type in ("float", "float | None") and f.name != "domain_percent":
+                out.append((f.name, {}))
+    for name, cls in METHODS.items():
+        for f in dataclasses.fields(cls):
+            if f.type in ("float", "float | None"):
+                out.append((f.name, {"algorithm": name, "model": "lenet" if cls.LOCAL_GROUPS else "mlr"}))
+    return out
+
+
+@pytest.mark.parametrize("field, context", _float_fields(), ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_every_float_field_refuses_nan_and_inf(field, context, value):
+    """Issue 20: NaN passed every range check (``v < lo`` is False for NaN) and trained NaN losses."""
+    with pytest.raises(ValueError, match=f"{field}=.*must be a finite number"):
+        RunConfig(**context, **{field: value}).validate()
+
+
+def test_clients_per_round_above_n_clients_is_refused():
+    """It was clamped silently to N (a grid cell labelled S=20 ran with 5)."""
+    with pytest.raises(ValueError, match="clients_per_round=10 must be <= n_clients=5.*fraction=1.0"):
+        RunConfig(n_clients=5, clients_per_round=10).validate()
+    RunConfig(n_clients=5, clients_per_round=None, fraction=1.0).validate()
+    RunConfig(n_clients=5, clients_per_round=10, algorithm="local").validate()  # Local samples no clients
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(batch_size=10**7), "batch_size=10000000 exceeds the 3000000 samples dataset='synthetic' can have"),
+        (dict(n_clients=10**9), "would need about .* TB of memory"),
+        (dict(model="dnn", hidden=(10**6,)), r"would need about .* GB of memory \(clients .*, training .*, data"),
+        (dict(dataset="mnist", partition="iid", n_clients=10**5), "n_clients=100000 exceeds the 70000 samples"),
+    ],
+)
+def test_runs_that_cannot_fit_are_refused_before_any_data_loads(change, message, tmp_path, monkeypatch):
+    """They passed validation, then ate 21 of 23 GB or hung generating data. Now refused, naming the estimate."""
+    monkeypatch.setattr(runner, "load_federated", lambda *a, **k: pytest.fail("data loaded"))
+    cfg = RunConfig(**{"clients_per_round": 10, **change}).validate()
+    with pytest.raises(ValueError, match=message):
+        runner.train(cfg, progress=False)
+    with pytest.raises(ValueError, match=message):  # a grid refuses before training any of its runs
+        runner.run_configs([TINY, cfg], Store(tmp_path), progress=False)
+    assert not Store(tmp_path).has(TINY)
+
+
+def test_every_stored_config_fits_this_machine():
+    """The estimate errs high, but not so high that the paper's own runs would be refused."""
+    from fedlib import resources
+
+    for cfg in Store(ROOT / "results").configs():
+        resources.check(cfg, limit=16 * 2**30)
+
+
+# -- divergence -------------------------------------------------------------------------------------------------
+def test_a_diverging_run_stops_and_says_so(tmp_path):
+    """lr 1e4 once stored a NaN model's 18% as the best accuracy, with an empty loss field and nothing in meta."""
+    cfg = RunConfig(n_clients=6, clients_per_round=3, rounds=8, local_steps=3, model="dnn", lr=1e4)
+    store = Store(tmp_path)
+    with pytest.warns(UserWarning, match="diverged at round 3"):
+        res = run(cfg, store, progress=False)
+    assert res.meta["diverged_at"] == 3 and res.metrics["round"].tolist() == [1, 2, 3]
+    last = res.metrics.iloc[-1]
+    assert np.isnan(last.test_acc) and not np.isfinite(last.test_loss) and np.isnan(res.client_acc[-1]).all()
+    s = res.summary()
+    assert s["diverged_at"] == 3 and np.isnan(s["final_acc"]) and np.isnan(s["last10_acc"])
+    assert s["best_acc"] == res.metrics.test_acc.iloc[:2].max()  # from the models before it diverged
+    again = store.load(cfg)  # stored as diverged, and it passes the integrity check (3 rows is complete)
+    assert again.summary()["diverged_at"] == 3 and store.has(cfg)
+    assert RunConfig(**{**cfg.changed(), "lr": 0.02}).key() != cfg.key()
+
+
+def test_a_sound_run_reports_no_divergence(tmp_path):
+    res = run(TINY, Store(tmp_path), progress=False)
+    assert res.summary()["diverged_at"] is None and "diverged_at" not in res.meta
+
+
+# -- store damage -----------------------------------------------------------------------------------------------
+def _damage(folder: Path, how: str) -> None:
+    if how == "empty metrics":
+        (folder / "metrics.csv").write_text("")
+    elif how == "rows removed":
+        lines = (folder / "metrics.csv").read_text().splitlines()
+        (folder / "metrics.csv").write_text("\n".join(lines[:-2]) + "\n")
+    elif how == "garbage meta":
+        (folder / "meta.json").write_text("{not json")
+    elif how == "truncated clients":
+        blob = (folder / "clients.npz").read_bytes()
+        (folder / "clients.npz").write_bytes(blob[: len(blob) // 2])
+    elif how == "one byte flipped":
+        blob = bytearray((folder / "clients.npz").read_bytes())
+        blob[len(blob) // 2] ^= 0x01
+        (folder / "clients.npz").write_bytes(bytes(blob))
+    elif how == "metrics.csv missing":
+        (folder / "metrics.csv").unlink()
+
+
+HOW = ["empty metrics", "rows removed", "garbage meta", "truncated clients", "one byte flipped", "metrics.csv missing"]
+
+
+@pytest.mark.parametrize("how", HOW)
+@pytest.mark.parametrize("sealed", [True, False], ids=["manifest", "legacy"])
+def test_a_damaged_run_is_reported_left_out_and_retrained(how, sealed, tmp_path):
+    """One damaged run crashed status for every experiment (raw errors, no path), or -- a truncated metrics.csv --
+    was used as complete (notebook 21 printed FedAvg-0.5 at 10.98 instead of 22.0)."""
+    store = Store(tmp_path)
+    good, _ = run(TINY, store, progress=False), run(TINY.replace(seed=1), store, progress=False)
+    other = store.load(TINY.replace(seed=1))
+    folder = store.path(TINY)
+    if not sealed:  # a run stored before manifests: the structure check alone must catch it
+        (folder / "manifest.json").unlink()
+    _damage(folder, how)
+    if how == "one byte flipped" and not sealed:
+        pytest.skip("a flipped byte inside compressed data is only caught by the manifest (or by zlib, by luck)")
+    assert not store.has(TINY) and store.has(TINY.replace(seed=1))
+    problem = store.problem(TINY)
+    assert str(folder) in problem and TINY.key() in problem
+    with pytest.warns(DamagedRunWarning, match=f"{folder}.*damaged"):
+        assert store.load(TINY) is None
+    assert [c.key() for c, _ in store.stored([TINY, TINY.replace(seed=1)])] == [TINY.replace(seed=1).key()]
+    assert any(TINY.key() in line for line in store.damaged())
+    with pytest.warns(DamagedRunWarning):
+        again = run(TINY, store, progress=False)  # retrained; the damaged folder is kept aside
+    assert np.array_equal(again.metrics.test_loss, good.metrics.test_loss) and store.has(TINY)
+    assert [p.name.split("-")[0] for p in (tmp_path / "_damaged").iterdir()] == [TINY.key()]
+    assert store.load(TINY.replace(seed=1)).metrics.equals(other.metrics)
+
+
+def test_damaged_runs_do_not_break_status_or_the_experiment_summary(tmp_path):
+    from fedlib import experiment
+
+    ex = experiment("quickstart", "smoke", store=tmp_path, progress=False)
+    assert not ex.missing_runs
+    victim = ex.configs[0]
+    _damage(ex.store.path(victim), "garbage meta")
+    ex = experiment("quickstart", "smoke", store=tmp_path, stored_only=True, progress=False)
+    assert victim in ex.missing_runs and len(ex.damaged) == 1
+    assert "damaged, left out (1" in ex.summary() and str(ex.store.path(victim)) in ex.summary()
+    assert len(ex.table) == len(ex.configs) - 1  # the table leaves it out; the summary says so
+    from fedlib.experiments import status
+
+    row = status("smoke", store=tmp_path).set_index("experiment").loc["quickstart"]
+    assert row["damaged"] == 1 and row["stored"] == len(ex.configs) - 1 and row["to run"] == 1
+
+
+def test_garbage_config_json_is_left_out_of_configs(tmp_path):
+    store = Store(tmp_path)
+    run(TINY, store, progress=False)
+    (store.path(TINY) / "config.json").write_text("[1, 2")
+    with pytest.warns(DamagedRunWarning, match="config.json unreadable"):
+        assert store.configs() == []
+
+
+def test_store_folders_follow_the_umask(tmp_path):
+    """Run folders were created 0700 (tempfile.mkdtemp): nobody else could read a shared store."""
+    old = os.umask(0o022)
+    try:
+        store = Store(tmp_path)
+        run(TINY, store, progress=False)
+    finally:
+        os.umask(old)
+    folder = store.path(TINY)
+    assert folder.stat().st_mode & 0o777 == 0o755
+    assert {f.stat().st_mode & 0o777 for f in folder.iterdir()} == {0o644}
+
+
+def test_every_committed_run_passes_its_integrity_check():
+    results = ROOT / "results"
+    folders = [d for d in results.iterdir() if d.is_dir() and not d.name.startswith("_")]
+    assert len(folders) >= 634
+    for d in folders:
+        assert (d / "manifest.json").exists(), d
+        read_run(d)
+
+
+# -- snapshots --------------------------------------------------------------------------------------------------
+def _simulate(cfg, data, **kw):
+    model = build_model(cfg.model.name, data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
+    alg = build_algorithm(cfg, n_samples=data.train.sizes.numpy())
+    return simulate(alg, data, model, StackedExecutor(), cfg.rounds, local_steps=cfg.local_steps,
+                    batch_size=cfg.batch_size, seed=cfg.seed, progress=False, **kw)  # fmt: skip
+
+
+def test_a_corrupt_snapshot_is_set_aside_and_the_run_restarts(tmp_path):
+    """It made every rerun of the queue fail, with no path (0 of 2 configs stored)."""
+    data = small_synthetic(n_clients=4, rows=60)
+    ck = Checkpoint(tmp_path / "run.pt", every_seconds=0)
+    ck.path.write_bytes(b"PK\x03\x04 not a snapshot")
+    ck.info_path.write_text(json.dumps({"round": 2, "rounds": 4, "elapsed": 1.0}))
+    with pytest.warns(UserWarning, match=f"snapshot {ck.path} is not usable.*moved to run.pt.damaged-"):
+        res = _simulate(TINY, data, checkpoint=ck)
+    assert "resumed" not in res.meta and res.metrics["round"].tolist() == [1, 2, 3, 4]
+    assert len(list(tmp_path.glob("run.pt.damaged-*"))) == 1
+    assert np.array_equal(res.metrics.test_loss, _simulate(TINY, data).metrics.test_loss)
+
+
+def test_a_full_disk_while_snapshotting_does_not_kill_the_run(tmp_path, monkeypatch):
+    """A full disk killed a healthy run with 'unexpected pos 64 vs 0' and left a .pt.tmp behind."""
+    data = small_synthetic(n_clients=4, rows=60)
+    ck = Checkpoint(tmp_path / "run.pt", every_seconds=0)
+    real_save = torch.save
+
+    def full(obj, f, *a, **k):
+        real_save(obj, f, *a, **k)  # a partly written file, then the error
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.warns(UserWarning, match=f"no space left writing {ck.path}; the run continues without snapshots"):
+        res = _simulate(TINY, data, checkpoint=ck)
+    monkeypatch.undo()
+    assert res.metrics["round"].tolist() == [1, 2, 3, 4] and ck.disabled
+    assert list(tmp_path.iterdir()) == []  # no temporary file left, no snapshot
+    assert np.array_equal(res.metrics.test_loss, _simulate(TINY, data).metrics.test_loss)
+
+
+def test_snapshot_temporary_files_are_unique_per_process(tmp_path, monkeypatch):
+    """Two processes on one config wrote the same .pt.tmp name."""
+    names = []
+    real_save = torch.save
+    monkeypatch.setattr(torch, "save", lambda obj, f, *a, **k: (names.append(Path(f).name), real_save(obj, f))[1])
+    _simulate(TINY, small_synthetic(n_clients=4, rows=60), checkpoint=Checkpoint(tmp_path / "run.pt", 0))
+    assert names and all(n.startswith(f"run.pt.{os.getpid()}-") and n.endswith(".tmp") for n in names)
+    assert len(set(names)) == len(names)
+
+
+# -- signals ----------------------------------------------------------------------------------------------------
+def test_ctrl_c_finishes_the_round_snapshots_it_and_resumes_bit_identical(tmp_path):
+    data = small_synthetic(n_clients=4, rows=60)
+    cfg = TINY.replace(rounds=6)
+    reference = _simulate(cfg, data)
+    ck = Checkpoint(tmp_path / "run.pt", every_seconds=1e9)  # no timed snapshot: only the one Ctrl-C takes
+
+    def ctrl_c(t, *_):
+        if t == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt, match=f"stopped after round 3; snapshot in {ck.path}"):
+        _simulate(cfg, data, checkpoint=ck, on_round=ctrl_c)
+    assert ck.info()["round"] == 3 and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    res = _simulate(cfg, data, checkpoint=ck)
+    assert [r["round"] for r in res.meta["resumed"]] == [3]
+    assert np.array_equal(res.metrics.test_loss, reference.metrics.test_loss)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.inf
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_grid_workers_stop_when_the_parent_is_killed(tmp_path):
+    """`kill -9` of the parent of a --jobs 2 grid orphaned its workers: they stored 5 more runs, then hung."""
+    script = (
+        "import sys; from fedlib import RunConfig, Store; from fedlib.runner import run_configs\n"
+        "cfgs = [RunConfig(n_clients=20, clients_per_round=20, rounds=100000, local_steps=20, model='dnn', seed=s)"
+        " for s in range(4)]\n"
+        f"run_configs(cfgs, Store({str(tmp_path)!r}), progress=False, jobs=2)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.time() + 120
+        workers = []
+        while time.time() < deadline and len(workers) < 2:
+            time.sleep(0.5)
+            workers = [p for p in _children(parent.pid) if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(workers) >= 2, "the grid's workers did not start"
+        while time.time() < deadline + 120 and min(_cpu_seconds(p) for p in workers) < 7:
+            time.sleep(0.5)  # until both are training (imports and data take ~5 s of CPU)
+        parent.kill()
+        parent.wait()
+        deadline = time.time() + 90  # they stop at the end of their round, or 20 s after the parent died
+        while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in workers):
+            time.sleep(0.5)
+        alive = [p for p in workers if Path(f"/proc/{p}").exists()]
+        assert not alive, f"orphaned workers still running: {alive}"
+    finally:
+        for p in _children(parent.pid):
+            os.kill(p, signal.SIGKILL)
+    # each worker was interrupted like a Ctrl-C: its run snapshotted the round it had finished
+    assert len(list((tmp_path / "_partial").glob("*.json"))) == 2
+
+
+# -- the command line -------------------------------------------------------------------------------------------
+def _cli(*args, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "fedlib.experiments", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
+
+
+def test_cli_where_matching_nothing_is_an_error_listing_the_values():
+    """It printed '0 configs' and exited 0."""
+    out = _cli("fedmcsa_sigma", "--profile", "smoke", "--where", "seed=7", "--dry-run")
+    assert out.returncode == 2
+    assert "where={'seed': 7} matches none of the" in out.stderr and "seed in {0" in out.stderr
+
+
+def test_cli_unknown_profile_is_a_one_line_error():
+    """It was a traceback."""
+    out = _cli("fedmcsa_sigma", "--profile", "bogus", "--dry-run")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "argument --profile: invalid choice: 'bogus'" in out.stderr.splitlines()[-1]
+
+
+def test_cli_explicit_profile_beats_the_environment():
+    """FEDLIB_PROFILE=smoke ... --profile paper ran smoke."""
+    out = _cli("fedmcsa_sigma", "--profile", "paper", "--dry-run", env={"FEDLIB_PROFILE": "smoke"})
+    smoke = _cli("fedmcsa_sigma", "--profile", "smoke", "--dry-run")
+    assert out.returncode == 0 and smoke.returncode == 0
+    assert out.stdout.splitlines()[0] != smoke.stdout.splitlines()[0]  # the paper grid, not the smoke one
