@@ -108,6 +108,8 @@ import hashlib
 import math
 import os
 import re
+import warnings
+import zipfile
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -410,11 +412,16 @@ def _read_domain(dataset: str, domain: str, size: int, root: Path):
         h.update(f"|{rel}|{st.st_size}|{st.st_mtime_ns}".encode())
     cached = readers.cache_dir() / f"{dataset}-{_norm(domain)}-{size}-{h.hexdigest()[:20]}.npz"
     if cached.is_file():
-        try:
-            with np.load(cached) as z:
-                return z["x"], z["y"], [str(p) for p in z["paths"]]
-        except (OSError, ValueError, KeyError):  # unreadable cache: decode again
-            pass
+        try:  # allow_pickle=False: a cache holds arrays only, never code
+            with np.load(cached, allow_pickle=False) as z:
+                x, y, paths = z["x"], z["y"], [str(p) for p in z["paths"]]
+            if x.shape == (len(files), size, size, 3) and x.dtype == np.uint8 and y.shape == (len(files),):
+                return x, y, paths
+            problem = "does not hold this domain's decoded images"
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
+            problem = f"is unreadable ({type(e).__name__}: {e})"
+        # a damaged cache must not stop a run: say which file and decode again (it is then rewritten)
+        warnings.warn(f"image cache {cached} {problem}; decoding {folder} again", RuntimeWarning, stacklevel=2)
     workers = max(1, min(8, os.cpu_count() or 1))
     x = np.empty((len(files), size, size, 3), dtype=np.uint8)
     with ThreadPoolExecutor(workers) as pool:  # PIL releases the GIL while decoding and resizing
