@@ -93,8 +93,11 @@ def test_cli_dotted_where_and_the_winners_step(monkeypatch, tmp_path, capsys):
 
 
 def test_cli_says_when_where_matches_nothing(capsys):
-    """A --where that keeps no config still reports the (empty) queue instead of printing nothing."""
+    """A --where that keeps no config is an error listing the values present (issue 20: it printed "0 configs" and
+    exited 0)."""
     from fedlib.experiments import main
 
-    assert main(["fedmcsa_fig3", "--profile", "smoke", "--where", "model.name=dnn", "--dry-run"]) == 0
-    assert capsys.readouterr().out.startswith("0 configs, 0 stored")
+    with pytest.raises(SystemExit) as stop:
+        main(["fedmcsa_fig3", "--profile", "smoke", "--where", "model.name=dnn", "--dry-run"])
+    assert stop.value.code == 2
+    assert "where={'model': 'dnn'} matches none of the" in capsys.readouterr().err

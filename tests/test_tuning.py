@@ -11,24 +11,28 @@ from fedlib import expand, profiles
 from fedlib.config import RunConfig
 from fedlib.papers import fedmcsa
 from fedlib.papers.fedmcsa import grid_frame, select, setting, status, table1_runs, table1_winners
-from fedlib.simulation import RunResult
-from fedlib.store import Store
+from fedlib.simulation import COLUMNS, RunResult
+from fedlib.store import Store, expected_rounds
 
 
 def _fake(store: Store, cfg: RunConfig, test_acc, gm=None):
-    """Store a run whose per-round sample-weighted accuracy is ``test_acc`` (unweighted: 1 point lower)."""
-    acc = np.asarray(test_acc, dtype=float)
-    m = pd.DataFrame(
-        {
-            "round": np.arange(1, len(acc) + 1),
-            "test_acc": acc,
-            "test_acc_mean": acc - 0.01,
-            "gm_test_acc": np.nan if gm is None else np.asarray(gm, float),
-            "gm_test_acc_mean": np.nan if gm is None else np.asarray(gm, float) - 0.01,
-        }
-    )
-    z = np.zeros((len(acc), 2))
+    """Store a run whose per-round sample-weighted accuracy is ``test_acc`` (unweighted: 1 point lower), its last
+    value repeated up to the config's rounds (a stored run has every evaluated round: ``fedlib.store.read_run``)."""
+    rounds = expected_rounds(cfg)
+    acc = _repeat_last(test_acc, rounds)
+    m = pd.DataFrame({c: np.nan for c in COLUMNS}, index=range(len(rounds)))
+    m["round"], m["test_acc"], m["test_acc_mean"] = rounds, acc, acc - 0.01
+    if gm is not None:
+        m["gm_test_acc"] = _repeat_last(gm, rounds)
+        m["gm_test_acc_mean"] = m["gm_test_acc"] - 0.01
+    m["selected"], m["uploads"], m["seconds"] = 3, 3 * np.arange(1, len(rounds) + 1), 1.0
+    z = np.zeros((len(rounds), 2))
     store.save(cfg, RunResult(m, z, z, np.ones(2, int), {}, cfg))
+
+
+def _repeat_last(v, rounds):
+    v = list(np.asarray(v, float))
+    return np.asarray(v + v[-1:] * (len(rounds) - len(v)))
 
 
 @pytest.fixture
