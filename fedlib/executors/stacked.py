@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..data.federated import BatchPlan, Split
+from ..data.federated import BatchPlan, ShrinkingPlan, Split
 from ..models import kernel_of
 from .kernels import fast_path
 from .objectives import CrossEntropy, Objective
@@ -113,6 +113,8 @@ class StackedExecutor:
         objective = CrossEntropy() if objective is None else objective
         kernel = self.kernel_for(model)
         path = fast_path(kernel, objective) or _vmap_path
+        if plan.active is not None:
+            return self._train_shrinking(model, params, plan, data, opt, anchor, drift, objective, path)
         out = {n: t.clone() for n, t in params.items()}
         dev = next(iter(out.values())).device
         g = self.group_size(model, k, plan, opt, dev)
@@ -123,6 +125,52 @@ class StackedExecutor:
             dr = None if drift is None else {n: t[sl] for n, t in drift.items()}
             path(model, p, plan.clients(sl), data, opt, anc, dr, objective, sl)
         return out
+
+    def _train_shrinking(self, model, params, plan, data, opt, anchor, drift, objective, path) -> Params:
+        """A plan with inactive steps (epoch-based training of unequal clients): no work for them.
+
+        Each client's active steps are moved to the front, in their order (``ShrinkingPlan``), and the clients are
+        sorted by their number of active steps, largest first; groups are cut from that order (clients of similar
+        step counts together) and, within a group, step s runs the clients that still have a step s: a prefix of the
+        group, so every tensor of the step is a view of the group's leading rows. A client's computation is the one
+        it had in lock-step (same batches in the same order, same update arithmetic): local steps of different
+        clients never interact. The work is each client's own steps, not the largest client's."""
+        act = plan.active.cpu()
+        count = act.sum(0)
+        order = torch.argsort(count, descending=True, stable=True)
+        steps = torch.arange(act.shape[0])
+        # src[j, i]: the plan step of the j-th active step of client order[i] (inactive steps sort last)
+        src = torch.where(act, steps[:, None], act.shape[0]).sort(dim=0).values[:, order]
+        src.clamp_(max=act.shape[0] - 1)
+        count = count[order]
+        dev = plan.index.device
+        src_d, order_d = src.to(dev), order.to(dev)
+        index = plan.index[src_d, order_d[None, :]]
+        weight = None if plan.weight is None else plan.weight[src_d, order_d[None, :]]
+        pick = lambda d: None if d is None else {n: t[order_d] for n, t in d.items()}
+        out, anchor, drift = pick(params), pick(anchor), pick(drift)  # gathers: copies in the sorted order
+        k = len(order)
+        g = self.group_size(model, k, plan, opt, index.device)
+        for a in range(0, k, g):
+            sl = slice(a, min(k, a + g))
+            n_steps = int(count[a])
+            if n_steps == 0:
+                break  # sorted: the rest have no step either
+            live = tuple(int(c) for c in (count[sl, None] > torch.arange(n_steps)[None, :]).sum(0))
+            sub = ShrinkingPlan(
+                index[:n_steps, sl],
+                None if weight is None else weight[:n_steps, sl],
+                live=live,
+                src=src_d[:n_steps, sl],
+            )
+            p = {n: t[sl] for n, t in out.items()}
+            anc = None if anchor is None else {n: t[sl] for n, t in anchor.items()}
+            dr = None if drift is None else {n: t[sl] for n, t in drift.items()}
+            path(model, p, sub, data, opt, anc, dr, objective, order_d[sl])
+        result = {n: torch.empty_like(t) for n, t in params.items()}
+        for n, t in out.items():
+            result[n][order_d] = t
+        return result
 
 
 def _vmap_path(
@@ -152,14 +200,14 @@ def _vmap_path(
     bufs = {n: torch.zeros_like(p[n]) for n in names} if opt.momentum else None
     ones = torch.ones(G, B, dtype=dtype, device=p[names[0]].device)
     for s in range(plan.steps):
-        rows = plan.index[s]
-        x = data.x.index_select(0, rows.reshape(-1)).view(G, B, *data.x.shape[1:]).to(dtype)
-        y = data.y.index_select(0, rows.reshape(-1)).view(G, B)
-        w = ones if plan.weight is None else plan.weight[s].to(dtype)
-        grads = g_fn({n: p[n] for n in names}, x, y, w, objective.context(s, clients, dtype))
+        k = plan.live_at(s)  # the clients of this step: the group's first k (all G but in a shrinking plan)
+        rows = plan.index[s, :k]
+        x = data.x.index_select(0, rows.reshape(-1)).view(k, B, *data.x.shape[1:]).to(dtype)
+        y = data.y.index_select(0, rows.reshape(-1)).view(k, B)
+        w = ones[:k] if plan.weight is None else plan.weight[s, :k].to(dtype)
+        grads = g_fn({n: p[n][:k] for n in names}, x, y, w, plan.context(objective, s, clients, k, dtype))
         act = None if plan.active is None else plan.active[s]
         for n in names:
-            a = None if anchor is None or not opt.mu else anchor[n]
-            _sgd_update(
-                p[n], grads[n], None if bufs is None else bufs[n], a, opt, act, None if drift is None else drift.get(n)
-            )
+            a = None if anchor is None or not opt.mu else anchor[n][:k]
+            c = None if drift is None or n not in drift else drift[n][:k]
+            _sgd_update(p[n][:k], grads[n], None if bufs is None else bufs[n][:k], a, opt, act, c)
