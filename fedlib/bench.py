@@ -196,7 +196,7 @@ def bench_fedmix(repeats: int = 5, device: str = "cpu", clients: int = 10, steps
 # from the model's layer shapes (``sample_flops``) times the rows trained (read off every plan the executor gets,
 # padding not counted) and the rows evaluated; the limit is that many FLOPs at the large-matmul rate.
 STAGES = ("selection", "start", "plan", "training", "aggregation", "evaluation", "other")
-E2E_ROUNDS = {"W1": 4, "W2": 4, "W3": 11, "W4": 11, "W5": 3, "W6": 4}
+E2E_ROUNDS = {"W1": 5, "W2": 5, "W3": 21, "W4": 21, "W5": 3, "W6": 6}
 
 
 def _w_configs(tiny: bool = False) -> dict[str, tuple[str, list]]:
