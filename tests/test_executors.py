@@ -299,3 +299,59 @@ def test_shrinking_stack_keeps_per_step_context(kernel, taylor):
     stacked = StackedExecutor(kernel=kernel, max_group=3).train(model, start, plan, data.train, opt, objective=obj)
     assert _maxdiff(loop, start) > 1e-3
     assert _maxdiff(stacked, loop) < 1e-10
+
+
+# -- every model stacked: BatchNorm nets with per-client buffers (issue 21, item 4) ------------------------------------
+@pytest.mark.parametrize("attention", ["none", "se", "eca", "ca", "hybrid"])
+@pytest.mark.parametrize("sampler", ["steps", "epochs"])
+@pytest.mark.parametrize("opt_name", ["sgd", "all"])
+def test_batchnorm_net_stacked_equals_loop_float64(attention, sampler, opt_name):
+    """pFedLA's LeNet-BN (with each attention kind; CA holds a BatchNorm of its own) on the stacked executor's vmap
+    path with explicit per-client buffers: parameters and running statistics (mean, var, num_batches_tracked) as
+    the loop's, on full batches and on an epoch plan of unequal clients with short last batches."""
+    import numpy as np
+
+    from fedlib.data.federated import FederatedData
+
+    rng = np.random.default_rng(0)
+    sizes = (13, 40, 7, 27)  # B = 8: short last batches of 5, 7 and 3 rows (BatchNorm needs 2 or more)
+    xs = [0.5 * rng.standard_normal((s, 3, 28, 28)) for s in sizes]
+    ys = [rng.integers(0, 10, s) for s in sizes]
+    parts = [np.arange(s) for s in sizes]
+    data = FederatedData.from_clients("bn", xs, ys, parts, [p[:0] for p in parts], 10).to("cpu", torch.float64)
+    model = build_model("lenet", (3, 28, 28), 10, attention=attention, seed=0, dtype=torch.float64)
+    k = len(sizes)
+    g = torch.Generator().manual_seed(1)
+    start = {
+        n: t.unsqueeze(0).repeat(k, *[1] * t.dim())
+        + (0.01 * torch.randn(k, *t.shape, generator=g, dtype=t.dtype) if t.is_floating_point() else 0)
+        for n, t in model.state_dict().items()
+    }
+    anchor = {n: t + 0.01 if t.is_floating_point() else t for n, t in start.items()}
+    gen = torch.Generator().manual_seed(2)
+    plan = (
+        sample_steps(data.train, torch.arange(k), 3, 6, gen)
+        if sampler == "steps"
+        else sample_epochs(data.train, torch.arange(k), 2, 8, gen)
+    )
+    opt = {"sgd": LocalSGD(0.01), "all": LocalSGD(0.01, momentum=0.5, weight_decay=1e-3, mu=0.1)}[opt_name]
+    loop = LoopExecutor().train(model, start, plan, data.train, opt, anchor)
+    stacked = StackedExecutor(kernel="vmap", max_group=3).train(model, start, plan, data.train, opt, anchor)
+    floats = [n for n in loop if loop[n].is_floating_point()]
+    stats = [n for n in floats if "running" in n]
+    assert stats and max((loop[n] - start[n]).abs().max().item() for n in stats) > 1e-3  # the statistics moved
+    assert max((loop[n] - start[n]).abs().max().item() for n in floats) > 1e-3
+    assert max((stacked[n] - loop[n]).abs().max().item() for n in floats) < 1e-10
+    for n in loop:
+        if not loop[n].is_floating_point():  # num_batches_tracked: every client's own count of steps
+            assert torch.equal(stacked[n], loop[n]) and not torch.equal(loop[n], start[n])
+
+
+def test_batchnorm_net_stays_on_the_loop_unless_asked():
+    """``auto`` keeps BatchNorm nets on the loop (the float32 numbers stored runs hold); the stacked executor takes
+    them with kernel='vmap' only."""
+    lenet = build_model("lenet", (3, 28, 28), 10, seed=0)
+    assert make_executor("auto", lenet).name == "loop"
+    assert StackedExecutor(kernel="vmap").kernel_for(lenet) == "vmap-buffers"
+    with pytest.raises(NotImplementedError, match="kernel='vmap'"):
+        StackedExecutor().kernel_for(lenet)
