@@ -1,6 +1,7 @@
 """Benchmark: local-update wall time per round, stacked executor vs per-client loop, side by side.
 
     python -m fedlib.bench [--repeats 5] [--device cpu|cuda] [--threads N] [--only a,b,c]
+    python -m fedlib.bench --e2e [--only W1,W3] [--rounds R]
 
 Each case trains every client of one round (R local steps on the same ``BatchPlan``) with
 both executors in this one process, alternating which goes first, and prints the median
@@ -13,6 +14,15 @@ The loop executor is the reference the stacked one is tested against (float64, 1
   (f) FedMix's client objective (AdaFL Tables 3-4) on case (c)'s MLP, N=10, R=20, batch 10, momentum 0.5:
       the loop executor, the stacked executor's generic vmap/second-order path (any buffer-free model) and
       its hand-written chain fast path (Linear/ReLU chains), side by side, all clients in one group.
+
+End to end (``--e2e [--only W1,..] [--rounds R] [--tiny]``, issue 21): whole rounds (selection, start models, plan,
+local training, aggregation, evaluation) of W1 FedAvg on MNIST Dir(0.1), W2 AdaFL's MNIST setting, W3 FedMCSA on
+Synthetic with the DNN, W4 pFedMe on Synthetic MLR, W5 FedBN+SE on the digits (LeNet-BN; also "W5s": the stacked
+executor with per-client BatchNorm buffers, opt-in) and W6 a 12-run FedMCSA grid one by one, each as
+``runner.train`` runs it with the round loop's stage clock on (``simulation.stage_timing``). Per workload: seconds
+per round (round 1 dropped), the round's FLOPs from the model's layer shapes (``sample_flops``) times the rows
+trained and evaluated, the time those take at the large-matmul rate, the ratio (1.0 = at the limit), and the share
+of each stage.
 
 Both executors run with ``fedlib.malloc.keep_freed_memory`` as training runs do (``FEDLIB_MALLOC=default``
 leaves glibc's allocator as it is, to compare).
@@ -284,7 +294,7 @@ def _eval_rows(alg, data, cfg, model) -> int:
     return rows
 
 
-def time_run(cfg, device: str) -> dict:
+def time_run(cfg, device: str, executor=None) -> dict:
     """One run of ``cfg`` as ``runner.train`` trains it, with the stage clock on: seconds per stage per round
     (round 1 dropped), FLOPs per round, the executor's name."""
     from .algorithms import build_algorithm
@@ -300,7 +310,7 @@ def time_run(cfg, device: str) -> dict:
         m.name, data.input_shape, data.n_classes, m.hidden, seed=cfg.seed, dtype=dtype, attention=m.attention
     ).to(device)
     alg = build_algorithm(cfg, n_samples=data.train.sizes.cpu().numpy())
-    ex = _CountingExecutor(make_executor(cfg.executor, model))
+    ex = _CountingExecutor(make_executor(cfg.executor, model) if executor is None else executor)
     sync = torch.cuda.synchronize if device == "cuda" else None
     with stage_timing(StageClock(sync)) as clock:
         simulate(
@@ -340,18 +350,24 @@ def bench_e2e(device: str, rate: float, only=None, rounds: int | None = None, ti
         if absent:
             out(f"{name:4}{what:70} skipped: data absent ({', '.join(absent)})")
             continue
-        runs = [time_run(c, device) for c in cfgs]
-        total = {s: sum(r["stages"][s] for r in runs) for s in STAGES}  # W6: one round of every run of the grid
-        sec, flops = sum(total.values()), sum(r["flops"] for r in runs)
-        limit = flops / rate
-        results[name] = {"seconds": sec, "flops": flops, "limit": limit, "ratio": sec / limit, "stages": total}
-        out(
-            f"{name:4}{what:70} {runs[0]['executor']:8} {sec:>8.4f} {flops / 1e9:>7.2f} {limit:>8.4f} "
-            f"{sec / limit:>6.1f}  " + " ".join(f"{100 * total[s] / sec:>6.1f}" for s in STAGES)
-        )
+        # W5 also on the stacked executor (kernel='vmap': per-client BatchNorm buffers; opt-in, auto keeps the loop)
+        for tag, executor in [("", None)] + ([("s", StackedExecutor(kernel="vmap"))] if name == "W5" else []):
+            _e2e_line(name + tag, what, [time_run(c, device, executor) for c in cfgs], rate, out, results)
         if name == "W6":
             out(f"{'W6':4}{'  batched (a run axis beside the client axis)':70} not implemented (issue 21 item 5)")
     return results
+
+
+def _e2e_line(name: str, what: str, runs: list, rate: float, out, results: dict) -> None:
+    """One printed line: the runs' rounds summed (W6: one round of every run of the grid)."""
+    total = {s: sum(r["stages"][s] for r in runs) for s in STAGES}
+    sec, flops = sum(total.values()), sum(r["flops"] for r in runs)
+    limit = flops / rate
+    results[name] = {"seconds": sec, "flops": flops, "limit": limit, "ratio": sec / limit, "stages": total}
+    out(
+        f"{name:4}{what:70} {runs[0]['executor']:8} {sec:>8.4f} {flops / 1e9:>7.2f} {limit:>8.4f} "
+        f"{sec / limit:>6.1f}  " + " ".join(f"{100 * total[s] / sec:>6.1f}" for s in STAGES)
+    )
 
 
 TARGETS = {"a": 30, "b": 8, "c": 4}
