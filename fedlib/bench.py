@@ -1,6 +1,7 @@
 """Benchmark: local-update wall time per round, stacked executor vs per-client loop, side by side.
 
     python -m fedlib.bench [--repeats 5] [--device cpu|cuda] [--threads N] [--only a,b,c]
+    python -m fedlib.bench --e2e [--only W1,W3] [--rounds R]
 
 Each case trains every client of one round (R local steps on the same ``BatchPlan``) with
 both executors in this one process, alternating which goes first, and prints the median
@@ -13,6 +14,15 @@ The loop executor is the reference the stacked one is tested against (float64, 1
   (f) FedMix's client objective (AdaFL Tables 3-4) on case (c)'s MLP, N=10, R=20, batch 10, momentum 0.5:
       the loop executor, the stacked executor's generic vmap/second-order path (any buffer-free model) and
       its hand-written chain fast path (Linear/ReLU chains), side by side, all clients in one group.
+
+End to end (``--e2e [--only W1,..] [--rounds R] [--tiny]``, issue 21): whole rounds (selection, start models, plan,
+local training, aggregation, evaluation) of W1 FedAvg on MNIST Dir(0.1), W2 AdaFL's MNIST setting, W3 FedMCSA on
+Synthetic with the DNN, W4 pFedMe on Synthetic MLR, W5 FedBN+SE on the digits (LeNet-BN; also "W5s": the stacked
+executor with per-client BatchNorm buffers, opt-in) and W6 a 12-run FedMCSA grid one by one, each as
+``runner.train`` runs it with the round loop's stage clock on (``simulation.stage_timing``). Per workload: seconds
+per round (round 1 dropped), the round's FLOPs from the model's layer shapes (``sample_flops``) times the rows
+trained and evaluated, the time those take at the large-matmul rate, the ratio (1.0 = at the limit), and the share
+of each stage.
 
 Both executors run with ``fedlib.malloc.keep_freed_memory`` as training runs do (``FEDLIB_MALLOC=default``
 leaves glibc's allocator as it is, to compare).
@@ -28,17 +38,19 @@ is out of this machine's reach that run, whatever the code.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
 import numpy as np
 import torch
+from torch import nn
 
 from .data.federated import FederatedData, sample_steps
 from .data.synthetic import synthetic
 from .executors import LocalSGD, LoopExecutor, StackedExecutor
 from .malloc import keep_freed_memory
-from .models import build_model
+from .models import build_model, linear_chain
 
 
 def _case_data(case: str) -> tuple[FederatedData, str, tuple, int]:
@@ -188,6 +200,176 @@ def bench_fedmix(repeats: int = 5, device: str = "cpu", clients: int = 10, steps
     return {k: statistics.median(v) for k, v in times.items()} | {"clients": clients, "steps": steps, "batch": batch}
 
 
+# -- end to end: whole rounds (``--e2e``) -----------------------------------------------------------------------------
+# Each workload (issue 21) runs through ``simulate`` as ``runner.train`` runs it, with the round loop's stage clock on
+# (``simulation.stage_timing``). Round 1 warms up and is dropped; the rest are averaged. A round's FLOPs are counted
+# from the model's layer shapes (``sample_flops``) times the rows trained (read off every plan the executor gets,
+# padding not counted) and the rows evaluated; the limit is that many FLOPs at the large-matmul rate.
+STAGES = ("selection", "start", "plan", "training", "aggregation", "evaluation", "other")
+E2E_ROUNDS = {"W1": 5, "W2": 5, "W3": 21, "W4": 21, "W5": 3, "W6": 6}
+
+
+def _w_configs(tiny: bool = False) -> dict[str, tuple[str, list]]:
+    """The workloads: name -> (what it is, its configs at their own round counts). ``tiny``: a few small clients,
+    for tests (the same code paths)."""
+    from .config import RunConfig
+    from .papers import adafl, fedmcsa, pfedla
+
+    r = E2E_ROUNDS
+    w1 = RunConfig.of(
+        dataset="mnist", partition="dirichlet", dirichlet_alpha=0.1, n_clients=20, clients_per_round=20, model="dnn",
+        hidden=(100,), algorithm="fedavg", local_epochs=1, local_steps=None, batch_size=20, lr=0.005, rounds=r["W1"],
+    )  # fmt: skip
+    w2 = adafl.MNIST_BASE.replace(fraction=0.1, rounds=r["W2"])
+    syn = {**fedmcsa.DATA["synthetic"], "clients_per_round": 20}
+    w3 = fedmcsa.base(r["W3"]).replace(**syn, model="dnn", hidden=(20,), algorithm="fedmcsa")
+    w4 = fedmcsa.base(r["W4"]).replace(**syn, model="mlr", algorithm="pfedme")
+    w5 = pfedla.digits_base(pfedla.digits_domains(), r["W5"]).replace(algorithm="fedbn", attention="se")
+    w6 = [
+        fedmcsa.base(r["W6"]).replace(**syn, model="mlr", algorithm="fedmcsa", sigma=sigma, seed=seed)
+        for seed in (0, 1, 2)
+        for sigma in (1.0, 10.0, 50.0, 100.0)
+    ]
+    if tiny:
+        w1 = w1.replace(n_clients=4, clients_per_round=4)
+        w2 = w2.replace(n_clients=10, shard_size=30, local_epochs=1)
+        w3, w4 = (w.replace(n_clients=6, clients_per_round=3, local_steps=3) for w in (w3, w4))
+        w5 = w5.replace(domain_percent=0.01)
+        w6 = [w.replace(n_clients=6, clients_per_round=3, local_steps=3) for w in w6[:2]]
+    return {
+        "W1": ("FedAvg MNIST Dir(0.1) N=20 all, DNN 784-100-10, E=1 B=20", [w1]),
+        "W2": ("AdaFL MNIST shards N=100 C=0.1, MLP 784-200-200-10, E=5 B=10", [w2]),
+        "W3": ("FedMCSA Synthetic N=100 S=20, DNN 60-20-10, R=20 B=20, personal eval", [w3]),
+        "W4": ("pFedMe Synthetic N=100 S=20, MLR, R=20 K=5 B=20", [w4]),
+        "W5": ("FedBN+SE digits (LeNet-BN), E=1 B=32", [w5]),
+        "W6": (f"FedMCSA Synthetic MLR grid, {len(w6)} runs one by one", w6),
+    }
+
+
+def sample_flops(model: nn.Module, input_shape: tuple) -> tuple[int, int]:
+    """(training, evaluation) matmul/convolution FLOPs of one sample through ``model``: the forward, the weight
+    gradients and the gradients to every layer's input but the first (as ``chain_flops``); evaluation is the
+    forward alone. Linear chains by ``chain_flops``; other models by torch's shape-based ``FlopCounterMode``
+    on a batch of two (BatchNorm needs more than one row), halved."""
+    import copy
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    layers = linear_chain(model)
+    if layers is not None:
+        ws = [model.get_submodule(n).weight for n in layers]
+        dims = [ws[0].shape[1], *(w.shape[0] for w in ws)]
+        return chain_flops(dims, 1, 1, 1), sum(2 * i * o for i, o in zip(dims, dims[1:]))
+    m = copy.deepcopy(model).cpu().train()
+    x = torch.randn(2, *input_shape, dtype=next(m.parameters()).dtype)
+    with FlopCounterMode(display=False) as train:
+        m(x).sum().backward()
+    with torch.no_grad(), FlopCounterMode(display=False) as forward:
+        m.eval()(x)
+    return train.get_total_flops() // 2, forward.get_total_flops() // 2
+
+
+class _CountingExecutor:
+    """The run's executor, counting the rows it trains (a plan's real rows: padding is not work a round needs)."""
+
+    def __init__(self, executor):
+        self.executor, self.rows = executor, []
+
+    def train(self, model, params, plan, *args, **kwargs):
+        self.rows.append(plan.index.numel() if plan.weight is None else plan.weight.sum())
+        return self.executor.train(model, params, plan, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.executor, name)
+
+
+def _eval_rows(alg, data, cfg, model) -> int:
+    """Rows one evaluation passes through the model (as ``simulation._evaluate_round`` evaluates)."""
+    per_client = alg.evaluate == "personal" or not all(alg.shared(n) for n in model.state_dict())
+    rows = int(data.test.sizes.sum()) * (2 if alg.report_global else 1)
+    if cfg.eval_train:
+        rows += int(data.train.sizes.sum())
+    if data.global_test is not None and alg.evaluate == "global" and not per_client:
+        rows += len(data.global_test[1])
+    return rows
+
+
+def time_run(cfg, device: str, executor=None) -> dict:
+    """One run of ``cfg`` as ``runner.train`` trains it, with the stage clock on: seconds per stage per round
+    (round 1 dropped), FLOPs per round, the executor's name."""
+    from .algorithms import build_algorithm
+    from .data import load_federated
+    from .executors import make_executor
+    from .simulation import StageClock, simulate, stage_timing
+
+    cfg = cfg.replace(device=device).validate()
+    dtype = getattr(torch, cfg.dtype)
+    data = load_federated(cfg).to(device, dtype)
+    m = cfg.model
+    model = build_model(
+        m.name, data.input_shape, data.n_classes, m.hidden, seed=cfg.seed, dtype=dtype, attention=m.attention
+    ).to(device)
+    alg = build_algorithm(cfg, n_samples=data.train.sizes.cpu().numpy())
+    ex = _CountingExecutor(make_executor(cfg.executor, model) if executor is None else executor)
+    sync = torch.cuda.synchronize if device == "cuda" else None
+    with stage_timing(StageClock(sync)) as clock:
+        simulate(
+            alg, data, model, ex, cfg.rounds, local_steps=cfg.local_steps, local_epochs=cfg.local_epochs,
+            batch_size=cfg.batch_size, seed=cfg.seed, eval_every=cfg.eval_every, eval_train=cfg.eval_train,
+            progress=False, lr_decay=cfg.lr_decay,
+        )  # fmt: skip
+    rounds = clock.rounds[1:] or clock.rounds
+    train_f, eval_f = sample_flops(model, data.input_shape)
+    n_evals = len(range(cfg.eval_every, cfg.rounds + 1, cfg.eval_every)) + (cfg.rounds % cfg.eval_every != 0)
+    rows = float(sum(float(r) for r in ex.rows))
+    flops = (rows * train_f + n_evals * _eval_rows(alg, data, cfg, model) * eval_f) / cfg.rounds
+    stages = {s: statistics.mean(r.get(s, 0.0) for r in rounds) for s in STAGES}
+    return {"seconds": sum(stages.values()), "stages": stages, "flops": flops, "executor": ex.executor.name}
+
+
+def bench_e2e(device: str, rate: float, only=None, rounds: int | None = None, tiny: bool = False, out=None) -> dict:
+    """Time every workload (``only``: some of W1..W6) and print a line each: seconds per round, the round's GFLOPs,
+    the seconds those take at ``rate`` FLOP/s, the ratio (1.0 = at the limit) and the stages' shares."""
+    from .data import readers
+
+    out = out or functools.partial(print, flush=True)
+    work = _w_configs(tiny)
+    out(
+        f"{'':4}{'workload':70} {'executor':8} {'s/round':>8} {'GFLOP':>7} {'limit s':>8} {'ratio':>6}  "
+        + " ".join(f"{s[:6]:>6}" for s in STAGES)
+        + "  (stage columns: % of the round)"
+    )
+    results = {}
+    for name, (what, cfgs) in work.items():
+        if only and name not in only:
+            continue
+        if rounds is not None:
+            cfgs = [c.replace(rounds=max(2, rounds)) for c in cfgs]
+        need = {c.dataset for c in cfgs} - {"synthetic", "digits"}
+        absent = readers.missing(sorted(need))
+        if absent:
+            out(f"{name:4}{what:70} skipped: data absent ({', '.join(absent)})")
+            continue
+        # W5 also on the stacked executor (kernel='vmap': per-client BatchNorm buffers; opt-in, auto keeps the loop)
+        for tag, executor in [("", None)] + ([("s", StackedExecutor(kernel="vmap"))] if name == "W5" else []):
+            _e2e_line(name + tag, what, [time_run(c, device, executor) for c in cfgs], rate, out, results)
+        if name == "W6":
+            out(f"{'W6':4}{'  batched (a run axis beside the client axis)':70} not implemented (issue 21 item 5)")
+    return results
+
+
+def _e2e_line(name: str, what: str, runs: list, rate: float, out, results: dict) -> None:
+    """One printed line: the runs' rounds summed (W6: one round of every run of the grid)."""
+    total = {s: sum(r["stages"][s] for r in runs) for s in STAGES}
+    sec, flops = sum(total.values()), sum(r["flops"] for r in runs)
+    limit = flops / rate
+    results[name] = {"seconds": sec, "flops": flops, "limit": limit, "ratio": sec / limit, "stages": total}
+    out(
+        f"{name:4}{what:70} {runs[0]['executor']:8} {sec:>8.4f} {flops / 1e9:>7.2f} {limit:>8.4f} "
+        f"{sec / limit:>6.1f}  " + " ".join(f"{100 * total[s] / sec:>6.1f}" for s in STAGES)
+    )
+
+
 TARGETS = {"a": 30, "b": 8, "c": 4}
 CASES = (*TARGETS, "f")
 
@@ -197,22 +379,41 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
-    ap.add_argument("--only", default="a,b,c,f", help="comma-separated cases among a,b,c,f")
+    ap.add_argument(
+        "--only", default=None, help="comma-separated cases among a,b,c,f (with --e2e: among W1..W6); default all"
+    )
     ap.add_argument("--momentum", type=float, default=0.0)
+    ap.add_argument("--e2e", action="store_true", help="whole rounds of workloads W1..W6 instead of local training")
+    ap.add_argument("--rounds", type=int, default=None, help="--e2e: rounds of every run (default: E2E_ROUNDS)")
+    ap.add_argument("--tiny", action="store_true", help="--e2e: a few small clients per workload (tests)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     reuse = keep_freed_memory()  # as in training runs; applies to both executors alike
-    cases = [c.strip() for c in args.only.split(",") if c.strip()]
-    bad = [c for c in cases if c not in CASES]
+    allowed = tuple(E2E_ROUNDS) if args.e2e else CASES
+    cases = [c.strip() for c in (args.only or ",".join(allowed)).split(",") if c.strip()]
+    bad = [c for c in cases if c not in allowed]
     if bad:
-        ap.error(f"--only: unknown case(s) {bad}; allowed: {', '.join(CASES)}")
+        ap.error(f"--only: unknown case(s) {bad}; allowed: {', '.join(allowed)}")
+    if args.rounds is not None and args.rounds < 2:
+        ap.error(f"--rounds={args.rounds}: at least 2 (round 1 warms up and is not timed)")
     print(
         f"torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}, "
-        f"momentum {args.momentum}, median of {args.repeats} rounds (ratio: median of paired rounds), "
-        f"glibc malloc: {'freed memory reused' if reuse else 'default'} (fedlib.malloc)"
+        + (
+            "whole rounds (round 1 dropped, the rest averaged), evaluation every round, "
+            if args.e2e
+            else f"momentum {args.momentum}, median of {args.repeats} rounds (ratio: median of paired rounds), "
+        )
+        + f"glibc malloc: {'freed memory reused' if reuse else 'default'} (fedlib.malloc)"
     )
     rate = sgemm_rate(args.device)
+    if args.e2e:
+        print(
+            f"one 2000x2000x2000 float32 matmul on this {args.device}: {rate / 1e9:.0f} GFLOP/s; limit s: the round's "
+            "FLOPs at that rate; ratio: s/round over limit s (1.0 = at the limit)"
+        )
+        bench_e2e(args.device, rate, cases, args.rounds, args.tiny)
+        return
     print(
         f"one 2000x2000x2000 float32 matmul on this {args.device}: {rate / 1e9:.0f} GFLOP/s (the most the stacked "
         "rates below could reach; ceiling: the loop's time over the round's FLOPs at this rate)"

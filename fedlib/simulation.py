@@ -155,6 +155,59 @@ def evaluation_params(alg: Algorithm, state: State, which: str | None = None) ->
     }, True
 
 
+# -- stage timing (off by default): ``python -m fedlib.bench --e2e`` switches it on to say where a round's time goes --
+class StageClock:
+    """Seconds per stage of each round: ``lap(stage)`` adds the time since the previous lap to ``stage`` of the
+    current round; ``new_round()`` (at the start of ``run_round``) books the time since the last lap (callbacks
+    after evaluation, the progress bar, the loop itself) as the previous round's "other" and opens a round. Time
+    before the first round (setup) is not booked. ``sync`` (e.g. ``torch.cuda.synchronize``) runs before each lap,
+    so that asynchronous device work is booked to the stage that queued it."""
+
+    def __init__(self, sync=None):
+        self.rounds: list[dict[str, float]] = []
+        self.sync = sync
+        self.t: float | None = None
+
+    def lap(self, stage: str) -> None:
+        if self.sync is not None:
+            self.sync()
+        now = time.perf_counter()
+        if self.t is not None and self.rounds:
+            r = self.rounds[-1]
+            r[stage] = r.get(stage, 0.0) + now - self.t
+        self.t = now
+
+    def new_round(self) -> None:
+        self.lap("other")
+        self.rounds.append({})
+
+
+class _NoClock:
+    def lap(self, stage: str) -> None: ...
+
+    def new_round(self) -> None: ...
+
+
+CLOCK: StageClock | _NoClock = _NoClock()  # ``stage_timing`` swaps in a StageClock; the default laps cost a call
+
+
+class stage_timing:
+    """``with stage_timing(StageClock()) as clock: simulate(...)``: book every round's stages on ``clock``."""
+
+    def __init__(self, clock: StageClock):
+        self.clock = clock
+
+    def __enter__(self) -> StageClock:
+        global CLOCK
+        self.old, CLOCK = CLOCK, self.clock
+        return self.clock
+
+    def __exit__(self, *exc) -> None:
+        global CLOCK
+        self.clock.lap("other")  # the last round's tail
+        CLOCK = self.old
+
+
 @dataclass(frozen=True)
 class Schedule:
     """How clients train each round: ``local_steps`` R (or ``local_epochs`` E) of ``batch_size``, and the lr
@@ -226,14 +279,18 @@ class Round:
 
 def run_round(run: Run, t: int) -> Round:
     """Round t: select -> start models -> local training -> aggregate -> let the selection stage observe."""
+    CLOCK.new_round()
     alg, state, data, dev, n = run.alg, run.state, run.data, run.data.train.x.device, run.data.n_clients
     state.round, state.lr_scale = t, run.schedule.lr_decay ** (t - 1)  # the lr schedule, in one place
     local = alg.local if state.lr_scale == 1 else dataclasses.replace(alg.local, lr=alg.local.lr * state.lr_scale)
     sel = np.asarray(alg.select.select(t, n, run.rng))
+    CLOCK.lap("selection")
     trainers = sel if alg.trains == "selected" else np.arange(n)
     tr = torch.as_tensor(trainers, device=dev)
     start, anchor = start_models(alg, state, tr)
+    CLOCK.lap("start")
     plan = _to(run.schedule.plan(run.layout, torch.as_tensor(trainers), alg.batches_per_step, run.gen), dev)
+    CLOCK.lap("plan")
     if alg.local_update is None:
         trained = run.executor.train(run.model, start, plan, data.train, local, anchor=anchor if local.mu else None)
     else:  # a method's own client procedure (pFedMe, SCAFFOLD, ...), built from executor.train calls
@@ -241,6 +298,7 @@ def run_round(run: Run, t: int) -> Round:
     for name, v in trained.items():
         state.client_params[name][tr] = v
     state.fresh[tr] = False
+    CLOCK.lap("training")
     pos = torch.as_tensor(np.searchsorted(trainers, sel), device=dev)  # the selected clients' uploads:
     up = {k: v[pos] for k, v in trained.items() if alg.shared(k) and v.is_floating_point()}  # shared tensors only
     mixing = alg.aggregate(up, run.n_train[torch.as_tensor(sel)], sel)
@@ -258,6 +316,7 @@ def run_round(run: Run, t: int) -> Round:
     if hasattr(alg.select, "observe"):  # AdaFL: d_i = ||w^(t+1) - w_i^(t)|| against what the server made of the uploads
         ref = {k: state.sent[k][sel_t] if mixing.to_personal is not None else state.global_params[k] for k in up}
         alg.select.observe(sel, up, ref)
+    CLOCK.lap("aggregation")
     return Round(t, sel, mixing, up)
 
 
@@ -345,6 +404,7 @@ class Evaluation(Callback):
         self.uploads += len(out.selected)
         if out.t % self.every and out.t != run.rounds and run.diverged_at != out.t:
             return
+        CLOCK.lap("other")  # the callbacks before this one (traces)
         alg, state = run.alg, run.state
         if alg.before_eval is not None:
             alg.before_eval(run.executor, run.model, state, run.data.train, run.eval_gen)
@@ -359,6 +419,7 @@ class Evaluation(Callback):
         self.accs.append(row.pop("_client_acc"))
         self.losses.append(row.pop("_client_loss"))
         self.rows.append(row)
+        CLOCK.lap("evaluation")
 
     def last_accuracy(self) -> float:
         # AdaFL's setting keeps no client test split: its accuracy is the global model's on the official test set

@@ -46,3 +46,64 @@ def test_fedmix_case_times_the_three_paths():
 
     r = bench_fedmix(repeats=1, clients=2, steps=2)
     assert {"loop", "vmap", "chain"} <= set(r) and all(r[k] > 0 for k in ("loop", "vmap", "chain"))
+
+
+# -- end to end (issue 21, item 1): the printed structure, not the timings ----------------------------------------
+def test_e2e_prints_every_workload_with_its_breakdown(capsys):
+    from fedlib.bench import STAGES
+
+    main(["--e2e", "--tiny", "--rounds", "2", "--only", "W3,W4,W6"])
+    out = capsys.readouterr().out.splitlines()
+    assert any("GFLOP/s" in line and "limit s" in line for line in out)
+    header = next(line for line in out if "workload" in line and "s/round" in line)
+    for col in ("s/round", "GFLOP", "limit s", "ratio", *(s[:6] for s in STAGES)):
+        assert col in header
+    rows = {line.split()[0]: line for line in out if line[:2] in ("W3", "W4", "W6") and "batched" not in line}
+    assert set(rows) == {"W3", "W4", "W6"}
+    for name, line in rows.items():
+        nums = [float(v) for v in line.split()[-(4 + len(STAGES)) :]]  # s/round GFLOP limit ratio ... stages
+        sec, gflop, limit, ratio, shares = nums[0], nums[1], nums[2], nums[3], nums[4:]
+        assert sec > 0 and gflop > 0 and limit > 0 and ratio == pytest.approx(sec / limit, rel=0.05, abs=0.1)
+        assert sum(shares) == pytest.approx(100, abs=0.5)  # the stages cover the round
+        assert shares[STAGES.index("training")] > 0 and shares[STAGES.index("evaluation")] > 0
+    assert any(line.startswith("W6") and "batched" in line and "not implemented" in line for line in out)
+
+
+def test_e2e_rejects_unknown_workload(capsys):
+    with pytest.raises(SystemExit):
+        main(["--e2e", "--only", "W7"])
+    assert "allowed: W1, W2, W3, W4, W5, W6" in capsys.readouterr().err
+
+
+def test_stage_clock_books_each_stage_of_each_round():
+    """Two rounds of a tiny run: every stage of run_round is booked, setup before round 1 is not."""
+    from fedlib.algorithms import build_algorithm
+    from fedlib.config import RunConfig
+    from fedlib.data import load_federated
+    from fedlib.executors import make_executor
+    from fedlib.simulation import CLOCK, StageClock, simulate, stage_timing
+
+    cfg = RunConfig.of(n_clients=6, clients_per_round=3, local_steps=2, rounds=2, model="mlr").validate()
+    data = load_federated(cfg).to("cpu", torch.float32)
+    model = build_model("mlr", data.input_shape, 10, seed=0)
+    alg = build_algorithm(cfg)
+    with stage_timing(StageClock()) as clock:
+        simulate(alg, data, model, make_executor("auto", model), 2, local_steps=2, progress=False)
+    from fedlib import simulation
+
+    assert simulation.CLOCK is CLOCK  # switched back off
+    assert len(clock.rounds) == 2
+    for r in clock.rounds:
+        assert {"selection", "start", "plan", "training", "aggregation", "evaluation", "other"} <= set(r)
+        assert all(v >= 0 for v in r.values())
+
+
+def test_sample_flops_from_layer_shapes():
+    from fedlib.bench import sample_flops
+
+    dnn = build_model("dnn", (784,), 10, (100,), seed=0)
+    # forward 2*(784*100 + 100*10); training: chain_flops of one sample
+    assert sample_flops(dnn, (784,)) == (chain_flops([784, 100, 10], 1, 1, 1), 2 * (784 * 100 + 100 * 10))
+    lenet = build_model("lenet", (3, 28, 28), 10, seed=0)
+    train, forward = sample_flops(lenet, (3, 28, 28))
+    assert forward > 0 and 2 * forward < train < 3 * forward  # backward: weight grads + input grads but the first's

@@ -217,3 +217,141 @@ def test_chain_forward_is_the_models_forward():
         assert torch.allclose(hs[-1][i], out, rtol=0, atol=1e-13)
         assert torch.allclose(ht[-1][i, :8], out, rtol=0, atol=1e-13)
         assert torch.allclose(ht[-1][i, 8:], jvp, rtol=0, atol=1e-13)
+
+
+# -- no padding waste: epoch plans of unequal clients (issue 21, item 2) -----------------------------------------
+def _unequal(sizes=(3, 41, 17, 90, 1, 60, 8), dtype=torch.float64):
+    """Clients of very unequal sizes (the smallest finish their epoch in one step, the largest in twelve)."""
+    import numpy as np
+
+    from fedlib.data.federated import FederatedData
+
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((s, 12)) for s in sizes]
+    ys = [rng.integers(0, 5, s) for s in sizes]
+    parts = [np.arange(s) for s in sizes]
+    return FederatedData.from_clients("unequal", xs, ys, parts, [p[:0] for p in parts], 5).to("cpu", dtype)
+
+
+@pytest.mark.parametrize("model_name", ["mlr", "dnn", "mlp"])
+@pytest.mark.parametrize("opt_name", sorted(OPTS))
+@pytest.mark.parametrize("ex", ["chain", "chain-groups-of-2", "vmap"])
+def test_shrinking_stack_equals_loop_float64(model_name, opt_name, ex):
+    """Epoch plans of unequal clients (2 epochs, partial last batches, clients idle between their epochs' ends):
+    the stacked executor, which runs each step on the clients that still have one, computes what the loop does."""
+    data = _unequal()
+    model = build_model(model_name, (12,), 5, hidden=(8, 6), seed=1, dtype=torch.float64)
+    k = data.n_clients
+    start, anchor = _params(model, k), _params(model, k, seed=7)
+    drift = {n: 0.01 * torch.randn(t.shape, generator=torch.Generator().manual_seed(2), dtype=t.dtype)
+             for n, t in start.items()}  # fmt: skip
+    plan = sample_epochs(data.train, torch.arange(k), 2, 8, torch.Generator().manual_seed(3))
+    assert plan.active is not None and not bool(plan.active.all())
+    opt = OPTS[opt_name]
+    kw = {"chain": {"kernel": "chain"}, "chain-groups-of-2": {"max_group": 2}, "vmap": {"kernel": "vmap"}}[ex]
+    for d in (None, drift):
+        loop = LoopExecutor().train(model, start, plan, data.train, opt, anchor, d)
+        stacked = StackedExecutor(**kw).train(model, start, plan, data.train, opt, anchor, d)
+        assert _maxdiff(loop, start) > 1e-3
+        assert _maxdiff(stacked, loop) < 1e-10
+
+
+def test_shrinking_stack_does_each_clients_steps_only(monkeypatch):
+    """The work handed to the group paths is every client's own active steps, not the largest client's count for
+    everyone: sum over groups and steps of the clients stepping == the plan's active (client, step) pairs."""
+    import fedlib.executors.stacked as stacked
+
+    data = _unequal()
+    k = data.n_clients
+    model = build_model("dnn", (12,), 5, hidden=(8,), seed=1, dtype=torch.float64)
+    plan = sample_epochs(data.train, torch.arange(k), 2, 8, torch.Generator().manual_seed(3))
+    seen = []
+
+    def record(model, p, plan, data, opt, anchor, drift, objective, clients):
+        live = getattr(plan, "live_at", lambda s: plan.index.shape[1])  # (a lock-step plan: every client, always)
+        seen.append(sum(live(s) for s in range(plan.steps)))
+
+    monkeypatch.setattr(stacked, "fast_path", lambda kernel, objective: record)
+    for g in (None, 2, 3):
+        seen.clear()
+        StackedExecutor(max_group=g).train(model, _params(model, k), plan, data.train, LocalSGD(0.1))
+        assert sum(seen) == int(plan.active.sum()) < plan.active.numel()
+
+
+@pytest.mark.parametrize("kernel", ["chain", "vmap"])
+@pytest.mark.parametrize("taylor", [True, False])
+def test_shrinking_stack_keeps_per_step_context(kernel, taylor):
+    """FedMix's means are paired with (plan step, client, row): a client's k-th step in the shrunk stack still gets
+    the means of its own plan step (stacked == loop in float64 on an epoch plan of unequal clients)."""
+    from fedlib.algorithms.fedmix import mean_dataset
+    from fedlib.executors import FedMixObjective, NaiveMixObjective
+
+    data = _unequal()
+    k = data.n_clients
+    model = build_model("mlp", (12,), 5, hidden=(8, 6), seed=1, dtype=torch.float64)
+    start = _params(model, k)
+    plan = sample_epochs(data.train, torch.arange(k), 2, 8, torch.Generator().manual_seed(3))
+    mx, my = mean_dataset(data.train, 5, 4)
+    pair = torch.randint(0, len(my), tuple(plan.index.shape), generator=torch.Generator().manual_seed(4))
+    obj = (FedMixObjective if taylor else NaiveMixObjective)(0.3, mx, my, pair)
+    opt = LocalSGD(0.1, momentum=0.5)
+    loop = LoopExecutor().train(model, start, plan, data.train, opt, objective=obj)
+    stacked = StackedExecutor(kernel=kernel, max_group=3).train(model, start, plan, data.train, opt, objective=obj)
+    assert _maxdiff(loop, start) > 1e-3
+    assert _maxdiff(stacked, loop) < 1e-10
+
+
+# -- every model stacked: BatchNorm nets with per-client buffers (issue 21, item 4) ------------------------------------
+@pytest.mark.parametrize("attention", ["none", "se", "eca", "ca", "hybrid"])
+@pytest.mark.parametrize("sampler", ["steps", "epochs"])
+@pytest.mark.parametrize("opt_name", ["sgd", "all"])
+def test_batchnorm_net_stacked_equals_loop_float64(attention, sampler, opt_name):
+    """pFedLA's LeNet-BN (with each attention kind; CA holds a BatchNorm of its own) on the stacked executor's vmap
+    path with explicit per-client buffers: parameters and running statistics (mean, var, num_batches_tracked) as
+    the loop's, on full batches and on an epoch plan of unequal clients with short last batches."""
+    import numpy as np
+
+    from fedlib.data.federated import FederatedData
+
+    rng = np.random.default_rng(0)
+    sizes = (13, 40, 7, 27)  # B = 8: short last batches of 5, 7 and 3 rows (BatchNorm needs 2 or more)
+    xs = [0.5 * rng.standard_normal((s, 3, 28, 28)) for s in sizes]
+    ys = [rng.integers(0, 10, s) for s in sizes]
+    parts = [np.arange(s) for s in sizes]
+    data = FederatedData.from_clients("bn", xs, ys, parts, [p[:0] for p in parts], 10).to("cpu", torch.float64)
+    model = build_model("lenet", (3, 28, 28), 10, attention=attention, seed=0, dtype=torch.float64)
+    k = len(sizes)
+    g = torch.Generator().manual_seed(1)
+    start = {
+        n: t.unsqueeze(0).repeat(k, *[1] * t.dim())
+        + (0.01 * torch.randn(k, *t.shape, generator=g, dtype=t.dtype) if t.is_floating_point() else 0)
+        for n, t in model.state_dict().items()
+    }
+    anchor = {n: t + 0.01 if t.is_floating_point() else t for n, t in start.items()}
+    gen = torch.Generator().manual_seed(2)
+    plan = (
+        sample_steps(data.train, torch.arange(k), 3, 6, gen)
+        if sampler == "steps"
+        else sample_epochs(data.train, torch.arange(k), 2, 8, gen)
+    )
+    opt = {"sgd": LocalSGD(0.01), "all": LocalSGD(0.01, momentum=0.5, weight_decay=1e-3, mu=0.1)}[opt_name]
+    loop = LoopExecutor().train(model, start, plan, data.train, opt, anchor)
+    stacked = StackedExecutor(kernel="vmap", max_group=3).train(model, start, plan, data.train, opt, anchor)
+    floats = [n for n in loop if loop[n].is_floating_point()]
+    stats = [n for n in floats if "running" in n]
+    assert stats and max((loop[n] - start[n]).abs().max().item() for n in stats) > 1e-3  # the statistics moved
+    assert max((loop[n] - start[n]).abs().max().item() for n in floats) > 1e-3
+    assert max((stacked[n] - loop[n]).abs().max().item() for n in floats) < 1e-10
+    for n in loop:
+        if not loop[n].is_floating_point():  # num_batches_tracked: every client's own count of steps
+            assert torch.equal(stacked[n], loop[n]) and not torch.equal(loop[n], start[n])
+
+
+def test_batchnorm_net_stays_on_the_loop_unless_asked():
+    """``auto`` keeps BatchNorm nets on the loop (the float32 numbers stored runs hold); the stacked executor takes
+    them with kernel='vmap' only."""
+    lenet = build_model("lenet", (3, 28, 28), 10, seed=0)
+    assert make_executor("auto", lenet).name == "loop"
+    assert StackedExecutor(kernel="vmap").kernel_for(lenet) == "vmap-buffers"
+    with pytest.raises(NotImplementedError, match="kernel='vmap'"):
+        StackedExecutor().kernel_for(lenet)

@@ -126,6 +126,43 @@ class BatchPlan:
         pick = lambda t: None if t is None else t[idx]
         return BatchPlan(self.index[idx], pick(self.weight), pick(self.active))
 
+    # -- what the stacked executor's paths ask of a plan at step s (a ``ShrinkingPlan`` answers differently) --
+    @property
+    def padded(self) -> bool:
+        """Whether some client sits out some step (``active``): the stacked paths then take the masked update."""
+        return self.active is not None
+
+    def live_at(self, s: int) -> int:
+        """How many clients step at step s, as the group's leading rows: all of them here."""
+        return self.index.shape[1]
+
+    def context(self, objective, s: int, clients, k: int, dtype) -> dict:
+        """``objective.context`` of step s for the leading ``k`` of ``clients`` (the group's positions in the
+        round's plan): here all of them, at plan step s."""
+        return objective.context(s, clients, dtype)
+
+
+@dataclass
+class ShrinkingPlan(BatchPlan):
+    """A group's plan with each client's active steps moved to the front and clients sorted by their number of
+    steps, largest first (``StackedExecutor``; built from a plan with ``active``): at step s the first ``live[s]``
+    clients step, the others have finished. ``src[s, i]``: the step of the original plan that step s of client i
+    is (for per-step objective context such as FedMix's pairs). ``padded`` stays True: the stacked paths keep
+    the masked update's arithmetic, so that every client's result is bit for bit the one of the lock-step plan."""
+
+    live: tuple = ()
+    src: torch.Tensor | None = None
+
+    @property
+    def padded(self) -> bool:
+        return True
+
+    def live_at(self, s: int) -> int:
+        return self.live[s]
+
+    def context(self, objective, s: int, clients, k: int, dtype) -> dict:
+        return objective.context(self.src[s, :k], clients[:k], dtype)
+
 
 def sample_steps(split: Split, clients: torch.Tensor, steps: int, batch_size: int,
                  generator: torch.Generator) -> BatchPlan:

@@ -74,15 +74,28 @@ def _group_state(layers, p: Params, opt: LocalSGD, anchor: Params | None, drift:
     return W, b, bufs, anchors, drifts
 
 
-def _backward_step(hs, dz, W, b, bufs, anchors, drifts, opt: LocalSGD, act, n: int, tangent: bool) -> None:
+def _leading(k: int, G: int, W, b, bufs, anchors, drifts):
+    """The group state of ``_group_state`` restricted to its first ``k`` clients (views; itself when k = G)."""
+    if k == G:
+        return W, b, bufs, anchors, drifts
+    cut = lambda t: None if t is None else t[:k]
+    pairs = lambda ts: [(cut(u), cut(v)) for u, v in ts]
+    return [w[:k] for w in W], [c[:k] for c in b], pairs(bufs), pairs(anchors), pairs(drifts)
+
+
+def _backward_step(
+    hs, dz, W, b, bufs, anchors, drifts, opt: LocalSGD, act, n: int, tangent: bool, fused: bool = True
+) -> None:
     """Back through the chain from the logits' gradient ``dz`` (mean over each client's rows already taken),
     updating every layer in place. ``tangent``: ``dz`` and ``hs`` hold the primal rows then the tangent rows
-    (``chain_forward(..., tangent=)``); the tangent's gradient reaches the weights, not the biases."""
+    (``chain_forward(..., tangent=)``); the tangent's gradient reaches the weights, not the biases. ``fused``
+    (with ``act`` None): the weight's update fused into its gradient's matmul (``_fused_weight_step``); else the
+    gradient first, then ``_sgd_update`` (padded plans: the masked update, whose arithmetic a shrinking plan keeps)."""
     for j in range(len(W) - 1, -1, -1):
         hin = hs[j]
         dh = torch.bmm(dz, W[j]) if j > 0 else None  # uses W before this step's update
         (bw, bb), (aw, ab), (cw, cb) = bufs[j], anchors[j], drifts[j]
-        if act is None:
+        if act is None and fused:
             _fused_weight_step(W[j], dz.transpose(1, 2), hin, bw, aw, opt, cw)
         else:
             _sgd_update(W[j], torch.bmm(dz.transpose(1, 2), hin), bw, aw, opt, act, cw)
@@ -98,12 +111,13 @@ def _backward_step(hs, dz, W, b, bufs, anchors, drifts, opt: LocalSGD, act, n: i
             dz = torch.ops.aten.threshold_backward(dh, hin, 0)
 
 
-def _row_scale(plan: BatchPlan, s: int, dtype, device):
-    """(G, B, 1) weights of each row in its client's mean, and each client's rows that count: B or (G, 1, 1)."""
-    G, B = plan.index.shape[1], plan.index.shape[2]
+def _row_scale(plan: BatchPlan, s: int, k: int, dtype, device):
+    """(k, B, 1) weights of each row in its client's mean, and each client's rows that count: B or (k, 1, 1), for
+    the first k clients of the group."""
+    B = plan.index.shape[2]
     if plan.weight is None:
-        return torch.full((G, B, 1), 1.0 / B, dtype=dtype, device=device), B
-    w = plan.weight[s].to(dtype)
+        return torch.full((k, B, 1), 1.0 / B, dtype=dtype, device=device), B
+    w = plan.weight[s, :k].to(dtype)
     n_rows = w.sum(1, keepdim=True).clamp_min(1).unsqueeze(2)
     return w.unsqueeze(2) / n_rows, n_rows
 
@@ -126,19 +140,21 @@ def chain_cross_entropy(
     G, B = plan.index.shape[1], plan.index.shape[2]
     xdim = W[0].shape[2]
     for s in range(plan.steps):
-        rows = plan.index[s]
-        x = data.x.index_select(0, rows.reshape(-1)).view(G, B, xdim).to(W[0].dtype)
-        y = data.y.index_select(0, rows.reshape(-1)).view(G, B)
-        hs = chain_forward(layers, p, x)
+        k = plan.live_at(s)  # the clients of this step: the group's first k (all G but in a shrinking plan)
+        rows = plan.index[s, :k]
+        x = data.x.index_select(0, rows.reshape(-1)).view(k, B, xdim).to(W[0].dtype)
+        y = data.y.index_select(0, rows.reshape(-1)).view(k, B)
+        hs = chain_forward(layers, p if k == G else {n: t[:k] for n, t in p.items()}, x)
         dz = torch.softmax(hs.pop(), dim=2)
         dz.scatter_add_(2, y.unsqueeze(2), torch.full_like(y, -1, dtype=dz.dtype).unsqueeze(2))
         if plan.weight is None:
             dz.mul_(1.0 / B)
         else:
-            w = plan.weight[s].to(dz.dtype)
+            w = plan.weight[s, :k].to(dz.dtype)
             dz.mul_((w / w.sum(1, keepdim=True).clamp_min(1)).unsqueeze(2))
         act = None if plan.active is None else plan.active[s]
-        _backward_step(hs, dz, W, b, bufs, anchors, drifts, opt, act, B, tangent=False)
+        state = _leading(k, G, W, b, bufs, anchors, drifts)
+        _backward_step(hs, dz, *state, opt, act, B, tangent=False, fused=not plan.padded)
 
 
 @register_fast_path("chain", FedMixObjective, NaiveMixObjective)
@@ -172,20 +188,22 @@ def chain_mean_mixup(
     G, B = plan.index.shape[1], plan.index.shape[2]
     dtype, xdim, dev = W[0].dtype, W[0].shape[2], W[0].device
     for s in range(plan.steps):
-        rows = plan.index[s].reshape(-1)
-        x = data.x.index_select(0, rows).view(G, B, xdim).to(dtype)
-        y = data.y.index_select(0, rows).view(G, B)
-        ctx = objective.context(s, clients, dtype)
-        xm, ym = ctx["xm"].reshape(G, B, xdim), ctx["ym"]
+        k = plan.live_at(s)  # the clients of this step: the group's first k (all G but in a shrinking plan)
+        rows = plan.index[s, :k].reshape(-1)
+        x = data.x.index_select(0, rows).view(k, B, xdim).to(dtype)
+        y = data.y.index_select(0, rows).view(k, B)
+        ctx = plan.context(objective, s, clients, k, dtype)
+        xm, ym = ctx["xm"].reshape(k, B, xdim), ctx["ym"]
+        ps = p if k == G else {n: t[:k] for n, t in p.items()}
         if taylor:
-            hs = chain_forward(layers, p, (1 - lam) * x, tangent=xm)
+            hs = chain_forward(layers, ps, (1 - lam) * x, tangent=xm)
         else:
-            hs = chain_forward(layers, p, (1 - lam) * x + lam * xm)
+            hs = chain_forward(layers, ps, (1 - lam) * x + lam * xm)
         zl = hs.pop()
         pr = torch.softmax(zl[:, :B], dim=2)
         onehot = F.one_hot(y, pr.shape[2]).to(dtype)
         du = pr - (1 - lam) * onehot - lam * ym
-        scale, n_rows = _row_scale(plan, s, dtype, dev)
+        scale, n_rows = _row_scale(plan, s, k, dtype, dev)
         if taylor:
             tl = lam * objective.tscale(n_rows)  # the Taylor term's factor: lam, or lam (1 - lam) / n_rows
             v = zl[:, B:]
@@ -195,4 +213,5 @@ def chain_mean_mixup(
         else:
             dz = du * scale
         act = None if plan.active is None else plan.active[s]
-        _backward_step(hs, dz, W, b, bufs, anchors, drifts, opt, act, B, tangent=taylor)
+        state = _leading(k, G, W, b, bufs, anchors, drifts)
+        _backward_step(hs, dz, *state, opt, act, B, tangent=taylor, fused=not plan.padded)

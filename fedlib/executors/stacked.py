@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..data.federated import BatchPlan, Split
+from ..data.federated import BatchPlan, ShrinkingPlan, Split
 from ..models import kernel_of
 from .kernels import fast_path
 from .objectives import CrossEntropy, Objective
@@ -73,8 +73,13 @@ class StackedExecutor:
     def kernel_for(self, model: nn.Module) -> str:
         """The kernel this executor runs ``model`` under: the forced one, else the model's."""
         kernel = kernel_of(model)
+        if kernel not in STACKED_KERNELS and self.kernel == "vmap":
+            return "vmap-buffers"  # per-client buffers passed explicitly (``_vmap_buffers_path``), on request only
         if kernel not in STACKED_KERNELS:
-            raise NotImplementedError(f"{type(model).__name__} has buffers (e.g. BatchNorm): use the loop executor")
+            raise NotImplementedError(
+                f"{type(model).__name__} has buffers (e.g. BatchNorm): use the loop executor, or "
+                "StackedExecutor(kernel='vmap') (per-client buffers)"
+            )
         if self.kernel is None:
             return kernel
         if self.kernel == "chain" and kernel != "chain":
@@ -112,7 +117,9 @@ class StackedExecutor:
         k = _check(params, plan, anchor, opt)
         objective = CrossEntropy() if objective is None else objective
         kernel = self.kernel_for(model)
-        path = fast_path(kernel, objective) or _vmap_path
+        path = _vmap_buffers_path if kernel == "vmap-buffers" else (fast_path(kernel, objective) or _vmap_path)
+        if plan.active is not None:
+            return self._train_shrinking(model, params, plan, data, opt, anchor, drift, objective, path)
         out = {n: t.clone() for n, t in params.items()}
         dev = next(iter(out.values())).device
         g = self.group_size(model, k, plan, opt, dev)
@@ -123,6 +130,52 @@ class StackedExecutor:
             dr = None if drift is None else {n: t[sl] for n, t in drift.items()}
             path(model, p, plan.clients(sl), data, opt, anc, dr, objective, sl)
         return out
+
+    def _train_shrinking(self, model, params, plan, data, opt, anchor, drift, objective, path) -> Params:
+        """A plan with inactive steps (epoch-based training of unequal clients): no work for them.
+
+        Each client's active steps are moved to the front, in their order (``ShrinkingPlan``), and the clients are
+        sorted by their number of active steps, largest first; groups are cut from that order (clients of similar
+        step counts together) and, within a group, step s runs the clients that still have a step s: a prefix of the
+        group, so every tensor of the step is a view of the group's leading rows. A client's computation is the one
+        it had in lock-step (same batches in the same order, same update arithmetic): local steps of different
+        clients never interact. The work is each client's own steps, not the largest client's."""
+        act = plan.active.cpu()
+        count = act.sum(0)
+        order = torch.argsort(count, descending=True, stable=True)
+        steps = torch.arange(act.shape[0])
+        # src[j, i]: the plan step of the j-th active step of client order[i] (inactive steps sort last)
+        src = torch.where(act, steps[:, None], act.shape[0]).sort(dim=0).values[:, order]
+        src.clamp_(max=act.shape[0] - 1)
+        count = count[order]
+        dev = plan.index.device
+        src_d, order_d = src.to(dev), order.to(dev)
+        index = plan.index[src_d, order_d[None, :]]
+        weight = None if plan.weight is None else plan.weight[src_d, order_d[None, :]]
+        pick = lambda d: None if d is None else {n: t[order_d] for n, t in d.items()}
+        out, anchor, drift = pick(params), pick(anchor), pick(drift)  # gathers: copies in the sorted order
+        k = len(order)
+        g = self.group_size(model, k, plan, opt, index.device)
+        for a in range(0, k, g):
+            sl = slice(a, min(k, a + g))
+            n_steps = int(count[a])
+            if n_steps == 0:
+                break  # sorted: the rest have no step either
+            live = tuple(int(c) for c in (count[sl, None] > torch.arange(n_steps)[None, :]).sum(0))
+            sub = ShrinkingPlan(
+                index[:n_steps, sl],
+                None if weight is None else weight[:n_steps, sl],
+                live=live,
+                src=src_d[:n_steps, sl],
+            )
+            p = {n: t[sl] for n, t in out.items()}
+            anc = None if anchor is None else {n: t[sl] for n, t in anchor.items()}
+            dr = None if drift is None else {n: t[sl] for n, t in drift.items()}
+            path(model, p, sub, data, opt, anc, dr, objective, order_d[sl])
+        result = {n: torch.empty_like(t) for n, t in params.items()}
+        for n, t in out.items():
+            result[n][order_d] = t
+        return result
 
 
 def _vmap_path(
@@ -152,14 +205,91 @@ def _vmap_path(
     bufs = {n: torch.zeros_like(p[n]) for n in names} if opt.momentum else None
     ones = torch.ones(G, B, dtype=dtype, device=p[names[0]].device)
     for s in range(plan.steps):
-        rows = plan.index[s]
-        x = data.x.index_select(0, rows.reshape(-1)).view(G, B, *data.x.shape[1:]).to(dtype)
-        y = data.y.index_select(0, rows.reshape(-1)).view(G, B)
-        w = ones if plan.weight is None else plan.weight[s].to(dtype)
-        grads = g_fn({n: p[n] for n in names}, x, y, w, objective.context(s, clients, dtype))
+        k = plan.live_at(s)  # the clients of this step: the group's first k (all G but in a shrinking plan)
+        rows = plan.index[s, :k]
+        x = data.x.index_select(0, rows.reshape(-1)).view(k, B, *data.x.shape[1:]).to(dtype)
+        y = data.y.index_select(0, rows.reshape(-1)).view(k, B)
+        w = ones[:k] if plan.weight is None else plan.weight[s, :k].to(dtype)
+        grads = g_fn({n: p[n][:k] for n in names}, x, y, w, plan.context(objective, s, clients, k, dtype))
         act = None if plan.active is None else plan.active[s]
         for n in names:
-            a = None if anchor is None or not opt.mu else anchor[n]
-            _sgd_update(
-                p[n], grads[n], None if bufs is None else bufs[n], a, opt, act, None if drift is None else drift.get(n)
+            a = None if anchor is None or not opt.mu else anchor[n][:k]
+            c = None if drift is None or n not in drift else drift[n][:k]
+            _sgd_update(p[n][:k], grads[n], None if bufs is None else bufs[n][:k], a, opt, act, c)
+
+
+def _vmap_buffers_path(
+    model: nn.Module,
+    p: Params,
+    plan: BatchPlan,
+    data: Split,
+    opt: LocalSGD,
+    anchor: Params | None,
+    drift: Params | None,
+    objective: Objective,
+    clients,
+) -> None:
+    """Models with buffers (BatchNorm: pFedLA's LeNet-BN, AlexNet-BN, MobileNetV2, FedBN's local statistics):
+    ``vmap(grad(objective.loss))`` over ``functional_call(model, (parameters, buffers))`` with every client's own
+    buffers, which BatchNorm updates in place (running mean and variance, ``num_batches_tracked``) per client.
+
+    Batch statistics are over a client's real rows only, as the loop's ``rows[keep]``: at a step where some clients
+    have a short batch (the last of an epoch), the clients with a full batch step together and each short one
+    steps alone on its own rows. Selected with ``StackedExecutor(kernel="vmap")``; ``make_executor("auto")`` keeps
+    such models on the loop (whose float32 results the stored runs hold)."""
+    from torch.func import grad, vmap
+
+    names = [n for n, _ in model.named_parameters()]
+    bnames = [n for n, _ in model.named_buffers()]
+    forward = FunctionalForward(model)
+    model.train()
+
+    def loss(params, buffers, x, y, w, ctx):
+        return objective.loss(forward, {**params, **buffers}, x, y, w, ctx)
+
+    g_fn = vmap(grad(loss), randomness="different")
+    dtype = p[names[0]].dtype
+    bufs = {n: torch.zeros_like(p[n]) for n in names} if opt.momentum else None
+
+    def step(J, rows, w, ctx):
+        """One step of the clients ``J`` (a slice: views, updated in place; or an index tensor: gathered, then
+        written back) on ``rows`` (|J|, b) with row weights ``w``."""
+        take = lambda t: None if t is None else t[J]
+        pp, bb = {n: take(p[n]) for n in names}, {n: take(p[n]) for n in bnames}
+        mom = {n: take(None if bufs is None else bufs[n]) for n in names}
+        x = data.x.index_select(0, rows.reshape(-1)).view(*rows.shape, *data.x.shape[1:]).to(dtype)
+        y = data.y.index_select(0, rows.reshape(-1)).view(rows.shape)
+        grads = g_fn(pp, bb, x, y, w, ctx)  # BatchNorm updates bb in place, per client
+        for n in names:
+            a = None if anchor is None or not opt.mu else take(anchor[n])
+            c = None if drift is None or n not in drift else take(drift[n])
+            _sgd_update(pp[n], grads[n], mom[n], a, opt, None, c)
+        if not isinstance(J, slice):
+            for n in names:
+                p[n][J] = pp[n]
+                if bufs is not None:
+                    bufs[n][J] = mom[n]
+            for n in bnames:
+                p[n][J] = bb[n]
+
+    assert plan.active is None  # ``train`` hands plans with idle clients over as shrinking plans
+    for s in range(plan.steps):
+        k = plan.live_at(s)  # the clients of this step: the group's first k
+        rows, ctx = plan.index[s, :k], plan.context(objective, s, clients, k, dtype)
+        keep = None if plan.weight is None else plan.weight[s, :k] > 0
+        short = [] if keep is None else (~keep.all(1)).cpu().nonzero().flatten().tolist()
+        if not short:
+            step(slice(0, k), rows, torch.ones(rows.shape, dtype=dtype, device=rows.device), ctx)
+            continue
+        J = keep.all(1).nonzero().flatten()  # the full batches together
+        if len(J):
+            step(
+                J,
+                rows[J],
+                torch.ones(rows[J].shape, dtype=dtype, device=rows.device),
+                {n: t[J] for n, t in ctx.items()},
             )
+        for j in short:  # the short batches (an epoch's last) alone, on their own rows
+            r = rows[j][keep[j]][None]
+            one = torch.ones(r.shape, dtype=dtype, device=r.device)
+            step(torch.tensor([j], device=r.device), r, one, {n: t[j : j + 1][:, keep[j]] for n, t in ctx.items()})
