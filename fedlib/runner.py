@@ -8,6 +8,7 @@ soon as it finishes: an interrupted grid resumes where it stopped and loses noth
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import platform
 import time
@@ -48,11 +49,18 @@ def _meta(cfg: RunConfig, device: str, seconds: float, executor: str) -> dict:
     }
 
 
-def train(cfg: RunConfig, progress: bool = True, data_root=None, checkpoint: Checkpoint | None = None) -> RunResult:
+def train(
+    cfg: RunConfig,
+    progress: bool = True,
+    data_root=None,
+    checkpoint: Checkpoint | None = None,
+    device: str | None = None,
+) -> RunResult:
     """Train ``cfg`` from scratch (no store): the pure function behind ``run``; with a ``checkpoint``, continue
-    from its snapshot if there is one (same result) and snapshot while training."""
+    from its snapshot if there is one (same result) and snapshot while training. ``device``: where a ``device='auto'``
+    config trains (default: ``cfg.resolved_device()``; a Ray task passes the device its resources hold)."""
     cfg.validate()
-    device = cfg.resolved_device()
+    device = device if device is not None and cfg.device == "auto" else cfg.resolved_device()
     if device == "cpu":
         keep_freed_memory()  # each round's large stacked tensors reuse freed memory (see fedlib.malloc)
     dtype = getattr(torch, cfg.dtype)
@@ -129,12 +137,44 @@ def expand(base: RunConfig, grid: dict | list[dict]) -> list[RunConfig]:
 
 
 def run_grid(
-    base: RunConfig, grid: dict | list[dict], store: Store | None = None, progress: bool = True, data_root=None
+    base: RunConfig,
+    grid: dict | list[dict],
+    store: Store | None = None,
+    progress: bool = True,
+    data_root=None,
+    *,
+    jobs: int = 1,
+    backend="local",
+    address: str | None = None,
 ) -> pd.DataFrame:
-    """Run every config of the grid (skipping stored ones); one summary row per config."""
+    """Run every config of the grid (skipping stored ones); one summary row per config. ``jobs``, ``backend``,
+    ``address``: where the runs train (``run_configs``)."""
     cfgs = expand(base, grid)  # validates every config before any training starts
     varied = ["algorithm", "seed"] + [k for g in ([grid] if isinstance(grid, dict) else grid) for k in g]
-    return run_configs(cfgs, store, progress, data_root, varied)
+    return run_configs(cfgs, store, progress, data_root, varied, jobs=jobs, backend=backend, address=address)
+
+
+def ray_backend(backend="local", address: str | None = None, jobs: int = 1):
+    """The ``RayBackend`` that ``backend``/``address`` ask for, or None for the local one; bad values are a
+    ValueError naming the parameter."""
+    if backend == "local":
+        if address is not None:
+            raise ValueError(f"address={address!r} is for backend='ray'; the local backend trains on this machine")
+        return None
+    from .ray_backend import RayBackend
+
+    if isinstance(backend, RayBackend):
+        ray = backend if address is None else dataclasses.replace(backend, address=address)
+    elif backend == "ray":
+        ray = RayBackend(address=address)
+    else:
+        raise ValueError(f"backend={backend!r} must be 'local' (this machine's processes), 'ray' or a RayBackend")
+    if jobs != 1:
+        raise ValueError(
+            f"jobs={jobs!r} is for backend='local'; on Ray the cluster's CPUs decide how many runs train at a time "
+            "(RayBackend.num_cpus each)"
+        )
+    return ray
 
 
 def run_configs(
@@ -144,6 +184,8 @@ def run_configs(
     data_root=None,
     columns=("algorithm", "seed"),
     jobs: int = 1,
+    backend="local",
+    address: str | None = None,
 ) -> pd.DataFrame:
     """Run validated configs (skipping stored ones); one summary row per config, in the order given.
 
@@ -152,15 +194,22 @@ def run_configs(
     run using every core (on the 2-core machine, two grids side by side with torch's default two threads
     each trained pFedMe^+MCSA at 3.1 rounds/s, with one thread each at 8.7). Each run is stored as soon as
     it finishes, whichever process trained it. Runs stopped part-way (a snapshot in the store) go first.
+
+    ``backend='ray'`` (or a ``ray_backend.RayBackend``) trains each config not stored as a task on the Ray cluster at
+    ``address`` (else ``RAY_ADDRESS``; neither: a local Ray instance); the results come back to this process,
+    which stores them (see ``fedlib.ray_backend``).
     """
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs={jobs!r} must be an integer >= 1")
+    ray = ray_backend(backend, address, jobs)
     store = store or Store()
     todo = [c for c in cfgs if not store.has(c)]
     # runs that were stopped part-way first: they continue from their snapshot (see ``Store.checkpoint``)
     stopped = [c for c in todo if store.checkpoint(c).info() is not None]
     todo = stopped + [c for c in todo if c not in stopped]
-    if jobs > 1 and len(todo) > 1:
+    if ray is not None:
+        ray.run(todo, store, progress, data_root)
+    elif jobs > 1 and len(todo) > 1:
         _run_parallel(todo, store, jobs, progress, data_root)
     else:
         for cfg in stopped:
@@ -177,13 +226,14 @@ def run_configs(
 _GROUP_BYTES: int | None = None  # this process's cache budget for client groups (None: the one-process default)
 
 
-def _worker_setup(jobs: int) -> None:
-    """Start of one of ``jobs`` worker processes training side by side: one thread, and a share of the cache for
-    the stacked executor's client groups (the processes share the L3; see ``StackedExecutor``)."""
+def _worker_setup(jobs: int, threads: int = 1) -> None:
+    """Start of one of ``jobs`` worker processes training side by side: ``threads`` threads (one in the local pool;
+    a Ray task's ``num_cpus``), and a share of the cache for the stacked executor's client groups (the processes
+    share the L3; see ``StackedExecutor``)."""
     from .executors import PROCESS_CACHE_BYTES
 
     global _GROUP_BYTES
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     _GROUP_BYTES = PROCESS_CACHE_BYTES // jobs  # a value handed to each executor this process makes
 
 
