@@ -44,9 +44,10 @@ DEFAULT_GPU_SHARE = 0.25  # a GPU's share a run gets on a cluster with GPUs: the
 # test hook (``tests/test_ray.py``): "KEY=MARKER" kills the worker training config KEY once -- right after its first
 # snapshot where it snapshots, else at its start -- and leaves MARKER as the proof that it did
 CRASH_ENV = "FEDLIB_RAY_CRASH_ONCE"
-# a local instance's raylet waits 30 s for its agent processes by default, and gives up (a crash) on a loaded machine:
-# on the shared 2-core test machine the agents took longer; the nodes of a `ray start` take the same variable
-SLOW_START = {"RAY_agent_register_timeout_ms": "120000"}
+# a Ray node's raylet waits about 25 s for its agent processes to start, then crashes ("Timed out waiting for file
+# .../dashboard_agent_listen_port_..."); on the shared, loaded 2-core machine here they took longer. These let it wait
+# 2 minutes (a local instance fedlib starts gets them; a `ray start` node takes them from its shell, see README)
+SLOW_START = {"RAY_raylet_start_wait_time_s": "120", "RAY_agent_register_timeout_ms": "120000"}
 
 
 class RayGridError(RuntimeError):
@@ -162,7 +163,7 @@ def _train_task(spec: dict) -> dict:
     try:
         result = runner.train(cfg, progress=False, data_root=spec["data_root"], checkpoint=checkpoint, device=device)
     except DatasetNotFoundError as e:
-        hint = f"{e.hint} (on Ray node {node}: FEDLIB_DATA there is read by the workers ray start launched)".strip()
+        hint = f"{e.hint} (on Ray node {node}, whose workers read the FEDLIB_DATA that `ray start` had there)".strip()
         raise DatasetNotFoundError(e.dataset, e.root, e.expected, hint) from None
     result.meta["ray_node"] = node
     return {
@@ -241,10 +242,17 @@ class RayBackend:
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         cpus = {n["NodeID"]: n["Resources"].get("CPU", 0) for n in nodes}
         runs_per_node = {k: max(1, int(c // self.num_cpus)) for k, c in cpus.items()}
-        if self.num_gpus is not None:
-            gpu_share = self.num_gpus
-        else:
-            gpu_share = DEFAULT_GPU_SHARE if ray.cluster_resources().get("GPU", 0) > 0 else 0
+        has_gpu = any(n["Resources"].get("GPU", 0) > 0 for n in nodes)
+        gpu_share = self.num_gpus if self.num_gpus is not None else (DEFAULT_GPU_SHARE if has_gpu else 0)
+        # tasks no node can hold would wait for ever: refuse them now, naming the parameter
+        if self.num_cpus > max(cpus.values(), default=0):
+            raise ValueError(
+                f"num_cpus={self.num_cpus}: no node of the cluster has that many CPUs (largest: "
+                f"{max(cpus.values(), default=0):g}); ask for fewer CPUs per run"
+            )
+        if not has_gpu and (gpu_share > 0 or any(c.device == "cuda" for c in todo)):
+            what = f"num_gpus={gpu_share}" if gpu_share > 0 else "configs with device='cuda'"
+            raise ValueError(f"{what}: the cluster has no GPU; use num_gpus=0 and device 'auto' or 'cpu'")
         tracker = ray.remote(num_cpus=0)(_TrackerActor).remote()
         task = ray.remote(_train_task)
         crash = os.environ.get(CRASH_ENV, "")
@@ -262,7 +270,7 @@ class RayBackend:
                 "tracker": tracker,
                 "crash": crash,
             }
-            gpus = 0 if cfg.device == "cpu" else gpu_share
+            gpus = {"cpu": 0, "cuda": gpu_share or DEFAULT_GPU_SHARE}.get(cfg.device, gpu_share)  # 'auto': the share
             opts = dict(num_cpus=self.num_cpus, num_gpus=gpus, max_retries=self.max_retries, retry_exceptions=False)
             refs[task.options(**opts).remote(spec)] = cfg
         pending, failures, done = list(refs), [], 0

@@ -164,9 +164,9 @@ def ray_backend(backend="local", address: str | None = None, jobs: int = 1):
     from .ray_backend import RayBackend
 
     if isinstance(backend, RayBackend):
-        ray = backend if address is None else dataclasses.replace(backend, address=address)
+        cluster = backend if address is None else dataclasses.replace(backend, address=address)
     elif backend == "ray":
-        ray = RayBackend(address=address)
+        cluster = RayBackend(address=address)
     else:
         raise ValueError(f"backend={backend!r} must be 'local' (this machine's processes), 'ray' or a RayBackend")
     if jobs != 1:
@@ -174,7 +174,7 @@ def ray_backend(backend="local", address: str | None = None, jobs: int = 1):
             f"jobs={jobs!r} is for backend='local'; on Ray the cluster's CPUs decide how many runs train at a time "
             "(RayBackend.num_cpus each)"
         )
-    return ray
+    return cluster
 
 
 def run_configs(
@@ -201,14 +201,14 @@ def run_configs(
     """
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs={jobs!r} must be an integer >= 1")
-    ray = ray_backend(backend, address, jobs)
+    cluster = ray_backend(backend, address, jobs)
     store = store or Store()
     todo = [c for c in cfgs if not store.has(c)]
     # runs that were stopped part-way first: they continue from their snapshot (see ``Store.checkpoint``)
     stopped = [c for c in todo if store.checkpoint(c).info() is not None]
     todo = stopped + [c for c in todo if c not in stopped]
-    if ray is not None:
-        ray.run(todo, store, progress, data_root)
+    if cluster is not None:
+        cluster.run(todo, store, progress, data_root)
     elif jobs > 1 and len(todo) > 1:
         _run_parallel(todo, store, jobs, progress, data_root)
     else:

@@ -20,6 +20,15 @@ TINY = RunConfig(n_clients=4, clients_per_round=2, rounds=3, local_steps=2, mode
 GRID = [{"algorithm": ["fedavg", "fedmcsa"], "seed": [0, 1]}, {"algorithm": "local", "model": "dnn", "hidden": (5,)}]
 
 
+def test_fedlib_does_not_import_ray_unless_asked():
+    """Ray is optional: importing fedlib, its CLI module and the backend module imports no Ray."""
+    import subprocess
+    import sys
+
+    code = "import sys, fedlib, fedlib.experiments, fedlib.ray_backend; print('ray' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A local Ray instance with 2 CPUs whose workers see an empty data root (``FEDLIB_DATA``, as set where a node's
@@ -128,6 +137,41 @@ def test_a_worker_that_keeps_dying_is_reported_by_config_label(cluster, tmp_path
         run_configs(cfgs, store, progress=False, backend=ray_backend.RayBackend(max_retries=0))
     assert cfgs[0].label() in str(err.value) and "after 0 retries" in str(err.value)
     assert not store.has(cfgs[0]) and store.has(cfgs[1])
+
+
+def test_ctrl_c_keeps_finished_runs_and_cancels_the_rest(cluster, tmp_path, monkeypatch):
+    """Ctrl-C in the driver (here: right after it stored the first result) re-raises once what has finished is
+    stored and the other tasks are cancelled: the cluster's CPUs are free again, nothing is half-written, and the
+    next call trains only what is missing."""
+    cfgs = expand(TINY.replace(rounds=40), {"seed": [0, 1, 2, 3, 4]})
+    store = Store(tmp_path / "ray")
+    save, calls = Store.save, []
+
+    def save_then_ctrl_c(self, *a, **k):
+        out = save(self, *a, **k)
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return out
+
+    monkeypatch.setattr(Store, "save", save_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        run_configs(cfgs, store, progress=False, backend="ray")
+    stored = [c for c in cfgs if store.has(c)]
+    assert 1 <= len(stored) < len(cfgs) and not list(store.root.glob("_tmp*"))
+    t0 = time.monotonic()
+    while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() - t0 < 30:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0) == 2  # no task of the grid holds a CPU any more
+    monkeypatch.setattr(Store, "save", save)
+    submitted, run = [], ray_backend.RayBackend.run
+    monkeypatch.setattr(
+        ray_backend.RayBackend, "run", lambda self, todo, *a: submitted.extend(todo) or run(self, todo, *a)
+    )
+    run_configs(cfgs, store, progress=False, backend="ray")
+    assert all(store.has(c) for c in cfgs)
+    assert submitted == [c for c in cfgs if c not in stored]  # the runs stored before Ctrl-C are not trained again
+    assert sorted(p.name for p in store.root.iterdir()) == sorted(c.key() for c in cfgs)
 
 
 def test_a_dataset_missing_on_a_worker_names_the_dataset_and_the_node(cluster, tmp_path):
