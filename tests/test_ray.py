@@ -143,7 +143,7 @@ def test_ctrl_c_keeps_finished_runs_and_cancels_the_rest(cluster, tmp_path, monk
     """Ctrl-C in the driver (here: right after it stored the first result) re-raises once what has finished is
     stored and the other tasks are cancelled: the cluster's CPUs are free again, nothing is half-written, and the
     next call trains only what is missing."""
-    cfgs = expand(TINY.replace(rounds=40), {"seed": [0, 1, 2, 3, 4]})
+    cfgs = expand(TINY.replace(rounds=10), {"seed": [0, 1, 2, 3, 4]})
     store = Store(tmp_path / "ray")
     save, calls = Store.save, []
 
@@ -197,6 +197,8 @@ def test_a_bad_address_fails_fast_naming_it(cluster, tmp_path, address):
     assert time.perf_counter() - t0 < 10
     with pytest.raises(ValueError, match="address='nohost': must be HOST:PORT"):
         run_configs([TINY], Store(tmp_path), progress=False, backend="ray", address="nohost")
+    with pytest.raises(ConnectionError, match="RAY_ADDRESS='127.0.0.1:9': no Ray cluster answers"):
+        ray_backend._probe("127.0.0.1:9", "RAY_ADDRESS")  # what connect() checks when the variable gives the address
 
 
 def test_cli_and_experiment_take_the_backend(cluster, tmp_path, monkeypatch, capsys):
