@@ -7,11 +7,15 @@
     python -m fedlib.experiments adafl_table1 adafl_fig3 adafl_table3 --profile paper --where seed=0 --jobs 2
     python -m fedlib.experiments fedmcsa_table1 --profile paper   # the grid, then the winners step, then the winners
     python -m fedlib.experiments status --profile paper      # every experiment: stored / to run
+    python -m fedlib.experiments fedmcsa_sigma --profile quick --backend ray --address HEAD:6379   # on a Ray cluster
 
 ``--where FIELD=VALUE`` (repeatable; FIELD flat, ``mu``, or dotted, ``method.mu``) keeps the configs that match, e.g.
 one seed of every cell before the others. Stored runs are skipped and a run that was stopped continues from its last
 snapshot (taken every 5 minutes), so the command resumes an interrupted grid.
 ``--jobs N`` trains N configs at a time, one single-threaded process each (on a CPU: N = the cores).
+``--backend ray`` trains each config as a task on a Ray cluster: the one at ``--address HOST:PORT`` (else
+``RAY_ADDRESS``; neither: a Ray instance started on this machine); this process stores the results (README, "More
+than one machine"; ``fedlib.ray_backend``).
 Several experiments run as one queue, in the order named, a config shared by two of them once. An experiment with
 a step (FedMCSA Table 1's winners) queues the experiment the step reads first, trains the queue so far, runs the
 step on the stored results, then queues its own configs.
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from . import profiles
+from . import profiles, runner
 from .config import PROFILES, RunConfig, flat_field_names, flat_name, resolve_profile
 from .runner import expand, results_frame, run_configs
 from .store import Store
@@ -73,9 +77,12 @@ class Experiment:
         """The fields the grid varies (the table's columns besides the summary)."""
         return list(dict.fromkeys(["algorithm", "seed"] + [k for cell in self.grid for k in cell]))
 
-    def train(self, jobs: int = 1, progress: bool = True) -> "Experiment":
-        """Train the configs not yet stored (``jobs`` at a time) and keep the summary table."""
-        self.__dict__["table"] = _table(self.configs, self.store, self.columns, progress=progress, jobs=jobs)
+    def train(self, jobs: int = 1, progress: bool = True, backend="local", address: str | None = None) -> "Experiment":
+        """Train the configs not yet stored (``jobs`` at a time, or on a Ray cluster: ``backend='ray'``, ``address``;
+        see ``runner.run_configs``) and keep the summary table."""
+        self.__dict__["table"] = _table(
+            self.configs, self.store, self.columns, progress=progress, jobs=jobs, backend=backend, address=address
+        )
         self.__dict__.pop("frame", None)
         return self
 
@@ -148,6 +155,8 @@ def experiment(
     inputs: dict | None = None,
     store: Store | str | None = None,
     available: "profiles.Available | None" = None,
+    backend="local",
+    address: str | None = None,
 ) -> Experiment:
     """Experiment ``name`` at ``profile`` (explicit beats env FEDLIB_PROFILE; default 'quick') over the data sets present:
     trained where not stored (``jobs`` at a time), or with ``stored_only`` read from the store only (nothing trains;
@@ -157,8 +166,11 @@ def experiment(
     1's winners) first gets the experiment the step reads (trained unless ``stored_only``), then runs the step on
     the store, unless ``inputs`` gives its output (``{'winners': ...}``). ``store``: a ``Store`` or its root (default:
     ``FEDLIB_RESULTS`` or results/); ``available``: the data sets to count as present (default: what is under the
-    data root, ``profiles.Available.scan()``)."""
+    data root, ``profiles.Available.scan()``). ``backend``: ``'local'`` (this machine, ``jobs`` processes) or ``'ray'``
+    (each run a task on the Ray cluster at ``address``, else ``RAY_ADDRESS``, else a local Ray instance; or a
+    ``ray_backend.RayBackend``); this process stores the results either way."""
     profile = resolve_profile(profile)
+    runner.ray_backend(backend, address, jobs)  # bad values fail here, before any training
     store = store if isinstance(store, Store) else Store(store)
     available = available if available is not None else profiles.Available.scan()
     inputs, after = dict(inputs or {}), None
@@ -166,7 +178,15 @@ def experiment(
         prior, keyword, step = profiles.STEPS[name]
         if keyword not in inputs:
             after = experiment(
-                prior, profile, stored_only=stored_only, jobs=jobs, progress=progress, store=store, available=available
+                prior,
+                profile,
+                stored_only=stored_only,
+                jobs=jobs,
+                progress=progress,
+                store=store,
+                available=available,
+                backend=backend,
+                address=address,
             )
             inputs[keyword] = step(after.configs, store)
     base, grid = profiles.get(name, profile, available, **inputs)
@@ -183,7 +203,7 @@ def experiment(
         present = "; ".join(f"{k} in {{{', '.join(sorted({repr(c.get(k)) for c in every}))}}}" for k in where)
         raise ValueError(f"where={where} matches none of the {len(every)} configs of {name!r} ({present})")
     ex = Experiment(name, profile, base, grid, cfgs, absent, store, stored_only, inputs, after)
-    return ex if stored_only else ex.train(jobs, progress)
+    return ex if stored_only else ex.train(jobs, progress, backend, address)
 
 
 def configs(name: str, profile: str | None = None, where: dict | None = None):
@@ -233,9 +253,50 @@ def main(argv=None) -> int:
     ap.add_argument("--where", action="append", default=[], help="FIELD=VALUE filter, e.g. seed=0 or method.mu=0.1")
     ap.add_argument("--jobs", type=int, default=1, help="configs trained at a time, one process each (default 1)")
     ap.add_argument("--dry-run", action="store_true", help="list the configs and what is stored, run nothing")
+    ap.add_argument(
+        "--backend",
+        choices=["local", "ray"],
+        default="local",
+        help="local: this machine, --jobs processes (default); ray: each config a task on a Ray cluster",
+    )
+    ap.add_argument(
+        "--address",
+        default=None,
+        help="with --backend ray: the Ray head, HOST:PORT (default: RAY_ADDRESS, else a Ray instance on this machine)",
+    )
+    ap.add_argument("--cpus-per-run", type=int, default=None, help="with --backend ray: CPUs (threads) per run (1)")
+    ap.add_argument(
+        "--gpus-per-run",
+        type=float,
+        default=None,
+        help="with --backend ray: a GPU's share per run (default 0.25 where the cluster has GPUs, else 0)",
+    )
+    ap.add_argument(
+        "--placement", action="store_true", help="with --backend ray: show how many runs each node is training"
+    )
     args = ap.parse_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs={args.jobs} must be an integer >= 1")
+    backend = "local"
+    ray_only = {"--address": args.address, "--cpus-per-run": args.cpus_per_run, "--gpus-per-run": args.gpus_per_run}
+    if args.backend == "local":
+        given = [k for k, v in {**ray_only, "--placement": args.placement or None}.items() if v is not None]
+        if given:
+            ap.error(f"{', '.join(given)}: only with --backend ray")
+    else:
+        if args.jobs != 1:
+            ap.error("--jobs is for --backend local; on Ray the cluster's CPUs (and --cpus-per-run) decide")
+        from .ray_backend import RayBackend
+
+        try:
+            backend = RayBackend(
+                address=args.address,
+                num_cpus=1 if args.cpus_per_run is None else args.cpus_per_run,
+                num_gpus=args.gpus_per_run,
+                placement=args.placement,
+            )
+        except ValueError as e:
+            ap.error(str(e).replace("num_cpus=", "--cpus-per-run=").replace("num_gpus=", "--gpus-per-run="))
     where = {}
     for w in args.where:
         k, sep, v = w.partition("=")
@@ -252,13 +313,17 @@ def main(argv=None) -> int:
             where[k] = ast.literal_eval(v)
         except (ValueError, SyntaxError):
             where[k] = v
-    try:
-        return _main(ap, args, where)
-    except ValueError as e:  # bad input found before training (a --where that matches nothing, a bad config)
-        ap.error(str(e))
+    return _main(ap, args, where, backend)
 
 
-def _main(ap, args, where) -> int:
+def _main(ap, args, where, backend) -> int:
+    def planned(name, **kw) -> Experiment:
+        """The experiment's configs, nothing trained; bad input (a --where that matches nothing) is a usage error."""
+        try:
+            return experiment(name, args.profile, stored_only=True, progress=False, store=store, **kw)
+        except ValueError as e:
+            ap.error(str(e))
+
     if "status" in args.experiment:
         if len(args.experiment) > 1:
             ap.error("'status' takes no experiment names: it lists every experiment")
@@ -282,7 +347,11 @@ def _main(ap, args, where) -> int:
             for c in queue:
                 print(("stored  " if store.has(c) else "to run  ") + c.label())
         else:
-            table = _table(queue, store, ("dataset", "model", "algorithm", "sigma", "seed"), jobs=args.jobs)
+            cols = ("dataset", "model", "algorithm", "sigma", "seed")
+            try:
+                table = _table(queue, store, cols, jobs=args.jobs, backend=backend)
+            except (ConnectionError, ImportError) as e:  # a wrong --address / RAY_ADDRESS, Ray not installed
+                raise SystemExit(f"python -m fedlib.experiments: error: {e}") from None
             print(table.drop(columns=["key"]).to_string())
         queue.clear()
 
@@ -291,13 +360,13 @@ def _main(ap, args, where) -> int:
         if name in profiles.STEPS:
             prior, keyword, step = profiles.STEPS[name]
             flush()  # the step reads the stored results of the experiment before it: train those first
-            before = experiment(prior, args.profile, stored_only=True, progress=False, store=store)
+            before = planned(prior)
             inputs[keyword] = step(before.configs, store)
             print(
                 f"step {step.__name__}: {len(inputs[keyword])} {keyword} from {len(before.runs)} of "
                 f"{len(before.configs)} {prior} runs stored"
             )
-        ex = experiment(name, args.profile, where=where, stored_only=True, progress=False, inputs=inputs, store=store)
+        ex = planned(name, where=where, inputs=inputs)
         queue += [c for c in ex.configs if c.key() not in seen and not seen.add(c.key())]
         missing += [m for m in ex.absent if m not in missing]
         if missing and name == names[-1]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import dataclasses
 import itertools
 import os
 import platform
@@ -55,12 +56,19 @@ def _meta(cfg: RunConfig, device: str, seconds: float, executor: str) -> dict:
     }
 
 
-def train(cfg: RunConfig, progress: bool = True, data_root=None, checkpoint: Checkpoint | None = None) -> RunResult:
+def train(
+    cfg: RunConfig,
+    progress: bool = True,
+    data_root=None,
+    checkpoint: Checkpoint | None = None,
+    device: str | None = None,
+) -> RunResult:
     """Train ``cfg`` from scratch (no store): the pure function behind ``run``; with a ``checkpoint``, continue
-    from its snapshot if there is one (same result) and snapshot while training."""
+    from its snapshot if there is one (same result) and snapshot while training. ``device``: where a ``device='auto'``
+    config trains (default: ``cfg.resolved_device()``; a Ray task passes the device its resources hold)."""
     cfg.validate()
     resources.check(cfg)  # refuse a run that cannot fit before loading its data
-    device = cfg.resolved_device()
+    device = device if device is not None and cfg.device == "auto" else cfg.resolved_device()
     if device == "cpu":
         keep_freed_memory()  # each round's large stacked tensors reuse freed memory (see fedlib.malloc)
     dtype = getattr(torch, cfg.dtype)
@@ -142,12 +150,44 @@ def expand(base: RunConfig, grid: dict | list[dict]) -> list[RunConfig]:
 
 
 def run_grid(
-    base: RunConfig, grid: dict | list[dict], store: Store | None = None, progress: bool = True, data_root=None
+    base: RunConfig,
+    grid: dict | list[dict],
+    store: Store | None = None,
+    progress: bool = True,
+    data_root=None,
+    *,
+    jobs: int = 1,
+    backend="local",
+    address: str | None = None,
 ) -> pd.DataFrame:
-    """Run every config of the grid (skipping stored ones); one summary row per config."""
+    """Run every config of the grid (skipping stored ones); one summary row per config. ``jobs``, ``backend``,
+    ``address``: where the runs train (``run_configs``)."""
     cfgs = expand(base, grid)  # validates every config before any training starts
     varied = ["algorithm", "seed"] + [k for g in ([grid] if isinstance(grid, dict) else grid) for k in g]
-    return run_configs(cfgs, store, progress, data_root, varied)
+    return run_configs(cfgs, store, progress, data_root, varied, jobs=jobs, backend=backend, address=address)
+
+
+def ray_backend(backend="local", address: str | None = None, jobs: int = 1):
+    """The ``RayBackend`` that ``backend``/``address`` ask for, or None for the local one; bad values are a
+    ValueError naming the parameter."""
+    if backend == "local":
+        if address is not None:
+            raise ValueError(f"address={address!r} is for backend='ray'; the local backend trains on this machine")
+        return None
+    from .ray_backend import RayBackend
+
+    if isinstance(backend, RayBackend):
+        cluster = backend if address is None else dataclasses.replace(backend, address=address)
+    elif backend == "ray":
+        cluster = RayBackend(address=address)
+    else:
+        raise ValueError(f"backend={backend!r} must be 'local' (this machine's processes), 'ray' or a RayBackend")
+    if jobs != 1:
+        raise ValueError(
+            f"jobs={jobs!r} is for backend='local'; on Ray the cluster's CPUs decide how many runs train at a time "
+            "(RayBackend.num_cpus each)"
+        )
+    return cluster
 
 
 def run_configs(
@@ -157,6 +197,8 @@ def run_configs(
     data_root=None,
     columns=("algorithm", "seed"),
     jobs: int = 1,
+    backend="local",
+    address: str | None = None,
 ) -> pd.DataFrame:
     """Run validated configs (skipping stored ones); one summary row per config, in the order given.
 
@@ -165,9 +207,14 @@ def run_configs(
     run using every core (on the 2-core machine, two grids side by side with torch's default two threads
     each trained pFedMe^+MCSA at 3.1 rounds/s, with one thread each at 8.7). Each run is stored as soon as
     it finishes, whichever process trained it. Runs stopped part-way (a snapshot in the store) go first.
+
+    ``backend='ray'`` (or a ``ray_backend.RayBackend``) trains each config not stored as a task on the Ray cluster at
+    ``address`` (else ``RAY_ADDRESS``; neither: a local Ray instance); the results come back to this process,
+    which stores them (see ``fedlib.ray_backend``).
     """
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs={jobs!r} must be an integer >= 1")
+    cluster = ray_backend(backend, address, jobs)
     store = store or Store()
     todo = [c for c in cfgs if not store.has(c)]
     for c in todo:  # every run that will train fits, before any trains
@@ -175,7 +222,9 @@ def run_configs(
     # runs that were stopped part-way first: they continue from their snapshot (see ``Store.checkpoint``)
     stopped = [c for c in todo if store.checkpoint(c).info() is not None]
     todo = stopped + [c for c in todo if c not in stopped]
-    if jobs > 1 and len(todo) > 1:
+    if cluster is not None:
+        cluster.run(todo, store, progress, data_root)
+    elif jobs > 1 and len(todo) > 1:
         _run_parallel(todo, store, jobs, progress, data_root)
     else:
         for cfg in stopped:
@@ -192,16 +241,23 @@ def run_configs(
 _GROUP_BYTES: int | None = None  # this process's cache budget for client groups (None: the one-process default)
 
 
-def _worker_setup(jobs: int) -> None:
-    """Start of one of ``jobs`` worker processes training side by side: one thread, and a share of the cache for
-    the stacked executor's client groups (the processes share the L3; see ``StackedExecutor``)."""
+def _worker_setup(jobs: int, threads: int = 1) -> None:
+    """Start of one of ``jobs`` worker processes training side by side: ``threads`` threads (one in the local pool;
+    a Ray task's ``num_cpus``), and a share of the cache for the stacked executor's client groups (the processes
+    share the L3; see ``StackedExecutor``)."""
     from .executors import PROCESS_CACHE_BYTES
 
     global _GROUP_BYTES
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     _GROUP_BYTES = PROCESS_CACHE_BYTES // jobs  # a value handed to each executor this process makes
-    # Ctrl-C in the terminal reaches every process of the group: an idle worker ignores it (the parent stops the
-    # grid); a training one snapshots at the end of its round and stops (``simulation.DeferredInterrupt``)
+
+
+def _pool_worker_setup(jobs: int) -> None:
+    """``_worker_setup`` for a process of the local pool, which also follows its parent: Ctrl-C in the terminal
+    reaches every process of the group, so an idle worker ignores it (the parent stops the grid) and a training one
+    snapshots at the end of its round and stops (``simulation.DeferredInterrupt``); and it stops when its parent
+    dies."""
+    _worker_setup(jobs)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, daemon=True, name="fedlib-parent").start()
 
@@ -233,7 +289,7 @@ def _run_parallel(todo: list[RunConfig], store: Store, jobs: int, progress: bool
 
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(
-        max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=_worker_setup, initargs=(jobs,)
+        max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=_pool_worker_setup, initargs=(jobs,)
     ) as pool:
         futures = {pool.submit(_run_in_worker, c, str(store.root), data_root): c for c in todo}
         bar = tqdm(as_completed(futures), total=len(futures), desc=f"training ({jobs} processes)", disable=not progress)

@@ -1,0 +1,336 @@
+"""Grids on a Ray cluster: each config is one Ray task; the results come back to the driver, which stores them.
+
+``run_configs(cfgs, backend="ray", address=...)`` (and ``python -m fedlib.experiments ... --backend ray``) hands the
+configs not yet in the store to ``RayBackend.run``. Ray is imported only here, and only when this backend is used:
+fedlib without Ray keeps its local process pool (``runner.run_configs(jobs=N)``), the default.
+
+What is sent where:
+
+- driver -> task: the config as plain data (``RunConfig.to_dict()``, rebuilt and re-keyed on the worker: a node whose
+  fedlib computes another key for it is refused, so mixed versions cannot store a run under the wrong key), the data
+  root if the caller gave one (else the worker reads its own node's ``FEDLIB_DATA``, set where ``ray start`` ran), and
+  where snapshots would go.
+- task -> driver: the run's result as values -- per-round metrics (a DataFrame), per-client accuracy and loss
+  arrays, client test sizes, traces, and meta (with ``ray_node``: the node that trained it). The driver writes them
+  with ``Store.save`` (the atomic writer of the local backend: same keys, same files), so no shared filesystem is
+  needed. A dataset missing on a worker fails that run with the usual ``DatasetNotFoundError`` naming the node.
+
+Resources: each task declares ``num_cpus`` (threads it trains with, default 1) and ``num_gpus`` (a fraction, so that
+several small runs share a GPU; default 0.25 when the cluster has GPUs, else 0). A run without a GPU share trains on
+the CPU even where the node has a GPU.
+
+Faults: stored runs are skipped before anything is submitted. A task whose worker process or node dies is retried
+by Ray (``max_retries``, default 2), then reported by its config label; an exception raised by the run itself (bad
+data, a bug) is not retried. The other runs go on: the grid ends with a ``RayGridError`` listing every failed config,
+with every finished run stored. Ctrl-C stores what has finished, cancels the rest, and re-raises.
+
+Snapshots (``Store.checkpoint``, every 5 minutes of a run) are taken only where the driver's store is reachable
+from the worker at the same path (one machine, or a shared filesystem mounted alike everywhere): the driver leaves a
+probe file in the store and a task snapshots only if it sees it. Elsewhere a retried or re-submitted run restarts
+from round 1.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+RAY_VERSION = "2.60.0"  # the tested version (requirements.txt)
+DEFAULT_GPU_SHARE = 0.25  # a GPU's share a run gets on a cluster with GPUs: the paper's models are small
+# test hook (``tests/test_ray.py``): "KEY=MARKER" kills the worker training config KEY once -- right after its first
+# snapshot where it snapshots, else at its start -- and leaves MARKER as the proof that it did
+CRASH_ENV = "FEDLIB_RAY_CRASH_ONCE"
+# a Ray node's raylet waits about 25 s for its agent processes to start, then crashes ("Timed out waiting for file
+# .../dashboard_agent_listen_port_..."); on the shared, loaded 2-core machine here they took longer. These let it wait
+# 2 minutes (a local instance fedlib starts gets them; a `ray start` node takes them from its shell, see README)
+SLOW_START = {"RAY_raylet_start_wait_time_s": "120", "RAY_agent_register_timeout_ms": "120000"}
+
+
+class RayGridError(RuntimeError):
+    """Runs of a grid failed on Ray (after the retries a dead worker gets); ``failures``: (config, error) pairs.
+    The grid's other runs were trained and stored."""
+
+    def __init__(self, failures: list, stored: int):
+        self.failures = failures
+        lines = [f"{len(failures)} run(s) failed on Ray ({stored} stored); failed configs:"]
+        lines += [f"  {cfg.label()}: {err}" for cfg, err in failures]
+        super().__init__("\n".join(lines))
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError(
+            f"backend='ray' needs Ray: pip install -e '.[ray]' (or pip install ray=={RAY_VERSION}); "
+            "the default backend='local' needs nothing more"
+        ) from e
+    return ray
+
+
+def _probe(address: str, source: str, timeout: float = 5.0) -> None:
+    """Fail fast, naming the address, where nothing listens at ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``);
+    ``ray.init`` would otherwise retry for a minute before giving up."""
+    hostport = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(
+            f"{source}={address!r}: must be HOST:PORT of a Ray head (e.g. 10.0.0.1:6379, the port of "
+            "`ray start --head --port=6379`), ray://HOST:PORT (Ray client), or 'auto' (a cluster started on this machine)"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise ConnectionError(
+            f"{source}={address!r}: no Ray cluster answers at {host}:{port} ({e}). Start its head there with "
+            f"`ray start --head --port={port}`, or leave the address out to start a Ray instance on this machine."
+        ) from None
+
+
+def connect(address: str | None = None) -> bool:
+    """Connect this process to the Ray cluster at ``address`` (else ``RAY_ADDRESS``; neither: start a local
+    instance). Already connected (``ray.init`` called before) and no ``address``: that connection is used. Returns
+    whether this call connected (the caller then disconnects with ``ray.shutdown()``)."""
+    ray = import_ray()
+    if address is None and ray.is_initialized():
+        return False
+    source = "address" if address else "RAY_ADDRESS"
+    addr = address or os.environ.get("RAY_ADDRESS") or None
+    if addr and addr not in ("auto", "local"):
+        _probe(addr, source)  # before anything else: a wrong address is named at once
+    if ray.is_initialized():
+        raise ValueError(
+            f"address={address!r}: this process is already connected to a Ray cluster (ray.init was called); "
+            "leave address out to use that one, or call ray.shutdown() first"
+        )
+    kw = {"logging_level": "WARNING"}
+    if addr is None:  # a local instance: no dashboard (not needed, and slow to start)
+        kw["include_dashboard"] = False
+        for k, v in SLOW_START.items():
+            os.environ.setdefault(k, v)
+    try:
+        ray.init(address=addr, **kw)
+    except Exception as e:
+        if addr is None:
+            raise
+        raise ConnectionError(f"{source}={addr!r}: could not connect to a Ray cluster there: {e}") from e
+    return True
+
+
+def node_label() -> str:
+    """This node as the messages name it: host name, IP and the start of Ray's node id (two nodes on one machine
+    differ by the id)."""
+    import ray
+
+    ip = ray.util.get_node_ip_address()
+    return f"{socket.gethostname()} ({ip}, node {ray.get_runtime_context().get_node_id()[:8]})"
+
+
+def _train_task(spec: dict) -> dict:
+    """One run on a worker (the body of the Ray task): train ``spec['config']`` and return the result as values."""
+    import ray
+
+    from . import runner
+    from .config import from_dict
+    from .data.readers import DatasetNotFoundError
+    from .simulation import Checkpoint
+
+    cfg, node = from_dict(spec["config"]), node_label()
+    if spec.get("tracker") is not None:
+        spec["tracker"].started.remote(spec["key"], node)
+    if cfg.key() != spec["key"]:
+        raise RuntimeError(
+            f"on Ray node {node}: the fedlib installed there gives config {cfg.label()} the key {cfg.key()}, the "
+            f"driver's gives {spec['key']}: install the driver's fedlib version on every node"
+        )
+    node_id = ray.get_runtime_context().get_node_id()
+    runner._worker_setup(spec["runs_per_node"].get(node_id, 1), threads=spec["threads"])
+    gpus = ray.get_gpu_ids()
+    device = "cuda" if gpus else "cpu"  # a run without a GPU share stays on the CPU, even on a GPU node
+    probe = spec["probe"]
+    checkpoint = Checkpoint(Path(spec["snapshot"]), spec["every"]) if probe and Path(probe).exists() else None
+    crash = spec.get("crash", "")
+    if crash.partition("=")[0] == spec["key"] and not Path(crash.partition("=")[2]).exists():
+        Path(crash.partition("=")[2]).touch()
+        if checkpoint is None:
+            os._exit(1)
+        save = checkpoint.save
+        checkpoint.save = lambda snap: (save(snap), os._exit(1))  # dies mid-run, its snapshot on disk
+    try:
+        result = runner.train(cfg, progress=False, data_root=spec["data_root"], checkpoint=checkpoint, device=device)
+    except DatasetNotFoundError as e:
+        hint = f"{e.hint} (on Ray node {node}, whose workers read the FEDLIB_DATA that `ray start` had there)".strip()
+        raise DatasetNotFoundError(e.dataset, e.root, e.expected, hint) from None
+    result.meta["ray_node"] = node
+    return {
+        "metrics": result.metrics,
+        "client_acc": result.client_acc,
+        "client_loss": result.client_loss,
+        "client_n": result.client_n,
+        "traces": result.traces,
+        "meta": result.meta,
+    }
+
+
+class _TrackerActor:
+    """Which runs have started, and on which node (a Ray actor the tasks tell at their start): the progress bar's
+    'running' count and per-node placement."""
+
+    def __init__(self):
+        self.started_ = {}
+
+    def started(self, key: str, node: str) -> None:
+        self.started_[key] = node
+
+    def snapshot(self) -> dict:
+        return dict(self.started_)
+
+
+@dataclass
+class RayBackend:
+    """Train configs as Ray tasks (see the module docstring). ``address``: a Ray head's ``HOST:PORT``,
+    ``ray://HOST:PORT`` or ``'auto'`` (else ``RAY_ADDRESS``; neither: a local instance, stopped afterwards);
+    ``num_cpus``: CPUs (and training threads) per run; ``num_gpus``: a GPU's share per run (None: 0.25 where the
+    cluster has GPUs, else 0); ``max_retries``: re-runs of a task whose worker died; ``placement``: show in the
+    progress bar how many runs each node is training."""
+
+    address: str | None = None
+    num_cpus: int = 1
+    num_gpus: float | None = None
+    max_retries: int = 2
+    placement: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.num_cpus, int) or self.num_cpus < 1:
+            raise ValueError(f"num_cpus={self.num_cpus!r} must be an integer >= 1 (CPUs, and threads, per run)")
+        if self.num_gpus is not None and not (isinstance(self.num_gpus, (int, float)) and 0 <= self.num_gpus):
+            raise ValueError(f"num_gpus={self.num_gpus!r} must be a number >= 0 (a GPU's share per run), or None")
+        if self.num_gpus is not None and self.num_gpus > 1 and self.num_gpus != int(self.num_gpus):
+            raise ValueError(f"num_gpus={self.num_gpus!r}: above 1 it must be a whole number of GPUs")
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ValueError(f"max_retries={self.max_retries!r} must be an integer >= 0")
+
+    def run(self, todo: list, store, progress: bool = True, data_root=None) -> None:
+        """Train ``todo`` (configs not in ``store``) on the cluster and store each result as it arrives."""
+        if not todo:
+            return
+        ray = import_ray()
+        mine = connect(self.address)
+        probe = store.root / "_partial" / f"ray-probe-{uuid.uuid4().hex}"
+        try:
+            probe.parent.mkdir(parents=True, exist_ok=True)
+            probe.touch()
+            self._run(ray, todo, store, progress, data_root, probe)
+        finally:
+            probe.unlink(missing_ok=True)
+            try:
+                probe.parent.rmdir()  # only if empty: no other run's snapshot there
+            except OSError:
+                pass
+            if mine:
+                ray.shutdown()
+
+    def _run(self, ray, todo, store, progress, data_root, probe) -> None:
+        from tqdm.auto import tqdm
+
+        from .simulation import RunResult
+
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        cpus = {n["NodeID"]: n["Resources"].get("CPU", 0) for n in nodes}
+        runs_per_node = {k: max(1, int(c // self.num_cpus)) for k, c in cpus.items()}
+        has_gpu = any(n["Resources"].get("GPU", 0) > 0 for n in nodes)
+        gpu_share = self.num_gpus if self.num_gpus is not None else (DEFAULT_GPU_SHARE if has_gpu else 0)
+        # tasks no node can hold would wait for ever: refuse them now, naming the parameter
+        if self.num_cpus > max(cpus.values(), default=0):
+            raise ValueError(
+                f"num_cpus={self.num_cpus}: no node of the cluster has that many CPUs (largest: "
+                f"{max(cpus.values(), default=0):g}); ask for fewer CPUs per run"
+            )
+        if not has_gpu and (gpu_share > 0 or any(c.device == "cuda" for c in todo)):
+            what = f"num_gpus={gpu_share}" if gpu_share > 0 else "configs with device='cuda'"
+            raise ValueError(f"{what}: the cluster has no GPU; use num_gpus=0 and device 'auto' or 'cpu'")
+        tracker = ray.remote(num_cpus=0)(_TrackerActor).remote()
+        task = ray.remote(_train_task)
+        crash = os.environ.get(CRASH_ENV, "")
+        refs = {}
+        for cfg in todo:
+            spec = {
+                "config": cfg.to_dict(),
+                "key": cfg.key(),
+                "data_root": None if data_root is None else str(data_root),
+                "runs_per_node": runs_per_node,
+                "threads": self.num_cpus,
+                "probe": str(probe),
+                "snapshot": str(store.checkpoint(cfg).path),
+                "every": store.checkpoint_seconds,
+                "tracker": tracker,
+                "crash": crash,
+            }
+            gpus = {"cpu": 0, "cuda": gpu_share or DEFAULT_GPU_SHARE}.get(cfg.device, gpu_share)  # 'auto': the share
+            opts = dict(num_cpus=self.num_cpus, num_gpus=gpus, max_retries=self.max_retries, retry_exceptions=False)
+            refs[task.options(**opts).remote(spec)] = cfg
+        pending, failures, done = list(refs), [], 0
+        started, board = {}, tracker.snapshot.remote()
+        bar = tqdm(
+            total=len(todo),
+            desc=f"ray: {len(nodes)} node(s), {sum(cpus.values()):g} CPUs",
+            disable=not progress,
+            unit="run",
+        )
+
+        def collect(ready):
+            nonlocal done
+            for ref in ready:
+                cfg = refs[ref]
+                try:
+                    out = ray.get(ref)
+                except ray.exceptions.RayTaskError as e:  # the run itself raised: its own error, not Ray's wrapper
+                    cause = e.as_instanceof_cause()
+                    failures.append((cfg, getattr(e, "cause", None) or cause))
+                except ray.exceptions.RayError as e:  # its worker or node died, max_retries times
+                    failures.append((cfg, f"{type(e).__name__} after {self.max_retries} retries: {e}"))
+                else:
+                    res = RunResult(
+                        out["metrics"],
+                        out["client_acc"],
+                        out["client_loss"],
+                        out["client_n"],
+                        out["meta"],
+                        cfg,
+                        traces=out["traces"],
+                    )
+                    store.save(cfg, res)
+                    store.checkpoint(cfg).clear()
+                    done += 1
+                bar.update(1)
+
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=len(pending), timeout=1.0)
+                collect(ready)
+                if ray.wait([board], timeout=0)[0]:
+                    started, board = ray.get(board), tracker.snapshot.remote()
+                going = [started[refs[r].key()] for r in pending if refs[r].key() in started]
+                text = f"done {done}, running {len(going)}, failed {len(failures)}"
+                if self.placement and going:
+                    text += " | " + ", ".join(f"{n}: {k}" for n, k in sorted(Counter(going).items()))
+                bar.set_postfix_str(text, refresh=True)
+        except BaseException:
+            # Ctrl-C (or a failure to store): keep what has finished, cancel the rest (their workers are stopped)
+            try:
+                collect(ray.wait(pending, num_returns=len(pending), timeout=0)[0])
+            finally:
+                for ref in pending:
+                    ray.cancel(ref, force=True)
+            raise
+        finally:
+            bar.close()
+            ray.kill(tracker)
+        if failures:
+            raise RayGridError(failures, stored=done) from (
+                failures[0][1] if isinstance(failures[0][1], BaseException) else None
+            )

@@ -1,0 +1,227 @@
+"""The Ray backend (``fedlib.ray_backend``): a grid on a local Ray instance stores what the local backend stores; a
+worker killed mid-run is retried and nothing is lost or duplicated; a wrong address and a dataset missing on a
+worker fail with messages naming them. One Ray instance (``ray.init(num_cpus=2)``) serves the whole module."""
+
+import json
+import socket
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedlib import RunConfig, Store, expand
+from fedlib.runner import run_configs
+
+ray = pytest.importorskip("ray")
+from fedlib import ray_backend  # noqa: E402
+
+TINY = RunConfig(n_clients=4, clients_per_round=2, rounds=3, local_steps=2, model="mlr")
+GRID = [{"algorithm": ["fedavg", "fedmcsa"], "seed": [0, 1]}, {"algorithm": "local", "model": "dnn", "hidden": (5,)}]
+
+
+def test_fedlib_does_not_import_ray_unless_asked():
+    """Ray is optional: importing fedlib, its CLI module and the backend module imports no Ray."""
+    import subprocess
+    import sys
+
+    code = "import sys, fedlib, fedlib.experiments, fedlib.ray_backend; print('ray' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A local Ray instance with 2 CPUs whose workers see an empty data root (``FEDLIB_DATA``, as set where a node's
+    ``ray start`` ran), started once for the module."""
+    empty, cache = tmp_path_factory.mktemp("worker-data"), tmp_path_factory.mktemp("worker-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in ray_backend.SLOW_START.items():
+            mp.setenv(k, v)
+        _init(empty, cache)
+    yield empty
+    ray.shutdown()
+
+
+def _init(empty, cache):
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=100 * 2**20,
+        logging_level="WARNING",
+        runtime_env={"env_vars": {"FEDLIB_DATA": str(empty), "FEDLIB_CACHE": str(cache)}},
+    )
+
+
+def _stored(store: Store, cfgs) -> dict:
+    """Everything a store holds for ``cfgs``, minus what differs between two trainings of one config (wall times)."""
+    out = {}
+    for c in cfgs:
+        res = store.load(c)
+        arrays = {"acc": res.client_acc, "loss": res.client_loss, "n": res.client_n, **res.traces}
+        out[c.key()] = (res.metrics.drop(columns=["seconds"]), arrays)
+    return out
+
+
+def _assert_same(a: dict, b: dict):
+    assert a.keys() == b.keys()
+    for k in a:
+        pd.testing.assert_frame_equal(a[k][0], b[k][0], check_exact=True)
+        assert a[k][1].keys() == b[k][1].keys()
+        for name in a[k][1]:
+            np.testing.assert_array_equal(a[k][1][name], b[k][1][name], err_msg=f"{k} {name}")
+
+
+def test_grid_on_ray_stores_what_the_local_backend_stores(cluster, tmp_path, monkeypatch):
+    """A smoke grid (FedAvg, FedMCSA with its attention traces, Local) on Ray: every run stored by the driver under
+    the local backend's keys, with the same files and numbers; a second call finds them all stored and submits
+    nothing."""
+    import fedlib.runner as run_module
+
+    cfgs = expand(TINY, GRID)
+    local = run_configs(cfgs, Store(tmp_path / "local"), progress=False)
+    store = Store(tmp_path / "ray")
+    # the driver trains nothing itself: every run comes back from a Ray worker
+    monkeypatch.setattr(run_module, "train", lambda *a, **k: pytest.fail("trained in the driver"))
+    on_ray = run_configs(cfgs, store, progress=False, backend="ray")
+    assert list(on_ray.key) == list(local.key) == [c.key() for c in cfgs]
+    assert sorted(p.name for p in store.root.iterdir()) == sorted(c.key() for c in cfgs)  # nothing else left
+    for c in cfgs:
+        assert sorted(p.name for p in store.path(c).iterdir()) == [
+            "clients.npz",
+            "config.json",
+            "meta.json",
+            "metrics.csv",
+        ]
+        assert json.loads((store.path(c) / "config.json").read_text()) == json.loads(json.dumps(c.to_dict()))
+        assert "ray_node" in store.meta(c) and "ray_node" not in Store(tmp_path / "local").meta(c)
+    _assert_same(_stored(store, cfgs), _stored(Store(tmp_path / "local"), cfgs))
+    assert len(set(on_ray.best_acc)) > 1  # different runs, not one copied
+    monkeypatch.setattr(ray_backend, "import_ray", lambda: pytest.fail("stored runs are not submitted"))
+    again = run_configs(cfgs, store, progress=False, backend="ray")
+    pd.testing.assert_frame_equal(again, on_ray)
+
+
+def test_a_killed_worker_is_retried_and_nothing_is_lost_or_duplicated(cluster, tmp_path, monkeypatch):
+    """The worker training one config dies (``os._exit``) right after its first snapshot: Ray retries the task, the
+    retry continues from the snapshot (the store is reachable from this machine's workers), and the grid ends with
+    every run stored once, with the numbers of an uninterrupted run."""
+    cfgs = expand(TINY.replace(rounds=6), {"seed": [0, 1, 2]})
+    victim, marker = cfgs[1], tmp_path / "killed"
+    monkeypatch.setenv(ray_backend.CRASH_ENV, f"{victim.key()}={marker}")
+    store = Store(tmp_path / "ray")
+    store.checkpoint_seconds = 0.0  # a snapshot every round
+    run_configs(cfgs, store, progress=False, backend="ray")
+    assert marker.exists()  # the worker was killed
+    assert sorted(p.name for p in store.root.iterdir()) == sorted(c.key() for c in cfgs)  # no _tmp, no _partial
+    resumed = store.meta(victim).get("resumed")
+    assert resumed and resumed[0]["round"] == 1  # the retry continued from the snapshot of round 1
+    assert [store.meta(c).get("resumed") for c in cfgs if c != victim] == [None, None]
+    monkeypatch.delenv(ray_backend.CRASH_ENV)
+    _assert_same(_stored(store, cfgs), _local(cfgs, tmp_path))
+
+
+def _local(cfgs, tmp_path):
+    store = Store(tmp_path / "local")
+    run_configs(cfgs, store, progress=False)
+    return _stored(store, cfgs)
+
+
+def test_a_worker_that_keeps_dying_is_reported_by_config_label(cluster, tmp_path, monkeypatch):
+    """Without retries left (``max_retries=0``) the dead worker's config is reported by its label; the grid's other
+    runs are stored."""
+    cfgs = expand(TINY, {"seed": [0, 1]})
+    monkeypatch.setenv(ray_backend.CRASH_ENV, f"{cfgs[0].key()}={tmp_path / 'killed'}")
+    store = Store(tmp_path / "ray")
+    store.checkpoint_seconds = 0.0  # killed after its first snapshot, as above
+    with pytest.raises(ray_backend.RayGridError, match=r"1 run\(s\) failed on Ray \(1 stored\)") as err:
+        run_configs(cfgs, store, progress=False, backend=ray_backend.RayBackend(max_retries=0))
+    assert cfgs[0].label() in str(err.value) and "after 0 retries" in str(err.value)
+    assert not store.has(cfgs[0]) and store.has(cfgs[1])
+
+
+def test_ctrl_c_keeps_finished_runs_and_cancels_the_rest(cluster, tmp_path, monkeypatch):
+    """Ctrl-C in the driver (here: right after it stored the first result) re-raises once what has finished is
+    stored and the other tasks are cancelled: the cluster's CPUs are free again, nothing is half-written, and the
+    next call trains only what is missing."""
+    cfgs = expand(TINY.replace(rounds=10), {"seed": [0, 1, 2, 3, 4]})
+    store = Store(tmp_path / "ray")
+    save, calls = Store.save, []
+
+    def save_then_ctrl_c(self, *a, **k):
+        out = save(self, *a, **k)
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return out
+
+    monkeypatch.setattr(Store, "save", save_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        run_configs(cfgs, store, progress=False, backend="ray")
+    stored = [c for c in cfgs if store.has(c)]
+    assert 1 <= len(stored) < len(cfgs) and not list(store.root.glob("_tmp*"))
+    t0 = time.monotonic()
+    while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() - t0 < 30:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0) == 2  # no task of the grid holds a CPU any more
+    monkeypatch.setattr(Store, "save", save)
+    submitted, run = [], ray_backend.RayBackend.run
+    monkeypatch.setattr(
+        ray_backend.RayBackend, "run", lambda self, todo, *a: submitted.extend(todo) or run(self, todo, *a)
+    )
+    run_configs(cfgs, store, progress=False, backend="ray")
+    assert all(store.has(c) for c in cfgs)
+    assert submitted == [c for c in cfgs if c not in stored]  # the runs stored before Ctrl-C are not trained again
+    assert sorted(p.name for p in store.root.iterdir()) == sorted(c.key() for c in cfgs)
+
+
+def test_a_dataset_missing_on_a_worker_names_the_dataset_and_the_node(cluster, tmp_path):
+    """The workers read their own data root (the cluster's ``FEDLIB_DATA``, here an empty folder), not the driver's:
+    the run fails with the usual message, naming the dataset, that root and the node."""
+    good = TINY
+    bad = TINY.replace(dataset="mnist", partition="iid", n_clients=4)
+    store = Store(tmp_path / "ray")
+    with pytest.raises(ray_backend.RayGridError) as err:
+        run_configs([good, bad], store, progress=False, backend="ray")
+    msg = str(err.value)
+    assert "dataset 'mnist' not found under data root " + str(cluster) in msg
+    assert f"on Ray node {socket.gethostname()} (" in msg and bad.label() in msg
+    assert isinstance(err.value.__cause__, FileNotFoundError)  # the DatasetNotFoundError, unwrapped
+    assert store.has(good) and not store.has(bad)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:9", "ray://127.0.0.1:9"])
+def test_a_bad_address_fails_fast_naming_it(cluster, tmp_path, address):
+    t0 = time.perf_counter()
+    with pytest.raises(ConnectionError, match=f"address={address!r}: no Ray cluster answers at 127.0.0.1:9"):
+        run_configs([TINY], Store(tmp_path), progress=False, backend="ray", address=address)
+    assert time.perf_counter() - t0 < 10
+    with pytest.raises(ValueError, match="address='nohost': must be HOST:PORT"):
+        run_configs([TINY], Store(tmp_path), progress=False, backend="ray", address="nohost")
+    with pytest.raises(ConnectionError, match="RAY_ADDRESS='127.0.0.1:9': no Ray cluster answers"):
+        ray_backend._probe("127.0.0.1:9", "RAY_ADDRESS")  # what connect() checks when the variable gives the address
+
+
+def test_cli_and_experiment_take_the_backend(cluster, tmp_path, monkeypatch, capsys):
+    """``--backend ray --address`` reaches the backend (a wrong address ends the command with its name); the local
+    backend refuses Ray's options, Ray refuses ``--jobs``; ``fedlib.experiment`` takes ``backend``/``address``."""
+    import fedlib
+    from fedlib.experiments import main
+
+    monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path / "r"))
+    with pytest.raises(SystemExit, match="address='127.0.0.1:9': no Ray cluster answers"):
+        main(["fedmcsa_sigma", "--profile", "smoke", "--backend", "ray", "--address", "127.0.0.1:9"])
+    for argv, msg in [
+        (["--address", "h:1"], "--address: only with --backend ray"),
+        (["--placement"], "--placement: only with --backend ray"),
+        (["--backend", "ray", "--jobs", "2"], "--jobs is for --backend local"),
+        (["--backend", "ray", "--cpus-per-run", "0"], "--cpus-per-run=0 must be an integer >= 1"),
+    ]:
+        with pytest.raises(SystemExit):
+            main(["fedmcsa_sigma", "--profile", "smoke", *argv])
+        assert msg in capsys.readouterr().err
+    with pytest.raises(ValueError, match="address='h:1' is for backend='ray'"):
+        fedlib.experiment("fedmcsa_sigma", "smoke", address="h:1", progress=False)
+    with pytest.raises(ValueError, match="backend='dask' must be 'local'"):
+        fedlib.experiment("fedmcsa_sigma", "smoke", backend="dask", progress=False)
+    ex = fedlib.experiment("fedmcsa_sigma", "smoke", where={"seed": 0, "model": "mlr"}, backend="ray", progress=False)
+    assert len(ex.runs) == len(ex.configs) == 4 and all("ray_node" in ex.store.meta(c) for c in ex.runs)
