@@ -89,6 +89,7 @@ def test_grid_on_ray_stores_what_the_local_backend_stores(cluster, tmp_path, mon
         assert sorted(p.name for p in store.path(c).iterdir()) == [
             "clients.npz",
             "config.json",
+            "manifest.json",
             "meta.json",
             "metrics.csv",
         ]
