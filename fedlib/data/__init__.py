@@ -12,6 +12,7 @@ Recipes (documented here because notebooks print them):
 - 'domains' (feature shift: digits, office31, officehome, domainnet; pFedLA after FedBN): one
   client per domain, each with its own train and test split; recipes in ``fedlib.data.domains``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -22,8 +23,19 @@ from . import domains, partition, readers
 from .federated import BatchPlan, FederatedData, Split, sample_epochs, sample_steps
 from .synthetic import synthetic
 
-__all__ = ["BatchPlan", "FederatedData", "Split", "sample_epochs", "sample_steps", "synthetic",
-           "load_federated", "partition_summary", "partition", "readers", "domains"]
+__all__ = [
+    "BatchPlan",
+    "FederatedData",
+    "Split",
+    "sample_epochs",
+    "sample_steps",
+    "synthetic",
+    "load_federated",
+    "partition_summary",
+    "partition",
+    "readers",
+    "domains",
+]
 
 _IMAGE_LOADERS = {"mnist": "load_mnist", "fmnist": "load_fashion_mnist", "cifar10": "load_cifar10"}
 
@@ -43,8 +55,9 @@ def _normalise(x: np.ndarray, how: str, ref: np.ndarray | None = None) -> np.nda
 
 
 @functools.lru_cache(maxsize=8)
-def _load_cached(dataset, partition_name, n_clients, s_alpha, s_beta, k, shard_size, d_alpha, train_frac,
-                 normalize, seed, root) -> tuple[FederatedData, object]:
+def _load_cached(
+    dataset, partition_name, n_clients, s_alpha, s_beta, k, shard_size, d_alpha, train_frac, normalize, seed, root
+) -> tuple[FederatedData, object]:
     if dataset == "synthetic":
         xs, ys = synthetic(s_alpha, s_beta, n_clients, seed)
         local = [np.arange(len(y)) for y in ys]
@@ -52,7 +65,9 @@ def _load_cached(dataset, partition_name, n_clients, s_alpha, s_beta, k, shard_s
         fd = FederatedData.from_clients(f"synthetic({s_alpha},{s_beta})", xs, ys, tr, te, n_classes=10)
         labels = np.concatenate(ys)
         base = np.concatenate([[0], np.cumsum([len(y) for y in ys])[:-1]])
-        summ = partition.summary([p + base[i] for i, p in enumerate(tr)], labels, [p + base[i] for i, p in enumerate(te)])
+        summ = partition.summary(
+            [p + base[i] for i, p in enumerate(tr)], labels, [p + base[i] for i, p in enumerate(te)]
+        )
         return fd, summ
     load = getattr(readers, _IMAGE_LOADERS[dataset])
     x_tr, y_tr = load("train", root=root)
@@ -91,9 +106,20 @@ def _load(cfg, root):
     root = str(readers.data_root(root))
     if cfg.dataset in domains.DOMAINS:  # feature-shift data: one client per domain
         return _load_domains_cached(cfg.dataset, cfg.domains, cfg.domain_percent, cfg.data_seed, root)
-    return _load_cached(cfg.dataset, cfg.partition, cfg.n_clients, cfg.synthetic_alpha, cfg.synthetic_beta,
-                        cfg.labels_per_client, cfg.shard_size, cfg.dirichlet_alpha, cfg.train_frac,
-                        cfg.normalize, cfg.data_seed, root)
+    return _load_cached(
+        cfg.dataset,
+        cfg.partition,
+        cfg.n_clients,
+        cfg.synthetic_alpha,
+        cfg.synthetic_beta,
+        cfg.labels_per_client,
+        cfg.shard_size,
+        cfg.dirichlet_alpha,
+        cfg.train_frac,
+        cfg.normalize,
+        cfg.data_seed,
+        root,
+    )
 
 
 @functools.lru_cache(maxsize=2)  # image data sets are large (Office-Home at 224: ~9 GB float32)
@@ -102,5 +128,7 @@ def _load_domains_cached(dataset, domain_list, percent, seed, root) -> tuple[Fed
     # Clients are stored domain after domain: train rows first, then test rows, in one label vector.
     labels = np.concatenate([fd.train.y.numpy(), fd.test.y.numpy()])
     n_train = len(fd.train.y)
-    rows = lambda s, base: [np.arange(int(a), int(a) + int(n), dtype=np.int64) + base for a, n in zip(s.offsets, s.sizes)]
+    rows = lambda s, base: [
+        np.arange(int(a), int(a) + int(n), dtype=np.int64) + base for a, n in zip(s.offsets, s.sizes)
+    ]
     return fd, partition.summary(rows(fd.train, 0), labels, rows(fd.test, n_train))

@@ -102,6 +102,7 @@ Decoding: images are decoded and resized once and cached as uint8 ``.npz`` under
 :func:`fedlib.data.readers.cache_dir` (``$FEDLIB_CACHE``), keyed by the data set, domain,
 size and every image file's path, size and mtime, so a second load only reads the cache.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -122,9 +123,21 @@ from .federated import FederatedData, Split
 from .readers import DatasetNotFoundError
 
 __all__ = [
-    "DATASETS", "DOMAINS", "CLASSES", "DEFAULT_SIZE", "DEFAULT_PERCENT", "FEDBN_TRAIN_BASE",
-    "digits", "digits_available", "office31", "officehome", "domainnet",
-    "load", "available", "domain_names", "train_count",
+    "DATASETS",
+    "DOMAINS",
+    "CLASSES",
+    "DEFAULT_SIZE",
+    "DEFAULT_PERCENT",
+    "FEDBN_TRAIN_BASE",
+    "digits",
+    "digits_available",
+    "office31",
+    "officehome",
+    "domainnet",
+    "load",
+    "available",
+    "domain_names",
+    "train_count",
 ]
 
 DOMAINS: dict[str, tuple[str, ...]] = {
@@ -137,29 +150,134 @@ DATASETS = tuple(DOMAINS)
 
 CLASSES: dict[str, tuple[str, ...]] = {
     "digits": tuple(str(d) for d in range(10)),
-    "office31": tuple(sorted((
-        "back_pack", "bike", "bike_helmet", "bookcase", "bottle", "calculator", "desk_chair", "desk_lamp",
-        "desktop_computer", "file_cabinet", "headphones", "keyboard", "laptop_computer", "letter_tray",
-        "mobile_phone", "monitor", "mouse", "mug", "paper_notebook", "pen", "phone", "printer", "projector",
-        "punchers", "ring_binder", "ruler", "scissors", "speaker", "stapler", "tape_dispenser", "trash_can"))),
-    "officehome": tuple(sorted((
-        "Alarm_Clock", "Backpack", "Batteries", "Bed", "Bike", "Bottle", "Bucket", "Calculator", "Calendar",
-        "Candles", "Chair", "Clipboards", "Computer", "Couch", "Curtains", "Desk_Lamp", "Drill", "Eraser",
-        "Exit_Sign", "Fan", "File_Cabinet", "Flipflops", "Flowers", "Folder", "Fork", "Glasses", "Hammer",
-        "Helmet", "Kettle", "Keyboard", "Knives", "Lamp_Shade", "Laptop", "Marker", "Monitor", "Mop", "Mouse",
-        "Mug", "Notebook", "Oven", "Pan", "Paper_Clip", "Pen", "Pencil", "Postit_Notes", "Printer", "Push_Pin",
-        "Radio", "Refrigerator", "Ruler", "Scissors", "Screwdriver", "Shelf", "Sink", "Sneakers", "Soda",
-        "Speaker", "Spoon", "TV", "Table", "Telephone", "ToothBrush", "Toys", "Trash_Can", "Webcam"))),
+    "office31": tuple(
+        sorted(
+            (
+                "back_pack",
+                "bike",
+                "bike_helmet",
+                "bookcase",
+                "bottle",
+                "calculator",
+                "desk_chair",
+                "desk_lamp",
+                "desktop_computer",
+                "file_cabinet",
+                "headphones",
+                "keyboard",
+                "laptop_computer",
+                "letter_tray",
+                "mobile_phone",
+                "monitor",
+                "mouse",
+                "mug",
+                "paper_notebook",
+                "pen",
+                "phone",
+                "printer",
+                "projector",
+                "punchers",
+                "ring_binder",
+                "ruler",
+                "scissors",
+                "speaker",
+                "stapler",
+                "tape_dispenser",
+                "trash_can",
+            )
+        )
+    ),
+    "officehome": tuple(
+        sorted(
+            (
+                "Alarm_Clock",
+                "Backpack",
+                "Batteries",
+                "Bed",
+                "Bike",
+                "Bottle",
+                "Bucket",
+                "Calculator",
+                "Calendar",
+                "Candles",
+                "Chair",
+                "Clipboards",
+                "Computer",
+                "Couch",
+                "Curtains",
+                "Desk_Lamp",
+                "Drill",
+                "Eraser",
+                "Exit_Sign",
+                "Fan",
+                "File_Cabinet",
+                "Flipflops",
+                "Flowers",
+                "Folder",
+                "Fork",
+                "Glasses",
+                "Hammer",
+                "Helmet",
+                "Kettle",
+                "Keyboard",
+                "Knives",
+                "Lamp_Shade",
+                "Laptop",
+                "Marker",
+                "Monitor",
+                "Mop",
+                "Mouse",
+                "Mug",
+                "Notebook",
+                "Oven",
+                "Pan",
+                "Paper_Clip",
+                "Pen",
+                "Pencil",
+                "Postit_Notes",
+                "Printer",
+                "Push_Pin",
+                "Radio",
+                "Refrigerator",
+                "Ruler",
+                "Scissors",
+                "Screwdriver",
+                "Shelf",
+                "Sink",
+                "Sneakers",
+                "Soda",
+                "Speaker",
+                "Spoon",
+                "TV",
+                "Table",
+                "Telephone",
+                "ToothBrush",
+                "Toys",
+                "Trash_Can",
+                "Webcam",
+            )
+        )
+    ),
     # FedBN's DomainNet label_dict (utils/data_utils.py), its "top 10 most common classes".
-    "domainnet": ("bird", "feather", "headphones", "ice_cream", "teapot", "tiger", "whale", "windmill",
-                  "wine_glass", "zebra"),
+    "domainnet": (
+        "bird",
+        "feather",
+        "headphones",
+        "ice_cream",
+        "teapot",
+        "tiger",
+        "whale",
+        "windmill",
+        "wine_glass",
+        "zebra",
+    ),
 }
 assert len(CLASSES["office31"]) == 31 and len(CLASSES["officehome"]) == 65
 
 DEFAULT_SIZE = {"digits": 28, "office31": 224, "officehome": 224, "domainnet": 256}
 DEFAULT_PERCENT = {"digits": 0.1, "office31": 1.0, "officehome": 1.0, "domainnet": 1.0}
-FEDBN_TRAIN_BASE = 7438   # USPS pooled training images: FedBN's per-domain 100 % (10 % = 743)
-TEST_FRAC = 0.2           # per-domain test share where we split (FedBN digits preprocessing: 0.2)
+FEDBN_TRAIN_BASE = 7438  # USPS pooled training images: FedBN's per-domain 100 % (10 % = 743)
+TEST_FRAC = 0.2  # per-domain test share where we split (FedBN digits preprocessing: 0.2)
 
 _DIGIT_READERS = {"mnist": "mnist", "svhn": "svhn", "usps": "usps", "synthdigits": "synthdigits", "mnist_m": "mnistm"}
 _FOLDER_ALIASES = {  # normalised dataset folder names accepted under the root
@@ -190,12 +308,15 @@ def domain_names(dataset: str, domains=None) -> tuple[str, ...]:
     if domains is None:
         return DOMAINS[dataset]
     if isinstance(domains, str) or not isinstance(domains, (tuple, list)) or len(domains) == 0:
-        raise ValueError(f"domains={domains!r}: must be a non-empty tuple of {dataset} domains: "
-                         f"{', '.join(DOMAINS[dataset])}")
+        raise ValueError(
+            f"domains={domains!r}: must be a non-empty tuple of {dataset} domains: {', '.join(DOMAINS[dataset])}"
+        )
     bad = [d for d in domains if d not in DOMAINS[dataset]]
     if bad:
-        raise ValueError(f"domains={tuple(domains)!r}: unknown {dataset} domain(s) {', '.join(map(repr, bad))}; "
-                         f"allowed: {', '.join(DOMAINS[dataset])}")
+        raise ValueError(
+            f"domains={tuple(domains)!r}: unknown {dataset} domain(s) {', '.join(map(repr, bad))}; "
+            f"allowed: {', '.join(DOMAINS[dataset])}"
+        )
     if len(set(domains)) != len(domains):
         raise ValueError(f"domains={tuple(domains)!r}: a domain may appear only once")
     return tuple(domains)
@@ -248,16 +369,17 @@ def _to_split(parts: list[tuple[np.ndarray, np.ndarray]], mean: float, std: floa
     a = 0
     for x, _ in parts:
         for s in range(0, len(x), 1024):  # chunks bound the float temporary
-            c = x[s:s + 1024].transpose(0, 3, 1, 2).astype(np.float32)
-            out[a + s:a + s + len(c)] = (c / np.float32(255) - np.float32(mean)) / np.float32(std)
+            c = x[s : s + 1024].transpose(0, 3, 1, 2).astype(np.float32)
+            out[a + s : a + s + len(c)] = (c / np.float32(255) - np.float32(mean)) / np.float32(std)
         a += len(x)
     y = np.concatenate([np.asarray(y, dtype=np.int64) for _, y in parts]) if parts else np.zeros(0, np.int64)
     return Split(torch.from_numpy(out), torch.from_numpy(y), torch.from_numpy(offsets), torch.from_numpy(sizes))
 
 
 def _federated(name, train_parts, test_parts, n_classes, size, mean, std) -> FederatedData:
-    return FederatedData(name, _to_split(train_parts, mean, std), _to_split(test_parts, mean, std),
-                         n_classes, (3, size, size), None)
+    return FederatedData(
+        name, _to_split(train_parts, mean, std), _to_split(test_parts, mean, std), n_classes, (3, size, size), None
+    )
 
 
 # --------------------------------------------------------------------------- digits
@@ -292,7 +414,9 @@ def _digit_split(domain: str, split: str, root):
         # Re-raised with the domain named; the reader's message already names the files and the root
         # (its "download=True" advice refers to fedlib.data.readers.load(..., download=True)).
         raise DatasetNotFoundError(
-            e.dataset, e.root, e.expected,
+            e.dataset,
+            e.root,
+            e.expected,
             f"(needed by the digits domain {domain!r}; download=True means fedlib.data.readers.load("
             f"{name!r}, download=True); fedlib.data.domains.digits_available() lists the domains present)",
         ) from None
@@ -301,8 +425,9 @@ def _digit_split(domain: str, split: str, root):
     return x, y
 
 
-def digits(domains=None, percent: float = 0.1, size: int = 28, seed: int = 0, root=None,
-           split: str = "official") -> FederatedData:
+def digits(
+    domains=None, percent: float = 0.1, size: int = 28, seed: int = 0, root=None, split: str = "official"
+) -> FederatedData:
     """The digits benchmark (FedBN / pFedLA Table 1): one client per domain, in ``domains``' order.
 
     ``domains``: subset of ``mnist, svhn, usps, synthdigits, mnist_m`` (None: all five).
@@ -379,12 +504,17 @@ def _scan(dataset: str, domain: str, root: Path):
             label = index.get(_norm(cdir.name))
             if label is None:
                 continue
-            files += [(f"{cdir.name}/{f.name}", label) for f in sorted(cdir.iterdir())
-                      if f.suffix.lower() in _IMAGE_EXT and f.is_file()]
+            files += [
+                (f"{cdir.name}/{f.name}", label)
+                for f in sorted(cdir.iterdir())
+                if f.suffix.lower() in _IMAGE_EXT and f.is_file()
+            ]
     if not files:
         searched = ", ".join(str(p) for p in _dataset_dirs(dataset, root)) or "no matching dataset folder"
         raise DatasetNotFoundError(
-            dataset, root, [p.replace("<domain>", domain).replace("<Domain>", domain) for p in _LAYOUT[dataset]],
+            dataset,
+            root,
+            [p.replace("<domain>", domain).replace("<Domain>", domain) for p in _LAYOUT[dataset]],
             f"No images of domain {domain!r} found (searched: {searched}). Dataset folder names are matched "
             f"ignoring case, spaces, '-' and '_' (e.g. {', '.join(_FOLDER_ALIASES[dataset])}); domain folders may "
             f"sit one level deeper; class folders must be {dataset} classes.",
@@ -441,11 +571,16 @@ def _official_lists(domain: str, root: Path):
         for folder in (base, base / "splits"):
             tr, te = folder / f"{domain}_train.txt", folder / f"{domain}_test.txt"
             if tr.is_file() and te.is_file():
-                read = lambda p: {"/".join(Path(line.split()[0]).parts[-2:])
-                                  for line in p.read_text().splitlines() if line.strip()}
+                read = lambda p: {
+                    "/".join(Path(line.split()[0]).parts[-2:]) for line in p.read_text().splitlines() if line.strip()
+                }
                 return read(tr), read(te)
-    raise DatasetNotFoundError("domainnet", root, [f"domainnet/{domain}_train.txt", f"domainnet/{domain}_test.txt"],
-                               "split='official' needs the release's split lists (or use split='random').")
+    raise DatasetNotFoundError(
+        "domainnet",
+        root,
+        [f"domainnet/{domain}_train.txt", f"domainnet/{domain}_test.txt"],
+        "split='official' needs the release's split lists (or use split='random').",
+    )
 
 
 def _image_domains(dataset: str, domains, percent, size, seed, root, split="random") -> FederatedData:
@@ -491,8 +626,9 @@ def officehome(domains=None, percent: float = 1.0, size: int = 224, seed: int = 
     return _image_domains("officehome", domains, percent, size, seed, root)
 
 
-def domainnet(domains=None, percent: float = 1.0, size: int = 256, seed: int = 0, root=None,
-              split: str = "random") -> FederatedData:
+def domainnet(
+    domains=None, percent: float = 1.0, size: int = 256, seed: int = 0, root=None, split: str = "random"
+) -> FederatedData:
     """DomainNet restricted to FedBN's ten classes (clipart, infograph, painting, quickdraw, real,
     sketch): as :func:`office31`; ``split="official"`` uses the release's train/test lists."""
     return _image_domains("domainnet", domains, percent, size, seed, root, split)
@@ -501,8 +637,9 @@ def domainnet(domains=None, percent: float = 1.0, size: int = 256, seed: int = 0
 # --------------------------------------------------------------------------- dispatch
 
 
-def load(dataset: str, domains=None, percent: float | None = None, seed: int = 0, root=None,
-         size: int | None = None) -> FederatedData:
+def load(
+    dataset: str, domains=None, percent: float | None = None, seed: int = 0, root=None, size: int | None = None
+) -> FederatedData:
     """Any of :data:`DATASETS` with its defaults (size: 28 / 224 / 224 / 256; percent: 0.1 for
     digits, 1.0 otherwise). ``fedlib.data.load_federated`` calls this for these data sets."""
     names = domain_names(dataset, domains)

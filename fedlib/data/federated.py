@@ -7,6 +7,7 @@ a ``BatchPlan`` holds, for every local step, the row indices (into that tensor) 
 client's mini-batch. Both executors consume the same plan, which is what makes the
 stacked executor testable against the per-client loop.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,14 +20,15 @@ import torch
 @dataclass
 class Split:
     """One split (train or test) of all clients: rows of client i are ``x[offsets[i]:offsets[i]+sizes[i]]``."""
+
     x: torch.Tensor
     y: torch.Tensor
     offsets: torch.Tensor  # (N,) int64
-    sizes: torch.Tensor    # (N,) int64
+    sizes: torch.Tensor  # (N,) int64
 
     def client(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         a, n = int(self.offsets[i]), int(self.sizes[i])
-        return self.x[a:a + n], self.y[a:a + n]
+        return self.x[a : a + n], self.y[a : a + n]
 
     def to(self, device=None, dtype=None) -> "Split":
         x = self.x.to(device=device, dtype=dtype if self.x.is_floating_point() else None)
@@ -43,8 +45,12 @@ def _stack(x: np.ndarray, y: np.ndarray, parts: list[np.ndarray]) -> Split:
     sizes = np.array([len(p) for p in parts], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     idx = np.concatenate(parts) if len(parts) else np.zeros(0, dtype=np.int64)
-    return Split(torch.from_numpy(np.ascontiguousarray(x[idx])), torch.from_numpy(np.asarray(y[idx], dtype=np.int64)),
-                 torch.from_numpy(offsets), torch.from_numpy(sizes))
+    return Split(
+        torch.from_numpy(np.ascontiguousarray(x[idx])),
+        torch.from_numpy(np.asarray(y[idx], dtype=np.int64)),
+        torch.from_numpy(offsets),
+        torch.from_numpy(sizes),
+    )
 
 
 @dataclass
@@ -54,6 +60,7 @@ class FederatedData:
     ``name`` says what it is (e.g. "synthetic(0.5,0.5)"); ``n_classes`` and ``input_shape``
     let the model registry build matching models.
     """
+
     name: str
     train: Split
     test: Split
@@ -66,8 +73,16 @@ class FederatedData:
         return len(self.train.sizes)
 
     @classmethod
-    def from_parts(cls, name: str, x: np.ndarray, y: np.ndarray, train_parts: list[np.ndarray],
-                   test_parts: list[np.ndarray], n_classes: int | None = None, global_test=None) -> "FederatedData":
+    def from_parts(
+        cls,
+        name: str,
+        x: np.ndarray,
+        y: np.ndarray,
+        train_parts: list[np.ndarray],
+        test_parts: list[np.ndarray],
+        n_classes: int | None = None,
+        global_test=None,
+    ) -> "FederatedData":
         """Gather per-client index arrays into one pool ``(x, y)`` into contiguous per-client blocks."""
         if len(train_parts) != len(test_parts):
             raise ValueError(f"train_parts has {len(train_parts)} clients but test_parts has {len(test_parts)}")
@@ -77,25 +92,38 @@ class FederatedData:
         gt = None
         if global_test is not None:
             # copies: reader arrays are read-only
-            gt = (torch.from_numpy(np.array(global_test[0])), torch.from_numpy(np.array(global_test[1], dtype=np.int64)))
+            gt = (
+                torch.from_numpy(np.array(global_test[0])),
+                torch.from_numpy(np.array(global_test[1], dtype=np.int64)),
+            )
         return cls(name, _stack(x, y, train_parts), _stack(x, y, test_parts), n_classes, tuple(x.shape[1:]), gt)
 
     @classmethod
-    def from_clients(cls, name: str, xs: list[np.ndarray], ys: list[np.ndarray], train_parts, test_parts,
-                     n_classes: int | None = None) -> "FederatedData":
+    def from_clients(
+        cls,
+        name: str,
+        xs: list[np.ndarray],
+        ys: list[np.ndarray],
+        train_parts,
+        test_parts,
+        n_classes: int | None = None,
+    ) -> "FederatedData":
         """Same as ``from_parts`` for data that comes per client (Synthetic): parts index each client's own arrays."""
         sizes = np.array([len(v) for v in ys])
         base = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         shift = lambda parts: [np.asarray(p, dtype=np.int64) + base[i] for i, p in enumerate(parts)]
-        return cls.from_parts(name, np.concatenate(xs), np.concatenate(ys), shift(train_parts), shift(test_parts), n_classes)
+        return cls.from_parts(
+            name, np.concatenate(xs), np.concatenate(ys), shift(train_parts), shift(test_parts), n_classes
+        )
 
     def to(self, device=None, dtype=None) -> "FederatedData":
         gt = None
         if self.global_test is not None:
             gx, gy = self.global_test
             gt = (gx.to(device=device, dtype=dtype if gx.is_floating_point() else None), gy.to(device))
-        return FederatedData(self.name, self.train.to(device, dtype), self.test.to(device, dtype),
-                             self.n_classes, self.input_shape, gt)
+        return FederatedData(
+            self.name, self.train.to(device, dtype), self.test.to(device, dtype), self.n_classes, self.input_shape, gt
+        )
 
 
 @dataclass
@@ -108,6 +136,7 @@ class BatchPlan:
     before large ones). ``active`` (steps, K) says whether a client takes that step at all;
     a client with an all-padding batch must not move (no momentum, no weight decay).
     """
+
     index: torch.Tensor
     weight: torch.Tensor | None = None
     active: torch.Tensor | None = None
@@ -164,8 +193,9 @@ class ShrinkingPlan(BatchPlan):
         return objective.context(self.src[s, :k], clients[:k], dtype)
 
 
-def sample_steps(split: Split, clients: torch.Tensor, steps: int, batch_size: int,
-                 generator: torch.Generator) -> BatchPlan:
+def sample_steps(
+    split: Split, clients: torch.Tensor, steps: int, batch_size: int, generator: torch.Generator
+) -> BatchPlan:
     """Fixed-step local training: every step draws B rows per client uniformly *with* replacement.
 
     This is the FedMCSA/pFedMe setting (R local steps of |D| = 20 samples) and keeps every
@@ -179,8 +209,9 @@ def sample_steps(split: Split, clients: torch.Tensor, steps: int, batch_size: in
     return BatchPlan(rows.sort(dim=2).values + split.offsets[clients][None, :, None])
 
 
-def sample_epochs(split: Split, clients: torch.Tensor, epochs: int, batch_size: int,
-                  generator: torch.Generator) -> BatchPlan:
+def sample_epochs(
+    split: Split, clients: torch.Tensor, epochs: int, batch_size: int, generator: torch.Generator
+) -> BatchPlan:
     """Epoch-based local training: each epoch visits every row of a client once, in a fresh random order.
 
     Client i takes ceil(n_i / B) steps per epoch (the last batch holds n_i mod B rows); the

@@ -19,6 +19,7 @@ Recipes:
 * :func:`split_train_test`  -- per-client train/test split (pFedMe rule).
 * :func:`summary`, :func:`describe` -- tables and one-line statistics.
 """
+
 from __future__ import annotations
 
 import math
@@ -59,10 +60,7 @@ def _int(name, value, lo=None, hi=None):
 def _labels(labels):
     arr = np.asarray(labels)
     if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iu":
-        raise ValueError(
-            f"labels=<array shape={arr.shape} dtype={arr.dtype}>: "
-            "must be a non-empty 1-D integer array"
-        )
+        raise ValueError(f"labels=<array shape={arr.shape} dtype={arr.dtype}>: must be a non-empty 1-D integer array")
     return arr
 
 
@@ -72,14 +70,9 @@ def _part(name, part, n=None):
     if arr.size == 0:
         return np.empty(0, dtype=np.int64)  # also covers [] (float dtype)
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise ValueError(
-            f"{name}=<array shape={arr.shape} dtype={arr.dtype}>: "
-            "must be a 1-D integer index array"
-        )
+        raise ValueError(f"{name}=<array shape={arr.shape} dtype={arr.dtype}>: must be a 1-D integer index array")
     if n is not None and (arr.min() < 0 or arr.max() >= n):
-        raise ValueError(
-            f"{name}: indices span [{arr.min()}, {arr.max()}], must lie in [0, {n - 1}]"
-        )
+        raise ValueError(f"{name}: indices span [{arr.min()}, {arr.max()}], must lie in [0, {n - 1}]")
     return arr.astype(np.int64)
 
 
@@ -177,9 +170,7 @@ def labels_per_client(
             or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in size_range)
             or not 0 <= size_range[0] <= size_range[1]
         ):
-            raise ValueError(
-                f"size_range={size_range!r}: must be a pair (lo, hi) of ints with 0 <= lo <= hi"
-            )
+            raise ValueError(f"size_range={size_range!r}: must be a pair (lo, hi) of ints with 0 <= lo <= hi")
         lo, hi = int(size_range[0]), int(size_range[1])
         # Cheap necessary condition: the assigned samples must fit N clients.
         assigned = sum(len(members[c]) for c in range(n_cls) if holders[c])
@@ -193,8 +184,7 @@ def labels_per_client(
     # Draw only the sizes inside the retry loop: cheap, and the sample order
     # below does not affect whether the sizes satisfy size_range.
     for _ in range(max_tries):
-        split = [_progressive_split(rng, len(members[c]), len(holders[c])) if holders[c] else []
-                 for c in range(n_cls)]
+        split = [_progressive_split(rng, len(members[c]), len(holders[c])) if holders[c] else [] for c in range(n_cls)]
         sizes = np.zeros(n_clients, dtype=np.int64)
         for c in range(n_cls):
             sizes[holders[c]] += np.asarray(split[c], dtype=np.int64)
@@ -322,8 +312,7 @@ def dirichlet(labels, n_clients, alpha=0.5, seed=0, min_size=10, max_tries=1000)
     max_tries = _int("max_tries", max_tries, lo=1)
     if n_clients * min_size > len(labels):
         raise ValueError(
-            f"min_size={min_size}: unreachable, n_clients*min_size={n_clients * min_size} "
-            f"> len(labels)={len(labels)}"
+            f"min_size={min_size}: unreachable, n_clients*min_size={n_clients * min_size} > len(labels)={len(labels)}"
         )
 
     classes, y = np.unique(labels, return_inverse=True)
@@ -384,9 +373,11 @@ def split_train_test(parts, train_frac=0.75, seed=0):
     if isinstance(parts, np.ndarray) and parts.ndim == 1 and parts.dtype.kind in "iu":
         raise ValueError("parts=<1-D array>: must be a list of per-client index arrays")
     parts = [_part(f"parts[{i}]", p) for i, p in enumerate(parts)]
-    if isinstance(train_frac, bool) or not isinstance(
-        train_frac, (int, float, np.integer, np.floating)
-    ) or not 0 < train_frac <= 1:
+    if (
+        isinstance(train_frac, bool)
+        or not isinstance(train_frac, (int, float, np.integer, np.floating))
+        or not 0 < train_frac <= 1
+    ):
         raise ValueError(f"train_frac={train_frac!r}: must be in (0, 1]")
     seed = _int("seed", seed, lo=0)
 
@@ -421,10 +412,7 @@ def summary(train_parts, labels, test_parts=None):
     else:
         test_parts = [_part(f"test_parts[{i}]", p, n) for i, p in enumerate(test_parts)]
         if len(test_parts) != len(train_parts):
-            raise ValueError(
-                f"test_parts=<{len(test_parts)} clients>: must match "
-                f"len(train_parts)={len(train_parts)}"
-            )
+            raise ValueError(f"test_parts=<{len(test_parts)} clients>: must match len(train_parts)={len(train_parts)}")
 
     classes, y = np.unique(labels, return_inverse=True)
     per_label = len(classes) <= _MAX_LABEL_COLUMNS

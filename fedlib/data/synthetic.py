@@ -18,6 +18,7 @@ We draw from numpy's legacy ``RandomState`` in exactly the order of pFedMe's scr
 The label loop of the script consumes no randomness, so computing labels vectorised keeps
 the stream identical. The 75/25 per-client split is applied later (``split_train_test``).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,8 +27,9 @@ N_FEATURES = 60
 N_CLASSES = 10
 
 
-def synthetic(alpha: float = 0.5, beta: float = 0.5, n_clients: int = 100, seed: int = 0,
-              iid: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def synthetic(
+    alpha: float = 0.5, beta: float = 0.5, n_clients: int = 100, seed: int = 0, iid: bool = False
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Generate Synthetic(alpha, beta); returns per-client lists ``xs`` (float32, (n_k, 60)) and ``ys`` (int64).
 
     ``alpha`` [alpha] controls how much the local models differ, ``beta`` [beta] how much the
