@@ -27,6 +27,19 @@ def small_synthetic(n_clients=6, rows=120, dtype=torch.float64) -> FederatedData
     return FederatedData.from_clients("small", xs, ys, tr, te, 10).to("cpu", dtype)
 
 
+def shared_data_env(environ, shared: Path = SHARED) -> dict:
+    """The environment the test session adds: ``FEDLIB_DATA`` pointing at a ``../shared/data``-style folder beside
+    the clone when that holds the data and no data root is set. Set in ``pytest_configure``, before any worker or
+    notebook kernel starts, so unit tests and nbval (whose kernels inherit the environment) find the same data."""
+    if environ.get("FEDLIB_DATA") or not (shared / "MNIST" / "raw").exists():
+        return {}
+    return {"FEDLIB_DATA": str(shared)}
+
+
+def pytest_configure(config):
+    os.environ.update(shared_data_env(os.environ))
+
+
 def shared_data_root():
     root = Path(os.environ.get("FEDLIB_DATA", SHARED))
     return root if (root / "MNIST" / "raw").exists() else None
