@@ -1,12 +1,12 @@
 """The main job: execute every notebook headlessly with papermill, drawing the stored paper-profile results.
 
-    python scripts/run_notebooks.py [--profile paper] [--stored-only] [--only 00,10] [-p NAME=V1,V2 ...]
+    python scripts/run_notebooks.py [--profile paper] [--stored-only] [--plan] [--only 00,10] [-p NAME=V1,V2 ...]
                                     [--out build/notebooks]
 
 By default every notebook runs at the paper profile, whose runs are in the committed store (``results/``): it draws
 them and trains only what is missing. Before anything runs the job prints, per notebook, its experiments' runs stored
 and to train (with an estimate from the stored runs' wall times), and while a notebook runs it prints which cell is
-executing and how many of its runs are trained, with an ETA. ``--stored-only`` passes ``STORED_ONLY=True``: nothing
+executing and how many of its runs are trained, with an ETA (``--plan`` prints the plan and stops). ``--stored-only`` passes ``STORED_ONLY=True``: nothing
 trains. ``--profile quick`` (or smoke) explores; its results go to ``results/_explore/`` (git-ignored), not to the
 committed store, unless ``FEDLIB_RESULTS`` says otherwise. An explicit ``--profile`` (or ``-p PROFILE=...``) wins
 over the environment's ``FEDLIB_PROFILE`` (with a warning naming both).
@@ -114,10 +114,11 @@ class Plan:
         return self
 
     def estimate(self, known: dict) -> float | None:
-        """Seconds to train ``todo``, from the stored wall times of runs of the same kind (None: no such run)."""
+        """Seconds to train ``todo``, from the stored wall times of runs of the same kind (``stored_times``; a kind
+        stored only at other rounds scaled by the rounds: time per round is what a profile keeps); None: no such run."""
         total = 0.0
         for c in self.todo:
-            s = known.get(_kind(c))
+            s = seconds_for(c, known)
             if s is None:
                 return None
             total += s
@@ -137,6 +138,21 @@ def _present(dataset: str) -> bool:
     if dataset in readers.DATASETS:
         return readers.available(dataset)
     return bool(domains.available().get(dataset))
+
+
+def seconds_for(cfg, known: dict) -> float | None:
+    """Estimated wall seconds of one run: the median stored time of its kind, else of the same kind at other rounds
+    (and, failing that, other client counts) scaled by rounds and clients."""
+    kind = _kind(cfg)
+    if kind in known:
+        return known[kind]
+    d, m, a, rounds, n = kind
+    for same in (lambda k: k[:3] == (d, m, a) and k[4] == n, lambda k: k[:3] == (d, m, a)):
+        near = [(k, v) for k, v in known.items() if same(k) and k[3] and k[4]]
+        if near:
+            k, v = min(near, key=lambda kv: abs(kv[0][3] - rounds) + abs(kv[0][4] - n))
+            return v * rounds / k[3] * n / k[4]
+    return None
 
 
 def _kind(cfg) -> tuple:
@@ -207,6 +223,7 @@ def main(argv=None) -> int:
     ap.add_argument("-p", "--param", action="append", default=[], help="papermill parameter NAME=VALUE[,VALUE...]")
     ap.add_argument("--out", default=str(ROOT / "build" / "notebooks"))
     ap.add_argument("--dir", default=str(ROOT / "notebooks"), help="folder of the numbered notebooks")
+    ap.add_argument("--plan", action="store_true", help="print the plan (runs stored / to train, estimates) and stop")
     ap.add_argument("--every", type=float, default=20.0, help="seconds between progress lines (default 20)")
     args = ap.parse_args(argv)
 
@@ -253,9 +270,12 @@ def main(argv=None) -> int:
                 skipped[nb.name] = f"skipped: data absent ({', '.join(missing)}; see data/README.md)"
                 continue
             plans[nb.name] = Plan(nb, profile, meta).scan(store)
-        total = sum(len(p.todo) for p in plans.values())
-        print(f"plan: {sum(len(p.configs) for p in plans.values())} runs drawn, {total} to train", end="")
-        est = [p.estimate(known) for p in plans.values() if p.todo]
+        # runs shared by several notebooks (31, 33 and 35 draw one grid) count once
+        drawn = {c.key(): c for p in plans.values() for c in p.configs}
+        todo = [c for k, c in drawn.items() if not store.has(c)]
+        total = len(todo)
+        print(f"plan: {len(drawn)} runs drawn, {total} to train", end="")
+        est = [seconds_for(c, known) for c in todo]
         if total:
             known_est = sum(e for e in est if e is not None)
             print(
@@ -277,6 +297,8 @@ def main(argv=None) -> int:
                 head += f" (~{fmt_seconds(p.estimate(known))})"
             print(f"  {nb.name:40} {head}{'; ' + note if note else ''}")
 
+        if args.plan:
+            return 0
         status = {}
         for nb in notebooks:
             if nb.name in skipped:
@@ -289,7 +311,7 @@ def main(argv=None) -> int:
                 suffix = tag(params)
                 label = nb.name + (f" [{suffix}]" if suffix else "")
                 target = out / f"{nb.stem}{'_' + suffix if suffix else ''}.{profile}.ipynb"
-                partial = target.with_name(f".{target.name}.running")
+                partial = target.with_name(f".{target.stem}.running.ipynb")
                 if suffix:
                     os.environ["FEDLIB_FIGURE_TAG"] = suffix
                 else:
