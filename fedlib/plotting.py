@@ -198,12 +198,20 @@ def accuracy_curves(
     cells = [(m, v) for m in metrics for v in values]
     fig, axes = grid_axes(len(cells), ncols)
     order = list(pd.unique(frame[hue]))
+    # panels that show different methods (e.g. one per base method) get a legend each; otherwise one for the figure
+    sets = {tuple(pd.unique(frame[frame[panels] == v][hue])) for v in values} if panels is not None else set()
+    own_legends = len(sets) > 1
     seeds, coinciding = 1, []
     for ax, (m, v) in zip(axes, cells):
         data = frame if v is None else frame[frame[panels] == v]
         handles, labels, n, co = draw_lines(ax, data, "round", m, hue, order, lw=0.9 if zoom else 1.2)
         seeds = max(seeds, n)
-        coinciding += [c for c in co if c not in coinciding]
+        where = [] if m in ACCURACY_LABELS else [f"{m}"]  # e.g. uploads: equal fractions upload alike
+        where += [str(v)] if v is not None else []
+        coinciding += [c for c in ((a, b, *where) for a, b in co) if c not in coinciding]
+        if own_legends:
+            ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=min(3, len(labels)),
+                      frameon=False, fontsize=8)  # fmt: skip
         ax.set_ylabel(ACCURACY_LABELS.get(m, m))
         ax.set_xlabel("round")
         if v is not None:
@@ -213,7 +221,13 @@ def accuracy_curves(
                 ax.set_ylim(*late_range(frame, m))
             percent_axis(ax)
         ax.grid(alpha=0.3)
-    finish(fig, handles, labels, caption_text(seeds, coinciding), title)
+    if own_legends:
+        fig.suptitle(title)
+        fig.tight_layout()
+        fig.text(0.5, -0.05 * 3.6 / fig.get_figheight(), caption_text(seeds, coinciding), ha="center", va="top",
+                 fontsize=9, color="#444444")  # fmt: skip
+    else:
+        finish(fig, handles, labels, caption_text(seeds, coinciding), title)
     return fig
 
 

@@ -159,12 +159,12 @@ def _kind(cfg) -> tuple:
     return tuple(cfg.get(k) for k in ("dataset", "model", "algorithm", "rounds", "n_clients"))
 
 
-def stored_times(store) -> dict:
-    """Median wall seconds of the stored runs, per kind of run (``_kind``)."""
+def stored_times(*roots) -> dict:
+    """Median wall seconds of the runs stored under ``roots`` (store folders), per kind of run (``_kind``)."""
     import statistics
 
     times: dict = {}
-    for d in Path(store.root).iterdir() if Path(store.root).exists() else []:
+    for d in (d for r in roots if Path(r).exists() for d in Path(r).iterdir()):
         try:
             cfg, meta = json.loads((d / "config.json").read_text()), json.loads((d / "meta.json").read_text())
         except (OSError, ValueError):
@@ -261,7 +261,7 @@ def main(argv=None) -> int:
             f"data root={readers.data_root()}, store={store.root}, {len(notebooks)} notebook(s) -> {out}"
         )
         # the plan, before anything runs
-        known = stored_times(store)
+        known = stored_times(ROOT / "results", store.root)  # the committed runs' times estimate any profile's
         plans, skipped = {}, {}
         for nb in notebooks:
             meta = json.loads(nb.read_text()).get("metadata", {}).get("fedlib", {})
