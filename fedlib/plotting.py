@@ -106,7 +106,8 @@ def draw_lines(ax, frame: pd.DataFrame, x: str, y: str, hue: str, order=None, st
         seeds = max(seeds, int(n.max()) if len(n) else 1)
         st = (styles or {}).get(v, line_style(i))
         step = max(1, len(mean) // 10)  # markers every tenth of the points, staggered so coinciding curves show both
-        (h,) = ax.plot(mean.index, mean.values, lw=lw, markevery=(i * step // max(1, len(order)), step), ms=4, **st)
+        (h,) = ax.plot(mean.index, mean.values, lw=lw, markevery=(i * step // max(1, len(order)), step), ms=4,
+                       label=names(v), **st)  # fmt: skip
         if band and len(n) and n.max() > 1:
             sd = g.std(ddof=1).fillna(0)
             ax.fill_between(mean.index, (mean - sd).values, (mean + sd).values, color=st["color"], alpha=0.15, lw=0)
