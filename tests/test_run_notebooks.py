@@ -145,3 +145,26 @@ def test_make_lab_allows_root_only_when_root():
     assert lab, out
     assert ("--allow-root" in lab[0]) == (os.getuid() == 0)
     assert "ServerApp.token" not in out
+
+
+def test_nbval_skips_a_notebook_whose_outputs_need_absent_data(tmp_path, monkeypatch):
+    """Notebook 10 runs without MNIST (Synthetic only) but its committed tables were drawn with MNIST: nbval must
+    skip it there (``metadata.fedlib.outputs_need``), not report differing outputs."""
+    import conftest
+
+    nb = tmp_path / "10_x.ipynb"
+    nb.write_text(json.dumps({"metadata": {"fedlib": {"requires": [], "outputs_need": ["mnist"]}}}))
+    monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "empty-root"))
+
+    class Item:
+        path = nb
+
+        def __init__(self):
+            self.markers = []
+
+        def add_marker(self, marker):
+            self.markers.append(marker)
+
+    item = Item()
+    conftest.pytest_collection_modifyitems(None, [item])
+    assert item.markers and "mnist" in item.markers[0].kwargs["reason"]
