@@ -29,4 +29,8 @@ def test_notebook_runs_at_smoke_profile(path, tmp_path, monkeypatch):
         cwd=str(path.parent),
         kernel_name="python3",
         progress_bar=False,
+        # a smoke cell takes seconds: a cell still running after 10 minutes is a hung kernel connection (seen once on
+        # the shared machine), which must fail the test, not stall the test command
+        execution_timeout=600,
+        start_timeout=120,
     )
