@@ -18,25 +18,29 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (fedlib)" >/dev/null
 	touch $@
 
-## main job: execute every notebook with papermill (PROFILE=smoke|quick|paper; default quick)
+## main job: execute every notebook with papermill, drawing the stored paper-profile results (training only what is
+## missing). PROFILE=quick|smoke explores (results in the git-ignored results/_explore/); STORED_ONLY=1 trains nothing.
 notebooks: env
-	$(BIN)/python scripts/run_notebooks.py $(if $(PROFILE),--profile $(PROFILE))
+	$(BIN)/python scripts/run_notebooks.py $(if $(PROFILE),--profile $(PROFILE)) $(if $(filter 1 true True yes,$(STORED_ONLY)),--stored-only)
 
-## tests: lint and format check (ruff), unit tests, then nbval over every notebook at the smoke profile (results in a
-## scratch store)
+## tests: lint and format check (ruff); unit tests plus every notebook executed at the smoke profile (papermill, scratch
+## store); then nbval re-executes the committed notebooks from the committed paper-profile store and compares their
+## tables. A ../shared/data folder beside the clone is the data root of both when FEDLIB_DATA is unset (tests/conftest.py).
 test: env
-	$(BIN)/ruff check fedlib tests scripts
-	$(BIN)/ruff format --check fedlib tests scripts
+	$(BIN)/ruff check fedlib tests scripts notebooks/conftest.py
+	$(BIN)/ruff format --check fedlib tests scripts notebooks/conftest.py
 	rm -rf build/test-results
 	FEDLIB_PROFILE=smoke FEDLIB_RESULTS=$(CURDIR)/build/test-results OMP_NUM_THREADS=1 \
-	  $(BIN)/python -m pytest -n 2 --dist loadfile -p no:cacheprovider tests notebooks --nbval --nbval-current-env
+	  $(BIN)/python -m pytest -n 2 --dist load -p no:cacheprovider tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile -p no:cacheprovider notebooks --nbval --nbval-current-env
 
 ## stacked vs per-client loop executor timings
 bench: env
 	$(BIN)/python -m fedlib.bench
 
+## JupyterLab on notebooks/ with the project's kernel; --allow-root only when run as root (containers)
 lab: env
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean-results:
-	rm -rf build/test-results results/_tmp-*
+	rm -rf build/test-results results/_tmp-* results/_explore

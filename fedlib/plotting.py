@@ -1,8 +1,8 @@
 """Plots the papers share (seaborn/matplotlib), and where figures go. Each paper's own figures live in its module
 (``fedlib.papers.fedmcsa``, ``.adafl``, ``.pfedla``).
 
-Figures are saved as ``figures/<name>.<profile>.png``: a smoke run in CI never overwrites
-the committed quick- or paper-profile figures. ``FEDLIB_FIGURES`` moves the folder.
+Figures are saved as ``figures/<name>.<profile>.png``: a smoke run in CI never overwrites the committed paper-profile
+figures; a parametrised run adds its parameters to the name (``figure_name``). ``FEDLIB_FIGURES`` moves the folder.
 """
 
 from __future__ import annotations
@@ -24,8 +24,22 @@ def figures_dir() -> Path:
     return d
 
 
-def savefig(fig, name: str, profile: str) -> Path:
-    path = figures_dir() / f"{name}.{profile}.png"
+def figure_name(name: str, profile: str) -> str:
+    """``<name>.<profile>.png``, or ``<name>_<tag>.<profile>.png`` in a parametrised run (``FEDLIB_FIGURE_TAG``, set
+    by ``scripts/run_notebooks.py -p NAME=V1,V2``), so a grid never overwrites the default run's figures."""
+    tag = os.environ.get("FEDLIB_FIGURE_TAG", "")
+    return f"{name}{'_' + tag if tag else ''}.{profile}.png"
+
+
+def savefig(fig, name: str, profile: str, absent=()) -> Path:
+    """Save ``fig`` under ``figures_dir()`` (``figure_name``). ``absent``: data sets the figure lacks; a note at the
+    bottom says so ("partial: mnist absent"), so a figure missing panels never passes for the full one."""
+    if absent:  # above the title, where no legend or caption lies
+        fig.text(
+            0.5, 1.0, f"partial: {', '.join(absent)} absent (see data/README.md)", ha="center", va="bottom",
+            color="#b00020", fontsize=11,
+        )  # fmt: skip
+    path = figures_dir() / figure_name(name, profile)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     return path
 
@@ -34,7 +48,113 @@ ACCURACY_LABELS = {
     "test_acc": "sample-weighted mean test accuracy",
     "test_acc_mean": "unweighted mean test accuracy",
     "global_test_acc": "global test accuracy",
+    "gm_test_acc": "global model's mean test accuracy",
 }
+
+# The papers' names of the methods (legends and tables say these, not the code's ids)
+METHOD_NAMES = {
+    "fedavg": "FedAvg",
+    "fedprox": "FedProx",
+    "perfedavg": "Per-FedAvg",
+    "perfedavg-hf": "Per-FedAvg (HF)",
+    "pfedme": "pFedMe",
+    "pfedme (PM)": "pFedMe (PM)",
+    "pfedme (GM)": "pFedMe (GM)",
+    "heurfedamp": "HeurFedAMP",
+    "fedmcsa": "FedMCSA",
+    "fedmcsa-mcsa": "FedMCSA$^{-MCSA}$",
+    "fedavg+mcsa": "FedAvg$^{+MCSA}$",
+    "pfedme+mcsa": "pFedMe$^{+MCSA}$",
+    "local": "Local",
+    "scaffold": "SCAFFOLD",
+    "fedmix": "FedMix",
+    "naivemix": "NaiveMix",
+    "fedbn": "FedBN",
+    "ditto": "Ditto",
+    "fedavgm": "FedAvgM",
+    "fedadam": "FedAdam",
+}
+
+
+def method_name(value) -> str:
+    """The paper's name of a method id (``'pfedme (PM)'`` -> ``'pFedMe (PM)'``); other values as they are."""
+    return METHOD_NAMES.get(value, str(value)) if isinstance(value, str) else str(value)
+
+
+# Line styles so that curves stay apart when colours are close or lines lie on each other: colour, dash and marker
+# all change from one curve to the next.
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"]
+DASHES = ["-", "--", "-.", ":"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
+
+
+def line_style(i: int) -> dict:
+    return {"color": COLORS[i % len(COLORS)], "ls": DASHES[i % len(DASHES)], "marker": MARKERS[i % len(MARKERS)]}
+
+
+def draw_lines(ax, frame: pd.DataFrame, x: str, y: str, hue: str, order=None, styles=None, band: bool = True,
+               names=method_name, lw: float = 1.2):  # fmt: skip
+    """One curve per value of ``hue`` (in ``order``): the mean over the rows sharing ``x`` (the seeds), with a band of
+    ± 1 standard deviation over them where there are several; each curve with its own colour, dash and marker (every
+    tenth of the points). Returns ``(handles, labels, seeds, coinciding)``: ``seeds`` the largest number of rows per
+    point, ``coinciding`` the pairs of labels whose mean curves differ by less than 0.05 points anywhere."""
+    order = list(pd.unique(frame[hue])) if order is None else [v for v in order if (frame[hue] == v).any()]
+    handles, labels, means, seeds = [], [], {}, 1
+    for i, v in enumerate(order):
+        g = frame[frame[hue] == v].groupby(x)[y]
+        mean, n = g.mean(), g.count()
+        seeds = max(seeds, int(n.max()) if len(n) else 1)
+        st = (styles or {}).get(v, line_style(i))
+        step = max(1, len(mean) // 10)  # markers every tenth of the points, staggered so coinciding curves show both
+        (h,) = ax.plot(mean.index, mean.values, lw=lw, markevery=(i * step // max(1, len(order)), step), ms=4,
+                       label=names(v), **st)  # fmt: skip
+        if band and len(n) and n.max() > 1:
+            sd = g.std(ddof=1).fillna(0)
+            ax.fill_between(mean.index, (mean - sd).values, (mean + sd).values, color=st["color"], alpha=0.15, lw=0)
+        handles.append(h)
+        labels.append(names(v))
+        means[names(v)] = mean
+    coinciding = []
+    keys = list(means)
+    for a in range(len(keys)):
+        for b in range(a + 1, len(keys)):
+            d = (means[keys[a]] - means[keys[b]]).dropna()
+            if len(d) and float(d.abs().max()) < 5e-4:
+                coinciding.append((keys[a], keys[b]))
+    return handles, labels, seeds, coinciding
+
+
+def percent_axis(ax, axis: str = "y") -> None:
+    """Accuracies stored as fractions, shown in percent."""
+    from matplotlib.ticker import PercentFormatter
+
+    (ax.yaxis if axis == "y" else ax.xaxis).set_major_formatter(PercentFormatter(1.0, decimals=None))
+
+
+def caption_text(seeds: int, coinciding=()) -> str:
+    """What the bands mean, and which curves lie on each other (so a legend entry without a visible line is
+    explained)."""
+    parts = [f"lines: mean over {seeds} seeds; shaded band: ± 1 std over seeds (n = {seeds})" if seeds > 1 else
+             "one seed per curve (no band)"]  # fmt: skip
+    pairs: dict = {}
+    for a, b, *where in coinciding:
+        pairs.setdefault((a, b), []).extend(where)
+    for (a, b), where in pairs.items():
+        parts.append(f"{a} and {b} coincide{' on ' + ' and '.join(where) if where else ''} (within 0.05 points)")
+    return "; ".join(parts)
+
+
+def finish(fig, handles, labels, caption: str = "", title: str = "", legend_cols: int | None = None) -> None:
+    """Title, one legend for the figure below the panels (outside the data), and a caption under it."""
+    fig.suptitle(title)
+    fig.tight_layout()
+    ncol = legend_cols or min(len(labels), 5)
+    leg = fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol, frameon=False)
+    if caption:
+        rows = -(-len(labels) // ncol)
+        fig.text(0.5, -0.035 - 0.06 * rows * 3.8 / fig.get_figheight(), caption, ha="center", va="top", fontsize=9,
+                 color="#444444", wrap=True)  # fmt: skip
+    return leg
 
 
 def late_range(frame: pd.DataFrame, metric: str, skip: float = 0.1, pad: float = 0.01) -> tuple[float, float]:
@@ -47,6 +167,19 @@ def late_range(frame: pd.DataFrame, metric: str, skip: float = 0.1, pad: float =
     return max(0.0, float(late.min()) - pad), min(1.0, float(late.max()) + pad / 2)
 
 
+def grid_axes(n: int, ncols: int = 3, width: float = 5.0, height: float = 3.6, **kw):
+    """``n`` panels in rows of at most ``ncols`` (wide figures wrap); unused axes hidden. Returns (fig, flat axes)."""
+    import matplotlib.pyplot as plt
+
+    ncols = max(1, min(ncols, n))
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kw)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
 def accuracy_curves(
     frame: pd.DataFrame,
     hue: str = "algorithm",
@@ -54,30 +187,48 @@ def accuracy_curves(
     title: str = "",
     zoom: bool = False,
     panels: str | None = None,
+    ncols: int = 3,
 ):
-    """Mean test accuracy per round (one panel per metric), mean over seeds with a band. ``zoom``: accuracy
-    panels show only the range after the first tenth of the rounds (``late_range``, over the whole frame, so
-    panels of one metric share it). ``panels``: a column of ``frame``; one panel per metric and value of it
-    (in order of appearance), titled with the value."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
+    """Mean test accuracy per round (one panel per metric, in %), mean over seeds with a ± 1 std band, each method
+    with its own colour, dash and marker, the legend below the panels and a caption saying what the band is and
+    which curves coincide. ``zoom``: accuracy panels show only the range after the first tenth of the rounds
+    (``late_range``, over the whole frame, so panels of one metric share it). ``panels``: a column of ``frame``; one
+    panel per metric and value of it (in order of appearance), titled with the value; more than ``ncols`` panels
+    wrap into rows."""
     values = [None] if panels is None else list(pd.unique(frame[panels]))
     cells = [(m, v) for m in metrics for v in values]
-    fig, axes = plt.subplots(1, len(cells), figsize=(5.5 * len(cells), 3.8), squeeze=False)
-    for ax, (m, v) in zip(axes[0], cells):
+    fig, axes = grid_axes(len(cells), ncols)
+    order = list(pd.unique(frame[hue]))
+    # panels that show different methods (e.g. one per base method) get a legend each; otherwise one for the figure
+    sets = {tuple(pd.unique(frame[frame[panels] == v][hue])) for v in values} if panels is not None else set()
+    own_legends = len(sets) > 1
+    seeds, coinciding = 1, []
+    for ax, (m, v) in zip(axes, cells):
         data = frame if v is None else frame[frame[panels] == v]
-        sns.lineplot(
-            data=data, x="round", y=m, hue=hue, errorbar=("sd", 1), ax=ax, **({"linewidth": 0.8} if zoom else {})
-        )
+        handles, labels, n, co = draw_lines(ax, data, "round", m, hue, order, lw=0.9 if zoom else 1.2)
+        seeds = max(seeds, n)
+        where = [] if m in ACCURACY_LABELS else [f"{m}"]  # e.g. uploads: equal fractions upload alike
+        where += [str(v)] if v is not None else []
+        coinciding += [c for c in ((a, b, *where) for a, b in co) if c not in coinciding]
+        if own_legends:
+            ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=min(3, len(labels)),
+                      frameon=False, fontsize=8)  # fmt: skip
         ax.set_ylabel(ACCURACY_LABELS.get(m, m))
+        ax.set_xlabel("round")
         if v is not None:
             ax.set_title(str(v))
-        if zoom and m in ACCURACY_LABELS:
-            ax.set_ylim(*late_range(frame, m))
+        if m in ACCURACY_LABELS:
+            if zoom:
+                ax.set_ylim(*late_range(frame, m))
+            percent_axis(ax)
         ax.grid(alpha=0.3)
-    fig.suptitle(title)
-    fig.tight_layout()
+    if own_legends:
+        fig.suptitle(title)
+        fig.tight_layout()
+        fig.text(0.5, -0.05 * 3.6 / fig.get_figheight(), caption_text(seeds, coinciding), ha="center", va="top",
+                 fontsize=9, color="#444444")  # fmt: skip
+    else:
+        finish(fig, handles, labels, caption_text(seeds, coinciding), title)
     return fig
 
 
@@ -103,35 +254,28 @@ def partition_plot(summary: pd.DataFrame, title: str = ""):
     return fig
 
 
-def paper_vs_ours_bars(cmp: pd.DataFrame, title: str = ""):
-    """Grouped bars per (dataset, model): the paper's accuracy next to ours (sample-weighted BMTA, with std)."""
-    import matplotlib.pyplot as plt
-
+def paper_vs_ours_bars(cmp: pd.DataFrame, title: str = "", ncols: int = 3):
+    """Per (dataset, model), one row per method: the paper's accuracy (grey cross) beside ours (sample-weighted
+    BMTA, mean ± 1 std over seeds as a bar through the dot). Points, not bars, so the axis can zoom on the range the
+    numbers span without cutting bars; panels wrap into rows of ``ncols``."""
     cells = cmp[["dataset", "model"]].drop_duplicates().values.tolist()
-    fig, axes = plt.subplots(1, len(cells), figsize=(4.2 * len(cells), 3.8), squeeze=False, sharey=True)
-    for ax, (d, m) in zip(axes[0], cells):
-        sub = cmp[(cmp.dataset == d) & (cmp.model == m)]
-        x = range(len(sub))
-        ax.bar([i - 0.2 for i in x], sub.paper.fillna(0), width=0.4, label="paper", color="#bbbbbb")
-        ax.bar(
-            [i + 0.2 for i in x],
-            sub.ours_weighted,
-            width=0.4,
-            yerr=sub.ours_weighted_std.fillna(0),
-            label="ours",
-            color="#1f77b4",
-        )
-        ax.set_xticks(list(x))
-        ax.set_xticklabels(sub.algorithm, rotation=45, ha="right")
+    rows = list(dict.fromkeys(cmp.algorithm))
+    fig, axes = grid_axes(len(cells), ncols, width=4.2, height=0.32 * len(rows) + 1.4, sharex=True)
+    seeds = int(cmp.runs.max()) if "runs" in cmp and len(cmp) else 1
+    for ax, (d, m) in zip(axes, cells):
+        sub = cmp[(cmp.dataset == d) & (cmp.model == m)].set_index("algorithm").reindex(rows)
+        y = list(range(len(rows)))
+        ax.errorbar(sub.ours_weighted, y, xerr=sub.ours_weighted_std.fillna(0), fmt="o", color="#1f77b4",
+                    ms=5, capsize=2, label=f"ours (mean ± 1 std, n = {seeds})")  # fmt: skip
+        ax.plot(sub.paper, y, "x", color="#555555", ms=7, mew=2, label="paper")
+        ax.set_yticks(y)
+        ax.set_yticklabels([method_name(r) for r in rows])
+        ax.invert_yaxis()
         ax.set_title(f"{d} / {m}")
-        ax.grid(axis="y", alpha=0.3)
-    # One lower limit for all panels (they share y): 10 points under the lowest bar anywhere, so no bar is cut.
-    low = pd.concat([cmp.ours_weighted, cmp.paper]).min(skipna=True)
-    axes[0][0].set_ylim(max(0.0, low - 10), 100)
-    axes[0][0].set_ylabel("best mean test accuracy (%)")
-    axes[0][0].legend()
-    fig.suptitle(title)
-    fig.tight_layout()
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_xlabel("best mean test accuracy (%)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    finish(fig, handles, labels, title=title)
     return fig
 
 

@@ -1,12 +1,24 @@
-"""The main job: execute every notebook headlessly with papermill, skipping those whose data is absent.
+"""The main job: execute every notebook headlessly with papermill, drawing the stored paper-profile results.
 
-    python scripts/run_notebooks.py [--profile quick] [--only 00,03] [-p NAME=V1,V2 ...] [--out build/notebooks]
+    python scripts/run_notebooks.py [--profile paper] [--stored-only] [--plan] [--only 00,10] [-p NAME=V1,V2 ...]
+                                    [--out build/notebooks]
 
-Executed copies go to ``build/notebooks/``; the notebooks themselves write figures to
-``figures/`` and results to the store (``results/``), so a second run re-draws from the
-store without retraining. ``-p NAME=V1,V2`` passes papermill parameters; comma lists expand
-to a grid (one executed copy per combination). A notebook lists the data sets it needs in
-its metadata (``metadata.fedlib.requires``); when one is absent it is reported and skipped.
+By default every notebook runs at the paper profile, whose runs are in the committed store (``results/``): it draws
+them and trains only what is missing. Before anything runs the job prints, per notebook, its experiments' runs stored
+and to train (with an estimate from the stored runs' wall times), and while a notebook runs it prints which cell is
+executing and how many of its runs are trained, with an ETA (``--plan`` prints the plan and stops). ``--stored-only`` passes ``STORED_ONLY=True``: nothing
+trains. ``--profile quick`` (or smoke) explores; its results go to ``results/_explore/`` (git-ignored), not to the
+committed store, unless ``FEDLIB_RESULTS`` says otherwise. An explicit ``--profile`` (or ``-p PROFILE=...``) wins
+over the environment's ``FEDLIB_PROFILE`` (with a warning naming both).
+
+Executed copies go to ``build/notebooks/`` (a copy appears there only once its notebook has finished, failed or not);
+the notebooks write figures to ``figures/``. ``-p NAME=V1,V2`` passes papermill parameters; comma lists expand to a
+grid (one executed copy per combination), and the figures of such a run carry the parameters in their names
+(``FEDLIB_FIGURE_TAG``), so they never overwrite the default run's. A notebook lists in its metadata the data sets
+it needs (``metadata.fedlib.requires``: when one is absent it is skipped) and the experiments it draws
+(``metadata.fedlib.experiments``: what the plan counts; a data set absent from them makes the notebook "partial"),
+and the data sets it draws when present (``metadata.fedlib.optional``: all absent and nothing to draw makes it
+"nothing to run").
 """
 
 from __future__ import annotations
@@ -15,11 +27,15 @@ import argparse
 import ast
 import itertools
 import json
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_PROFILE = "paper"
+EXPLORE_STORE = ROOT / "results" / "_explore"
 
 
 def _value(text: str):
@@ -40,56 +56,304 @@ def _grid(params: list[str]) -> list[dict]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*values)] or [{}]
 
 
+def tag(params: dict) -> str:
+    """The name suffix of a parametrised run: ``DATA_SEED-1_X-a`` (empty for the default run)."""
+    return "_".join(f"{k}-{v}" for k, v in params.items() if k not in ("PROFILE", "STORED_ONLY"))
+
+
+def choose_profile(explicit: str | None, env: str | None) -> tuple[str, str | None]:
+    """(profile, warning): ``fedlib.config.resolve_profile`` (an explicit profile wins over FEDLIB_PROFILE, with a
+    warning naming both), except that with neither given the job draws the committed store: 'paper'."""
+    import warnings
+
+    from fedlib.config import resolve_profile
+
+    if not explicit and not env:
+        return DEFAULT_PROFILE, None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            profile = resolve_profile(explicit)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+    return profile, "; ".join(str(w.message) for w in caught) or None
+
+
+def fmt_seconds(s: float | None) -> str:
+    if s is None:
+        return "unknown"
+    return f"{s:.0f} s" if s < 90 else f"{s / 60:.0f} min" if s < 5400 else f"{s / 3600:.1f} h"
+
+
+class Plan:
+    """What a notebook draws: its experiments' configs, which are stored, the data sets absent, an estimate."""
+
+    def __init__(self, nb: Path, profile: str, meta: dict):
+        self.nb, self.profile = nb, profile
+        self.requires = meta.get("requires", [])
+        self.experiments = meta.get("experiments", [])
+        self.optional = meta.get("optional", [])  # data sets drawn when present (e.g. Office-31's domains)
+        self.configs, self.absent, self.lines = [], [], []
+
+    def scan(self, store) -> "Plan":
+        import fedlib
+
+        seen = set()
+        for entry in self.experiments:
+            name, where = (entry, None) if isinstance(entry, str) else (entry["name"], entry.get("where"))
+            ex = fedlib.experiment(name, self.profile, stored_only=True, progress=False, where=where, store=store)
+            new = [c for c in ex.configs if c.key() not in seen and not seen.add(c.key())]
+            self.configs += new
+            self.absent += [a for a in ex.absent if a not in self.absent]
+            todo = sum(not store.has(c) for c in new)
+            self.lines.append(f"{name}: {len(ex.configs)} configs, {len(ex.configs) - todo} stored, {todo} to train")
+        if not self.configs and not self.absent:
+            self.absent = [d for d in self.optional if not _present(d)]
+        self.store = store
+        self.todo = [c for c in self.configs if not store.has(c)]
+        return self
+
+    def estimate(self, known: dict) -> float | None:
+        """Seconds to train ``todo``, from the stored wall times of runs of the same kind (``stored_times``; a kind
+        stored only at other rounds scaled by the rounds: time per round is what a profile keeps); None: no such run."""
+        total = 0.0
+        for c in self.todo:
+            s = seconds_for(c, known)
+            if s is None:
+                return None
+            total += s
+        return total
+
+    def status_note(self) -> str:
+        """'partial: mnist absent', 'nothing to run: office31 absent' or ''."""
+        if not self.absent:
+            return ""
+        return f"{'partial' if self.configs else 'nothing to run'}: {', '.join(self.absent)} absent"
+
+
+def _present(dataset: str) -> bool:
+    """A data set of ``readers`` with both splits, or a domain data set with at least one domain, is present."""
+    from fedlib.data import domains, readers
+
+    if dataset in readers.DATASETS:
+        return readers.available(dataset)
+    return bool(domains.available().get(dataset))
+
+
+def seconds_for(cfg, known: dict) -> float | None:
+    """Estimated wall seconds of one run: the median stored time of its kind, else of the same kind at other rounds
+    (and, failing that, other client counts) scaled by rounds and clients."""
+    kind = _kind(cfg)
+    if kind in known:
+        return known[kind]
+    d, m, a, rounds, n = kind
+    for same in (lambda k: k[:3] == (d, m, a) and k[4] == n, lambda k: k[:3] == (d, m, a)):
+        near = [(k, v) for k, v in known.items() if same(k) and k[3] and k[4]]
+        if near:
+            k, v = min(near, key=lambda kv: abs(kv[0][3] - rounds) + abs(kv[0][4] - n))
+            return v * rounds / k[3] * n / k[4]
+    return None
+
+
+def _kind(cfg) -> tuple:
+    return tuple(cfg.get(k) for k in ("dataset", "model", "algorithm", "rounds", "n_clients"))
+
+
+def stored_times(*roots) -> dict:
+    """Median wall seconds of the runs stored under ``roots`` (store folders), per kind of run (``_kind``)."""
+    import statistics
+
+    times: dict = {}
+    for d in (d for r in roots if Path(r).exists() for d in Path(r).iterdir()):
+        try:
+            cfg, meta = json.loads((d / "config.json").read_text()), json.loads((d / "meta.json").read_text())
+        except (OSError, ValueError):
+            continue
+        kind = tuple(cfg.get(k) for k in ("dataset", "model", "algorithm", "rounds", "n_clients"))
+        if meta.get("wall_seconds"):
+            times.setdefault(kind, []).append(meta["wall_seconds"])
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+class Progress(threading.Thread):
+    """Prints, every ``every`` seconds while a notebook runs, the cell executing (read from papermill's output
+    notebook, which it saves at every cell start) and the runs of the plan now stored, with an ETA."""
+
+    def __init__(self, name: str, partial: Path, plan: Plan | None, every: float = 20.0):
+        super().__init__(daemon=True)
+        self.name, self.partial, self.plan, self.every = name, partial, plan, every
+        self.stop = threading.Event()
+        self.t0 = time.time()
+
+    def line(self) -> str | None:
+        parts = []
+        try:
+            cells = json.loads(self.partial.read_text())["cells"]
+            code = [c for c in cells if c["cell_type"] == "code"]
+            done = sum(c["metadata"].get("papermill", {}).get("status") == "completed" for c in code)
+            parts.append(f"cell {min(done + 1, len(code))}/{len(code)}")
+        except (OSError, ValueError, KeyError):
+            pass
+        if self.plan is not None and self.plan.todo:
+            n = len(self.plan.todo)
+            trained = sum(self.plan.store.has(c) for c in self.plan.todo)
+            elapsed = time.time() - self.t0
+            eta = elapsed / trained * (n - trained) if trained else None
+            parts.append(f"runs trained {trained}/{n}, ETA {fmt_seconds(eta) if trained else 'after the first run'}")
+        if not parts:
+            return None
+        return f"     ... {self.name}: {', '.join(parts)} ({time.time() - self.t0:.0f} s)"
+
+    def run(self):
+        last = None
+        while not self.stop.wait(self.every):
+            line = self.line()
+            if line and line.split(" (")[0] != last:
+                print(line, flush=True)
+                last = line.split(" (")[0]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default=None, help="smoke | quick | paper (default: FEDLIB_PROFILE or quick)")
+    ap.add_argument(
+        "--profile", default=None, help="smoke | quick | paper (default: FEDLIB_PROFILE, else paper: the store)"
+    )
+    ap.add_argument("--stored-only", action="store_true", help="pass STORED_ONLY=True: draw the store, train nothing")
     ap.add_argument("--only", default="", help="comma-separated notebook number prefixes, e.g. 00,03")
     ap.add_argument("-p", "--param", action="append", default=[], help="papermill parameter NAME=VALUE[,VALUE...]")
     ap.add_argument("--out", default=str(ROOT / "build" / "notebooks"))
     ap.add_argument("--dir", default=str(ROOT / "notebooks"), help="folder of the numbered notebooks")
+    ap.add_argument("--plan", action="store_true", help="print the plan (runs stored / to train, estimates) and stop")
+    ap.add_argument("--every", type=float, default=20.0, help="seconds between progress lines (default 20)")
     args = ap.parse_args(argv)
 
     import papermill as pm
 
-    from fedlib.config import resolve_profile
     from fedlib.data import readers
+    from fedlib.store import Store
 
-    profile = resolve_profile(args.profile)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    only = [s for s in args.only.split(",") if s]
-    notebooks = sorted(p for p in Path(args.dir).glob("[0-9]*.ipynb") if not only or p.name.startswith(tuple(only)))
-    print(f"profile={profile}, data root={readers.data_root()}, {len(notebooks)} notebook(s) -> {out}")
-    status = {}
-    for nb in notebooks:
-        needs = json.loads(nb.read_text()).get("metadata", {}).get("fedlib", {}).get("requires", [])
-        missing = readers.missing(needs)
-        if missing:
-            status[nb.name] = f"skipped: data absent ({', '.join(missing)}; see data/README.md)"
-            print(f"SKIP {nb.name}: {status[nb.name]}")
-            continue
-        for params in _grid(args.param):
-            suffix = "".join(f"_{k}-{v}" for k, v in params.items())
-            target = out / f"{nb.stem}{suffix}.{profile}.ipynb"
-            t0 = time.time()
-            print(f"RUN  {nb.name} {params or ''} -> {target.name}", flush=True)
-            try:
-                pm.execute_notebook(
-                    str(nb),
-                    str(target),
-                    parameters={"PROFILE": profile, **params},
-                    cwd=str(nb.parent),
-                    kernel_name="python3",
-                    progress_bar=False,
-                )
-                status[f"{nb.name}{suffix}"] = f"ok ({time.time() - t0:.0f} s)"
-            except Exception as e:  # report and go on: one failing notebook must not hide the others
-                status[f"{nb.name}{suffix}"] = f"FAILED: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            print(f"     {status[f'{nb.name}{suffix}']}", flush=True)
-    print("\nsummary:")
-    for k, v in status.items():
-        print(f"  {k:45} {v}")
-    return 1 if any(v.startswith("FAILED") for v in status.values()) else 0
+    grid = _grid(args.param)
+    explicit = args.profile
+    profiles_in_grid = {p["PROFILE"] for p in grid if "PROFILE" in p}
+    if len(profiles_in_grid) > 1:
+        raise SystemExit("-p PROFILE takes one value (run the job once per profile)")
+    if profiles_in_grid:
+        (p_value,) = profiles_in_grid
+        if explicit and explicit != p_value:
+            raise SystemExit(f"--profile={explicit!r} and -p PROFILE={p_value!r} disagree: give one")
+        explicit = p_value
+    profile, warning = choose_profile(explicit, os.environ.get("FEDLIB_PROFILE"))
+    if warning:
+        print(f"WARNING: {warning}")
+    env = {"FEDLIB_PROFILE": profile}  # the kernel resolves the same profile as this job
+    if profile != "paper" and not os.environ.get("FEDLIB_RESULTS"):
+        env["FEDLIB_RESULTS"] = str(EXPLORE_STORE)  # exploratory runs stay out of the committed store
+    saved_env = {k: os.environ.get(k) for k in [*env, "FEDLIB_FIGURE_TAG"]}
+    os.environ.update(env)
+    try:
+        store = Store()
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        only = [s for s in args.only.split(",") if s]
+        notebooks = sorted(p for p in Path(args.dir).glob("[0-9]*.ipynb") if not only or p.name.startswith(tuple(only)))
+        print(
+            f"profile={profile}{' (stored only: nothing trains)' if args.stored_only else ''}, "
+            f"data root={readers.data_root()}, store={store.root}, {len(notebooks)} notebook(s) -> {out}"
+        )
+        # the plan, before anything runs
+        known = stored_times(ROOT / "results", store.root)  # the committed runs' times estimate any profile's
+        plans, skipped = {}, {}
+        for nb in notebooks:
+            meta = json.loads(nb.read_text()).get("metadata", {}).get("fedlib", {})
+            missing = readers.missing(meta.get("requires", []))
+            if missing:
+                skipped[nb.name] = f"skipped: data absent ({', '.join(missing)}; see data/README.md)"
+                continue
+            plans[nb.name] = Plan(nb, profile, meta).scan(store)
+        # runs shared by several notebooks (31, 33 and 35 draw one grid) count once
+        drawn = {c.key(): c for p in plans.values() for c in p.configs}
+        todo = [c for k, c in drawn.items() if not store.has(c)]
+        total = len(todo)
+        print(f"plan: {len(drawn)} runs drawn, {total} to train", end="")
+        est = [seconds_for(c, known) for c in todo]
+        if total:
+            known_est = sum(e for e in est if e is not None)
+            print(
+                f" (about {fmt_seconds(known_est)} of training from the stored runs' times"
+                + (", plus runs of kinds not stored yet" if None in est else "")
+                + ("; nothing trains: --stored-only" if args.stored_only else "")
+                + ")",
+                end="",
+            )
+        print()
+        for nb in notebooks:
+            if nb.name in skipped:
+                print(f"  {nb.name:40} {skipped[nb.name]}")
+                continue
+            p = plans[nb.name]
+            note = p.status_note()
+            head = f"{len(p.configs)} runs, {len(p.todo)} to train" if p.experiments else "no training"
+            if p.todo:
+                head += f" (~{fmt_seconds(p.estimate(known))})"
+            print(f"  {nb.name:40} {head}{'; ' + note if note else ''}")
+
+        if args.plan:
+            return 0
+        status = {}
+        for nb in notebooks:
+            if nb.name in skipped:
+                status[nb.name] = skipped[nb.name]
+                print(f"SKIP {nb.name}: {skipped[nb.name].removeprefix('skipped: ')}", flush=True)
+                continue
+            plan = plans[nb.name]
+            for params in grid:
+                params = {k: v for k, v in params.items() if k != "PROFILE"}
+                suffix = tag(params)
+                label = nb.name + (f" [{suffix}]" if suffix else "")
+                target = out / f"{nb.stem}{'_' + suffix if suffix else ''}.{profile}.ipynb"
+                partial = target.with_name(f".{target.stem}.running.ipynb")
+                if suffix:
+                    os.environ["FEDLIB_FIGURE_TAG"] = suffix
+                else:
+                    os.environ.pop("FEDLIB_FIGURE_TAG", None)
+                if plan.todo and not args.stored_only:
+                    print(f"RUN  {label}: trains {len(plan.todo)} run(s) first: " + "; ".join(plan.lines), flush=True)
+                else:
+                    print(f"RUN  {label}", flush=True)
+                t0 = time.time()
+                watch = Progress(label, partial, plan if not args.stored_only else None, args.every)
+                watch.start()
+                try:
+                    pm.execute_notebook(
+                        str(nb),
+                        str(partial),
+                        parameters={"PROFILE": profile, "STORED_ONLY": args.stored_only, **params},
+                        cwd=str(nb.parent),
+                        kernel_name="python3",
+                        progress_bar=False,
+                    )
+                    note = plan.status_note()
+                    status[label] = f"{note or 'ok'} ({time.time() - t0:.0f} s)"
+                except KeyboardInterrupt:
+                    partial.unlink(missing_ok=True)  # no half-executed notebook left in build/
+                    raise
+                except Exception as e:  # report and go on: one failing notebook must not hide the others
+                    status[label] = f"FAILED: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                finally:
+                    watch.stop.set()
+                if partial.exists():
+                    partial.replace(target)
+                print(f"     {status[label]}", flush=True)
+        print("\nsummary:")
+        for k, v in status.items():
+            print(f"  {k:45} {v}")
+        return 1 if any(v.startswith("FAILED") for v in status.values()) else 0
+    finally:
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
-"""The main job's runner: absent data skips a notebook (reported, not crashed), -p grids expand, failures count."""
+"""The main job's runner: absent data skips a notebook (reported once, not crashed), partial data says so, -p grids
+expand without overwriting figures, an explicit profile wins, failures count, exploratory results stay out of the
+committed store."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 import nbformat
@@ -12,15 +15,15 @@ runner = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(runner)
 
 
-def _notebook(path, source, requires=()):
+def _notebook(path, source, requires=(), experiments=()):
     nb = nbformat.v4.new_notebook()
     nb.cells = [
-        nbformat.v4.new_code_cell("PROFILE = None\nX = 1", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("PROFILE = None\nSTORED_ONLY = False\nX = 1", metadata={"tags": ["parameters"]}),
         nbformat.v4.new_code_cell(source),
     ]
     nb.metadata = {
         "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-        "fedlib": {"requires": list(requires)},
+        "fedlib": {"requires": list(requires), "experiments": list(experiments)},
     }
     nbformat.write(nb, path)
 
@@ -45,11 +48,123 @@ def test_runner_skips_absent_data_runs_the_rest_and_reports_failures(tmp_path, m
     out = capsys.readouterr().out
     assert code == 1  # the broken notebook fails the job
     assert (nbs / "out_smoke_1.txt").exists() and (nbs / "out_smoke_2.txt").exists()  # grid over X
-    assert "SKIP 02_needs_cifar.ipynb: skipped: data absent (cifar10" in out
+    assert "SKIP 02_needs_cifar.ipynb: data absent (cifar10" in out
+    assert "SKIP 02_needs_cifar.ipynb: skipped" not in out  # said once, not "SKIP ...: skipped: ..."
     assert "FAILED: PapermillExecutionError" in out
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [  # nothing half-executed left behind
         "01_ok_X-1.smoke.ipynb",
         "01_ok_X-2.smoke.ipynb",
         "03_broken_X-1.smoke.ipynb",
         "03_broken_X-2.smoke.ipynb",
     ]
+
+
+def test_partial_data_and_nothing_to_run_are_reported(tmp_path, monkeypatch, capsys):
+    """Figure 3 at the paper profile without MNIST draws Synthetic only: 'partial: mnist absent'; AdaFL's Figure 3
+    has no cell without MNIST: 'nothing to run: mnist absent'. Neither says 'ok'."""
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    _notebook(nbs / "10_fig3.ipynb", "pass", experiments=["fedmcsa_fig3"])
+    _notebook(nbs / "21_adafl.ipynb", "pass", experiments=["adafl_fig3"])
+    monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "empty-root"))
+    code = runner.main(["--dir", str(nbs), "--out", str(tmp_path / "out"), "--profile", "paper", "--stored-only"])
+    out = capsys.readouterr().out
+    assert code == 0
+    summary = out.split("summary:")[1]
+    assert "10_fig3.ipynb" in summary and "partial: mnist absent" in summary.split("10_fig3.ipynb")[1].splitlines()[0]
+    assert "nothing to run: mnist absent" in summary.split("21_adafl.ipynb")[1].splitlines()[0]
+    assert " ok " not in summary
+    assert "plan: 7 runs drawn, 7 to train" in out  # the count comes before anything runs
+
+
+def test_explicit_profile_wins_and_grid_figures_carry_their_parameters(tmp_path, monkeypatch, capsys):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    figs = tmp_path / "figs"
+    _notebook(
+        nbs / "01_fig.ipynb",
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nfrom fedlib import plotting\n"
+        "import fedlib\nopen('profile.txt', 'w').write(fedlib.resolve_profile(PROFILE))\n"
+        "plotting.savefig(plt.figure(), '01_fig', PROFILE)",
+    )
+    monkeypatch.setenv("FEDLIB_FIGURES", str(figs))
+    monkeypatch.setenv("FEDLIB_PROFILE", "quick")
+    code = runner.main(["--dir", str(nbs), "--out", str(tmp_path / "out"), "--profile", "smoke", "-p", "X=1,2"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "wins over FEDLIB_PROFILE='quick'" in out
+    assert (nbs / "profile.txt").read_text() == "smoke"
+    assert sorted(p.name for p in figs.iterdir()) == ["01_fig_X-1.smoke.png", "01_fig_X-2.smoke.png"]
+    runner.main(["--dir", str(nbs), "--out", str(tmp_path / "out"), "--profile", "smoke"])
+    assert "01_fig.smoke.png" in [p.name for p in figs.iterdir()]  # the default run keeps its name
+
+
+def test_exploratory_profiles_use_the_ignored_store(tmp_path, monkeypatch):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    _notebook(nbs / "01_env.ipynb", "import os\nopen('store.txt', 'w').write(os.environ.get('FEDLIB_RESULTS', ''))")
+    monkeypatch.delenv("FEDLIB_RESULTS", raising=False)
+    monkeypatch.setattr(runner, "EXPLORE_STORE", tmp_path / "explore")
+    assert runner.main(["--dir", str(nbs), "--out", str(tmp_path / "out"), "--profile", "smoke"]) == 0
+    assert (nbs / "store.txt").read_text() == str(tmp_path / "explore")
+    assert "results/_explore/" in (ROOT / ".gitignore").read_text()
+
+
+def test_every_notebook_takes_stored_only_and_names_its_experiments():
+    import fedlib.profiles
+
+    for path in sorted((ROOT / "notebooks").glob("[0-9]*.ipynb")):
+        nb = json.loads(path.read_text())
+        params = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
+        assert "STORED_ONLY" in "".join(params["source"]), path.name
+        for entry in nb["metadata"]["fedlib"].get("experiments", []):
+            name = entry if isinstance(entry, str) else entry["name"]
+            assert name in fedlib.profiles.EXPERIMENTS, (path.name, name)
+
+
+def test_unit_tests_and_nbval_find_the_shared_data_the_same_way(tmp_path):
+    """`make test` with ../shared/data beside the clone: the session sets FEDLIB_DATA (inherited by nbval's kernels),
+    the notebooks' conftest takes the same hooks, and a data root already set is kept."""
+    import conftest
+
+    shared = tmp_path / "shared" / "data"
+    (shared / "MNIST" / "raw").mkdir(parents=True)
+    assert conftest.shared_data_env({}, shared) == {"FEDLIB_DATA": str(shared)}
+    assert conftest.shared_data_env({"FEDLIB_DATA": "/elsewhere"}, shared) == {}
+    assert conftest.shared_data_env({}, tmp_path / "none") == {}
+    nb_conftest = (ROOT / "notebooks" / "conftest.py").read_text()
+    assert "pytest_configure" in nb_conftest and "pytest_collection_modifyitems" in nb_conftest
+
+
+def test_make_lab_allows_root_only_when_root():
+    import os
+    import subprocess
+
+    out = subprocess.run(["make", "-n", "lab"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    lab = [line for line in out.splitlines() if "jupyter lab" in line]
+    assert lab, out
+    assert ("--allow-root" in lab[0]) == (os.getuid() == 0)
+    assert "ServerApp.token" not in out
+
+
+def test_nbval_skips_a_notebook_whose_outputs_need_absent_data(tmp_path, monkeypatch):
+    """Notebook 10 runs without MNIST (Synthetic only) but its committed tables were drawn with MNIST: nbval must
+    skip it there (``metadata.fedlib.outputs_need``), not report differing outputs."""
+    import conftest
+
+    nb = tmp_path / "10_x.ipynb"
+    nb.write_text(json.dumps({"metadata": {"fedlib": {"requires": [], "outputs_need": ["mnist"]}}}))
+    monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "empty-root"))
+
+    class Item:
+        path = nb
+
+        def __init__(self):
+            self.markers = []
+
+        def add_marker(self, marker):
+            self.markers.append(marker)
+
+    item = Item()
+    conftest.pytest_collection_modifyitems(None, [item])
+    assert item.markers and "mnist" in item.markers[0].kwargs["reason"]

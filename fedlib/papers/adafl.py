@@ -462,10 +462,14 @@ def plot_accuracy_vs_cost(
     target reaches it for fewer uploads. ``frame`` is ``runner.results_frame`` with a ``hue`` column."""
     import matplotlib.pyplot as plt
 
+    from .. import plotting
+
     fig, ax = plt.subplots(figsize=(6, 3.8))
-    for name, g in frame.groupby(hue, sort=False):
+    for i, (name, g) in enumerate(frame.groupby(hue, sort=False)):
         curve = g.groupby("round")[[metric, "uploads"]].mean()
-        ax.plot(curve.uploads, curve[metric], label=name, linewidth=1)
+        step = max(1, len(curve) // 10)
+        ax.plot(curve.uploads, curve[metric], label=name, linewidth=1, ms=4, markevery=(i * step // 7, step),
+                **plotting.line_style(i))  # fmt: skip
     for t in targets:
         ax.axhline(t, color="0.5", linestyle=":", linewidth=0.8)
     bottom = max(frame[metric].quantile(0.2), min(targets) - 0.05)
@@ -475,9 +479,10 @@ def plot_accuracy_vs_cost(
     if len(shown):
         ax.set_xlim(shown.min() / 1.5, frame.uploads.max() * 1.5)
     ax.set_xlabel("cumulative uploads (models sent to the server)")
-    ax.set_ylabel("global test accuracy" if metric == "global_test_acc" else metric)
+    ax.set_ylabel(plotting.ACCURACY_LABELS.get(metric, metric))
+    plotting.percent_axis(ax)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     ax.set_title(title)
     fig.tight_layout()
     return fig

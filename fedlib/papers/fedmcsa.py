@@ -173,7 +173,37 @@ def table1(profile: str, available: "Available | None" = None, *, winners: dict)
     return RunConfig.of(), [{**w.changed(), "seed": TABLE1_SEEDS[profile]} for w in winners.values()]
 
 
+# Both readings of FedMCSA (not in the paper): on Synthetic, the paper's equations (prox lambda toward the received
+# personalised model, plain attention) beside the authors' code (``mcsa_code``: no effective prox, attention rows
+# reweighted by the sampled clients' data sizes), at Table 2's setting (sigma 50) and the code's default sigma 1000,
+# the paper's Table 2 rows FedMCSA / FedMCSA^-MCSA, and Figure 5's sigma sweep. The two switches apart: prox off
+# alone is ``lam=0`` with the paper's attention; reweighting alone (prox on) is not a configuration the method
+# offers (``mcsa_code`` turns both), so the 2x2 has three of its four cells. Local is the yardstick.
+READINGS = [
+    {"algorithm": "fedmcsa"},  # the paper's equations (Table 2's cell)
+    {"algorithm": "fedmcsa", "lam": 0.0},  # prox off, attention unweighted
+    {"algorithm": "fedmcsa", "mcsa_code": True},  # prox off, attention reweighted by data size (authors' code)
+    {"algorithm": "fedmcsa", "mcsa_code": True, "sigma": 1000.0},  # ... at the code's default sigma
+    {"algorithm": "fedmcsa-mcsa", "mcsa_code": True},  # Table 2's FedMCSA^-MCSA row, as in the code
+    {"algorithm": "fedmcsa-mcsa"},
+    {"algorithm": "local"},
+]
+
+
+def readings(profile: str, available: "Available | None" = None):
+    """Both readings of FedMCSA on Synthetic (Tables 1-2 cells, 3 seeds) and Figure 5's sweep as in the code."""
+    rounds, seeds, sigmas = {
+        "smoke": (3, [0], [0.0, 100000.0]),
+        "quick": (200, [0], SIGMAS),
+        "paper": (800, [0, 1, 2], SIGMAS),
+    }[profile]
+    c = [{**cell, **r, "seed": seeds} for cell in cells(["synthetic"], ["mlr", "dnn"]) for r in READINGS]
+    c += cells(["synthetic"], ["mlr", "dnn"], algorithm="fedmcsa", mcsa_code=True, sigma=sigmas, seed=[0])
+    return _sized(profile, rounds, c)
+
+
 EXPERIMENTS = {
+    "fedmcsa_readings": readings,
     "fedmcsa_fig3": fig3,
     "fedmcsa_fig4": fig4,
     "fedmcsa_table1_grid": table1_grid,
@@ -360,20 +390,25 @@ def figure_3_4(model: str, profile: str | None = None, *, stored_only: bool = Fa
 
 # -- figures ---------------------------------------------------------------------------------------------------------
 def plot_method_curves(frame: pd.DataFrame, title: str = ""):
-    """Mean test accuracy per round of every method, one panel per data set (FedMCSA Figures 3 and 4)."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
+    """Mean test accuracy per round of every method, one panel per data set (FedMCSA Figures 3 and 4), in the
+    papers' names, each with its own colour, dash and marker; the caption names curves that lie on each other."""
+    from .. import plotting
 
     datasets = sorted(frame.dataset.unique())
-    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4), squeeze=False)
-    for ax, d in zip(axes[0], datasets):
-        sns.lineplot(data=frame[frame.dataset == d], x="round", y="test_acc", hue="method", ax=ax, linewidth=1)
+    fig, axes = plotting.grid_axes(len(datasets), 2, width=6, height=4)
+    order = list(dict.fromkeys(frame.method))
+    seeds, coinciding = 1, []
+    for ax, d in zip(axes, datasets):
+        handles, labels, n, co = plotting.draw_lines(ax, frame[frame.dataset == d], "round", "test_acc", "method",
+                                                     order, lw=1.0)  # fmt: skip
+        seeds = max(seeds, n)
+        coinciding += [(a, b, d) for a, b in co]
         ax.set_title(d)
+        ax.set_xlabel("round")
         ax.set_ylabel("mean test accuracy (sample-weighted)")
+        plotting.percent_axis(ax)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
+    plotting.finish(fig, handles, labels, plotting.caption_text(seeds, coinciding), title, legend_cols=4)
     return fig
 
 
@@ -427,35 +462,49 @@ def plot_tuning_gain(frame: pd.DataFrame, paper: pd.DataFrame | None = None, tit
 
 
 def plot_sigma_study(frame: pd.DataFrame, local: pd.DataFrame, title: str = ""):
-    """Figure 5. Left: accuracy per round for each sigma (one row of panels per model); right: best accuracy vs
-    sigma with the Local baseline as a line (sigma -> inf is each client attending only to itself)."""
+    """Figure 5. Left: accuracy per round for each sigma (one row of panels per model), each sigma its own colour
+    (distinct steps of a qualitative map), dash and marker, Local in black; right: best accuracy vs sigma with the
+    Local baseline as a line (sigma -> inf is each client attending only to itself). Accuracy in % throughout."""
     import matplotlib.pyplot as plt
-    import seaborn as sns
+
+    from .. import plotting
 
     models = sorted(frame.model.unique())
-    fig, axes = plt.subplots(len(models), 2, figsize=(12, 3.6 * len(models)), squeeze=False)
+    fig, axes = plt.subplots(len(models), 2, figsize=(12, 3.8 * len(models)), squeeze=False)
+    sigmas = sorted(frame.sigma.unique())
+    styles = {s: plotting.line_style(i) for i, s in enumerate(sigmas)}
+    seeds = 1
     for row, m in zip(axes, models):
-        f = frame[frame.model == m].copy()
-        f["sigma"] = f.sigma.map(lambda s: f"{s:g}")
-        sns.lineplot(data=f, x="round", y="test_acc", hue="sigma", ax=row[0], palette="viridis")
+        f = frame[frame.model == m]
+        handles, labels, seeds, _ = plotting.draw_lines(
+            row[0], f, "round", "test_acc", "sigma", sigmas, styles, names=lambda s: f"σ = {s:g}", lw=0.9
+        )
         loc = local[local.model == m]
         if len(loc):
-            row[0].plot(loc["round"], loc.test_acc, color="k", ls="--", label="Local")
+            lh, ll, _, _ = plotting.draw_lines(
+                row[0], loc.assign(method="Local"), "round", "test_acc", "method",
+                styles={"Local": {"color": "k", "ls": "--", "marker": None}}, names=str, lw=1.4,
+            )  # fmt: skip
+            handles, labels = handles + lh, labels + ll
         row[0].set_title(f"{m}: mean test accuracy per round")
-        row[0].legend(fontsize=8, ncol=2)
-        best_ = frame[frame.model == m].groupby("sigma").test_acc.max()
+        row[0].set_xlabel("round")
+        row[0].set_ylabel("sample-weighted mean test accuracy")
+        plotting.percent_axis(row[0])
+        best_ = f.groupby("sigma").test_acc.max()
         row[1].plot(best_.index.map(lambda s: max(s, 1.0)), best_.values * 100, "o-", label="FedMCSA")
         if len(loc):
             row[1].axhline(loc.test_acc.max() * 100, color="k", ls="--", label="Local")
         row[1].set_xscale("log")
-        row[1].set_xlabel("sigma (0 drawn at 1)")
+        row[1].set_xlabel("σ (σ = 0 drawn at 1)")
         row[1].set_ylabel("best mean test accuracy (%)")
-        row[1].set_title(f"{m}: best accuracy vs sigma")
-        row[1].legend()
+        row[1].set_title(f"{m}: best accuracy vs σ")
+        row[1].legend(loc="lower right")
         for ax in row:
             ax.grid(alpha=0.3)
+        row[0].legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
     fig.suptitle(title)
     fig.tight_layout()
+    fig.subplots_adjust(wspace=0.45)
     return fig
 
 
@@ -498,3 +547,75 @@ def spectral_order(att) -> np.ndarray:
     lap = np.diag(w.sum(1)) - w
     _, vec = np.linalg.eigh(lap)
     return np.argsort(vec[:, 1]) if vec.shape[1] > 1 else np.arange(len(w))
+
+
+# -- both readings (notebook 16) -----------------------------------------------------------------------------------------
+def reading(cfg: RunConfig) -> tuple[str, str, str]:
+    """(row, proximal anchor, data-size reweighting) of a ``fedmcsa_readings`` config: which reading of FedMCSA it is
+    and where it sits on the two switches the authors' code flips (``mcsa_code``)."""
+    alg = cfg.get("algorithm")
+    if alg == "local":
+        return "Local", "-", "-"
+    name = "FedMCSA" if alg == "fedmcsa" else "FedMCSA^-MCSA"
+    code, lam = cfg.get("mcsa_code"), cfg.get("lam")
+    sigma = f", σ = {cfg.get('sigma'):g}" if alg == "fedmcsa" and cfg.get("sigma") != 50 else ""
+    if code:
+        return f"{name}, authors' code{sigma}", "off (code)", "on"
+    if lam == 0:
+        return f"{name}, paper with λ = 0{sigma}", "off (λ = 0)", "off"
+    return f"{name}, paper's equations{sigma}", f"on (λ = {lam:g})", "off"
+
+
+def readings_table(table: pd.DataFrame, cfgs: list[RunConfig]) -> pd.DataFrame:
+    """Both readings side by side on Synthetic: per model and reading, the best sample-weighted and unweighted mean
+    test accuracy (%, mean ± std over seeds) beside the paper's Synthetic numbers (Table 1: FedMCSA tuned; Table 2:
+    FedMCSA and FedMCSA^-MCSA at σ = 50, λ = 5). ``table``: ``Experiment.table`` of ``cfgs`` (same order)."""
+    ref = published()
+    ref = ref[ref.dataset == "synthetic"].set_index(["table", "model", "algorithm"]).accuracy
+    rows = pd.DataFrame([(c.get("model"), c.get("algorithm"), *reading(c)) for c in cfgs],
+                        columns=["model", "algorithm", "reading", "prox", "reweighting"])  # fmt: skip
+    t = pd.concat([table.reset_index(drop=True)[["seed", "best_acc", "best_acc_mean"]], rows], axis=1)
+    sweep_only = [c.get("algorithm") == "fedmcsa" and c.get("sigma") not in (50.0, 1000.0) for c in cfgs]
+    t = t[~pd.Series(sweep_only)]  # Figure 5's sweep points are drawn, not tabulated
+    g = t.groupby(["model", "reading", "algorithm", "prox", "reweighting"], sort=False)
+    out = pd.DataFrame(
+        {
+            "weighted": g.best_acc.mean() * 100,
+            "weighted_std": g.best_acc.std(ddof=0) * 100,
+            "unweighted": g.best_acc_mean.mean() * 100,
+            "seeds": g.size(),
+        }
+    ).reset_index()
+    out["paper Table 2"] = [
+        ref.get(("table2", m, a)) if a != "local" else None for m, a in zip(out.model, out.algorithm)
+    ]
+    out["paper Table 1"] = [
+        ref.get(("table1", m, a)) if a == "fedmcsa" else None for m, a in zip(out.model, out.algorithm)
+    ]
+    return out.drop(columns="algorithm").round(2)
+
+
+def plot_readings_sigma(paper: pd.DataFrame, code: pd.DataFrame, local: pd.DataFrame, title: str = ""):
+    """Figure 5 under both readings: best sample-weighted mean test accuracy (%) against σ, the paper's equations
+    (λ = 5) and the authors' code (``mcsa_code``) side by side, per model, with Local as a line. Frames: per-round
+    results (``Experiment.frame``) of one seed."""
+    from .. import plotting
+
+    models = sorted(paper.model.unique())
+    fig, axes = plotting.grid_axes(len(models), 2, width=5.5, height=3.8)
+    for ax, m in zip(axes, models):
+        for i, (label, f) in enumerate([("paper's equations (λ = 5)", paper), ("authors' code", code)]):
+            best_ = f[f.model == m].groupby("sigma").test_acc.max()
+            st = plotting.line_style(i)
+            ax.plot(best_.index.map(lambda s: max(s, 1.0)), best_.values * 100, label=label, **st)
+        loc = local[local.model == m]
+        if len(loc):
+            ax.axhline(loc.test_acc.max() * 100, color="k", ls="--", label="Local")
+        ax.set_xscale("log")
+        ax.set_xlabel("σ (σ = 0 drawn at 1)")
+        ax.set_ylabel("best mean test accuracy (%)")
+        ax.set_title(f"synthetic / {m}")
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    plotting.finish(fig, handles, labels, "one seed (0) per point", title)
+    return fig

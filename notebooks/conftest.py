@@ -1,0 +1,12 @@
+"""nbval over the committed notebooks (``make test``): the same session hooks as the unit tests (``tests/conftest.py``:
+the ``../shared/data`` data root, absent data skipped), so both find the data the same way."""
+
+import importlib.util
+from pathlib import Path
+
+_spec = importlib.util.spec_from_file_location("_tests_conftest", Path(__file__).parents[1] / "tests" / "conftest.py")
+_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_conftest)
+
+pytest_configure = _conftest.pytest_configure
+pytest_collection_modifyitems = _conftest.pytest_collection_modifyitems
