@@ -31,7 +31,7 @@ test: env
 	$(BIN)/ruff format --check fedlib tests scripts notebooks/conftest.py
 	rm -rf build/test-results
 	FEDLIB_PROFILE=smoke FEDLIB_RESULTS=$(CURDIR)/build/test-results OMP_NUM_THREADS=1 \
-	  $(BIN)/python -m pytest -n 2 --dist load -p no:cacheprovider tests
+	  $(BIN)/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider tests
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile -p no:cacheprovider notebooks --nbval --nbval-current-env
 
 ## stacked vs per-client loop executor timings

@@ -28,6 +28,7 @@ import ast
 import itertools
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -57,8 +58,14 @@ def _grid(params: list[str]) -> list[dict]:
 
 
 def tag(params: dict) -> str:
-    """The name suffix of a parametrised run: ``DATA_SEED-1_X-a`` (empty for the default run)."""
-    return "_".join(f"{k}-{v}" for k, v in params.items() if k not in ("PROFILE", "STORED_ONLY"))
+    """The name suffix of a parametrised run: ``DATA_SEED-1_X-a`` (empty for the default run). Values become safe file
+    name parts (a "/" in a value made the executed copy's path point into a folder that does not exist); parameters
+    that do not change the results (PROFILE goes into the name anyway, STORED_ONLY, BACKEND) are left out."""
+
+    def safe(v) -> str:
+        return re.sub(r"[^A-Za-z0-9.=+-]+", "_", str(v)).strip("_") or "_"
+
+    return "_".join(f"{safe(k)}-{safe(v)}" for k, v in params.items() if k not in ("PROFILE", "STORED_ONLY", "BACKEND"))
 
 
 def choose_profile(explicit: str | None, env: str | None) -> tuple[str, str | None]:

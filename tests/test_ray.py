@@ -13,6 +13,9 @@ import pytest
 from fedlib import RunConfig, Store, expand
 from fedlib.runner import run_configs
 
+# one Ray instance serves the module: its tests stay on one xdist worker (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("ray")
+
 ray = pytest.importorskip("ray")
 from fedlib import ray_backend  # noqa: E402
 

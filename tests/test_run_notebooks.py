@@ -99,6 +99,24 @@ def test_explicit_profile_wins_and_grid_figures_carry_their_parameters(tmp_path,
     assert "01_fig.smoke.png" in [p.name for p in figs.iterdir()]  # the default run keeps its name
 
 
+def test_parameter_values_become_safe_file_names():
+    """Issue 20: ``-p`` with a "/" in a value put it into a file name and failed with FileNotFoundError."""
+    assert runner.tag({"ROOT": "/data/x y", "SEEDS": [0, 1]}) == "ROOT-data_x_y_SEEDS-0_1"
+    assert runner.tag({"PROFILE": "quick", "STORED_ONLY": True, "BACKEND": "ray"}) == ""  # same results, same names
+
+
+def test_every_notebook_that_trains_takes_a_backend():
+    """Issue 23: ``-p BACKEND=ray`` runs a notebook's training grid on a Ray cluster."""
+    for path in sorted((ROOT / "notebooks").glob("[0-9]*.ipynb")):
+        nb = json.loads(path.read_text())
+        code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+        calls = sum(src.count("fedlib.experiment(") + src.count("fedmcsa.figure_3_4(") for src in code)
+        if calls:
+            params = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
+            assert 'BACKEND = "local"' in "".join(params["source"]), path.name
+            assert sum(src.count("backend=BACKEND") for src in code) == calls, path.name
+
+
 def test_exploratory_profiles_use_the_ignored_store(tmp_path, monkeypatch):
     nbs = tmp_path / "nbs"
     nbs.mkdir()

@@ -373,16 +373,19 @@ def method_frame(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return frame, best_
 
 
-def figure_3_4(model: str, profile: str | None = None, *, stored_only: bool = False, progress: bool = True):
+def figure_3_4(
+    model: str, profile: str | None = None, *, stored_only: bool = False, progress: bool = True, backend="local"
+):
     """Figure 3 (``model='mlr'``) or 4 (``'dnn'``), the call notebooks 10 and 11 share: the experiment (trained or
     read from the store), its curves and best accuracies (``method_frame``), the figure and the name to save it under.
-    Returns a ``types.SimpleNamespace(experiment, frame, best, fig, name)``."""
+    ``backend``: where runs not stored train (``fedlib.experiment``). Returns a
+    ``types.SimpleNamespace(experiment, frame, best, fig, name)``."""
     from types import SimpleNamespace
 
     from ..experiments import experiment
 
     name, what, fig_name = FIGURES[model]
-    ex = experiment(name, profile, stored_only=stored_only, progress=progress)
+    ex = experiment(name, profile, stored_only=stored_only, progress=progress, backend=backend)
     frame, best_ = method_frame(ex.frame) if ex.runs else (pd.DataFrame(), pd.DataFrame())
     fig = plot_method_curves(frame, title=f"FedMCSA {what}, {ex.profile} profile") if len(frame) else None
     return SimpleNamespace(experiment=ex, frame=frame, best=best_, fig=fig, name=fig_name)
