@@ -13,8 +13,11 @@ import pytest
 from fedlib import RunConfig, Store, expand
 from fedlib.runner import run_configs
 
-# one Ray instance serves the module: its tests stay on one xdist worker (make test: --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("ray")
+# Jupyter kernels (papermill) and Ray both bind TCP ports they picked as free a moment before; run side by side on two
+# xdist workers they can take each other's. make test hung twice on the shared machine with a kernel whose reply never
+# came, once beside the Ray tests (the likely cause, not confirmed). The tests that start kernels or Ray share one group,
+# so they run one after another on one worker.
+pytestmark = pytest.mark.xdist_group("ports")
 
 ray = pytest.importorskip("ray")
 from fedlib import ray_backend  # noqa: E402

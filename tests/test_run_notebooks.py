@@ -9,6 +9,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
+# Jupyter kernels (papermill) and Ray both bind TCP ports they picked as free a moment before; run side by side on two
+# xdist workers they can take each other's. make test hung twice on the shared machine with a kernel whose reply never
+# came, once beside the Ray tests (the likely cause, not confirmed). The tests that start kernels or Ray share one group,
+# so they run one after another on one worker.
+pytestmark = pytest.mark.xdist_group("ports")
+
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("run_notebooks", ROOT / "scripts" / "run_notebooks.py")
 runner = importlib.util.module_from_spec(spec)
