@@ -26,13 +26,17 @@ notebooks: env
 ## tests: lint and format check (ruff); unit tests plus every notebook executed at the smoke profile (papermill, scratch
 ## store); then nbval re-executes the committed notebooks from the committed paper-profile store and compares their
 ## tables. A ../shared/data folder beside the clone is the data root of both when FEDLIB_DATA is unset (tests/conftest.py).
+## (the tests that start Jupyter kernels or Ray, marked `ports`, pick TCP ports: they run one at a time, beside the
+## rest on two workers; nbval too runs one kernel at a time)
 test: env
 	$(BIN)/ruff check fedlib tests scripts notebooks/conftest.py
 	$(BIN)/ruff format --check fedlib tests scripts notebooks/conftest.py
 	rm -rf build/test-results
-	FEDLIB_PROFILE=smoke FEDLIB_RESULTS=$(CURDIR)/build/test-results OMP_NUM_THREADS=1 \
-	  $(BIN)/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider tests
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile -p no:cacheprovider notebooks --nbval --nbval-current-env
+	export FEDLIB_PROFILE=smoke FEDLIB_RESULTS=$(CURDIR)/build/test-results OMP_NUM_THREADS=1; \
+	  $(BIN)/python -m pytest -p no:cacheprovider -m ports tests & ports=$$!; \
+	  $(BIN)/python -m pytest -n 2 --dist loadfile -p no:cacheprovider -m "not ports" tests; rest=$$?; \
+	  wait $$ports; ports=$$?; test $$rest -eq 0 && test $$ports -eq 0
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -p no:cacheprovider notebooks --nbval --nbval-current-env
 
 ## stacked vs per-client loop executor timings
 bench: env

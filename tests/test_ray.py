@@ -13,11 +13,11 @@ import pytest
 from fedlib import RunConfig, Store, expand
 from fedlib.runner import run_configs
 
-# Jupyter kernels (papermill) and Ray both bind TCP ports they picked as free a moment before; run side by side on two
-# xdist workers they can take each other's. make test hung twice on the shared machine with a kernel whose reply never
-# came, once beside the Ray tests (the likely cause, not confirmed). The tests that start kernels or Ray share one group,
-# so they run one after another on one worker.
-pytestmark = pytest.mark.xdist_group("ports")
+# Jupyter kernels (papermill) and Ray bind TCP ports picked as free a moment before. Started side by side on two xdist
+# workers, a kernel's reply was lost and make test hung, three times on the shared machine (the last time exactly when
+# a second kernel started on the other worker; an xdist_group did not keep them apart). make test runs the tests marked
+# ``ports`` in a pytest of their own, one at a time.
+pytestmark = pytest.mark.ports
 
 ray = pytest.importorskip("ray")
 from fedlib import ray_backend  # noqa: E402
