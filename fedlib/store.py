@@ -283,7 +283,7 @@ class Store:
         """``cfg``'s stored result, checked; None if there is none, or (with a ``DamagedRunWarning`` naming the
         folder and the fault) if it is damaged -- a damaged run is never returned as a result."""
         p = self.path(cfg)
-        if not (p / "metrics.csv").exists() and not p.is_dir():
+        if not p.is_dir():
             return None
         try:
             res = read_run(p, cfg.key())

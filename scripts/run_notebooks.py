@@ -162,7 +162,7 @@ def seconds_for(cfg, known: dict) -> float | None:
     return None
 
 
-def _kind(cfg) -> tuple:
+def _kind(cfg) -> tuple:  # a RunConfig or a stored run's flat config.json: both have .get
     return tuple(cfg.get(k) for k in ("dataset", "model", "algorithm", "rounds", "n_clients"))
 
 
@@ -176,9 +176,8 @@ def stored_times(*roots) -> dict:
             cfg, meta = json.loads((d / "config.json").read_text()), json.loads((d / "meta.json").read_text())
         except (OSError, ValueError):
             continue
-        kind = tuple(cfg.get(k) for k in ("dataset", "model", "algorithm", "rounds", "n_clients"))
-        if meta.get("wall_seconds"):
-            times.setdefault(kind, []).append(meta["wall_seconds"])
+        if isinstance(cfg, dict) and isinstance(meta, dict) and meta.get("wall_seconds"):  # a damaged run: skipped
+            times.setdefault(_kind(cfg), []).append(meta["wall_seconds"])
     return {k: statistics.median(v) for k, v in times.items()}
 
 
