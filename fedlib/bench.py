@@ -354,8 +354,68 @@ def bench_e2e(device: str, rate: float, only=None, rounds: int | None = None, ti
         for tag, executor in [("", None)] + ([("s", StackedExecutor(kernel="vmap"))] if name == "W5" else []):
             _e2e_line(name + tag, what, [time_run(c, device, executor) for c in cfgs], rate, out, results)
         if name == "W6":
-            out(f"{'W6':4}{'  batched (a run axis beside the client axis)':70} not implemented (issue 21 item 5)")
+            _grid_lines(cfgs, device, rate, out, results)
     return results
+
+
+def time_grid(cfgs, device: str, batched: bool) -> float:
+    """Wall seconds of whole runs of ``cfgs`` (every round, evaluation included; data loaded once, outside the
+    timing): one after another, or all batched as one model (``fedlib.batching``)."""
+    from .algorithms import build_algorithm
+    from .batching import run_together
+    from .data import load_federated
+    from .executors import make_executor
+    from .simulation import simulate
+
+    cfgs = [c.replace(device=device).validate() for c in cfgs]
+    dtype = getattr(torch, cfgs[0].dtype)
+    data = load_federated(cfgs[0]).to(device, dtype)
+
+    def one(cfg, executor=None, stop=None):
+        m = cfg.model
+        model = build_model(m.name, data.input_shape, data.n_classes, m.hidden, seed=cfg.seed, dtype=dtype,
+                            attention=m.attention).to(device)  # fmt: skip
+        alg = build_algorithm(cfg, n_samples=data.train.sizes.cpu().numpy())
+        simulate(
+            alg, data, model, executor or make_executor(cfg.executor, model), cfg.rounds,
+            local_steps=cfg.local_steps, local_epochs=cfg.local_epochs, batch_size=cfg.batch_size, seed=cfg.seed,
+            eval_every=cfg.eval_every, eval_train=cfg.eval_train, progress=False, lr_decay=cfg.lr_decay, stop=stop,
+        )  # fmt: skip
+
+    t0 = time.perf_counter()
+    if batched:
+        probe = build_model(cfgs[0].model.name, data.input_shape, data.n_classes, cfgs[0].model.hidden, dtype=dtype)
+        outcomes, _ = run_together([lambda ex, stop, c=c: one(c, ex, stop) for c in cfgs],
+                                   make_executor(cfgs[0].executor, probe.to(device)))  # fmt: skip
+        for o in outcomes:
+            if isinstance(o, BaseException):
+                raise o
+    else:
+        for c in cfgs:
+            one(c)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def _grid_lines(cfgs, device: str, rate: float, out, results: dict) -> None:
+    """W6 side by side in this process: the grid's whole runs one by one (W6w), then batched as one model (W6b), then
+    once more each (the medians are printed), as seconds per round of the whole grid and against the FLOP limit;
+    W6x: the speed-up."""
+    rounds = cfgs[0].rounds
+    times = {"one by one": [], "batched": []}
+    for _ in range(2):
+        for how in times:
+            times[how].append(time_grid(cfgs, device, how == "batched"))
+    flops = results["W6"]["flops"]
+    for tag, (how, ts) in zip(("W6w", "W6b"), times.items()):
+        sec = statistics.median(ts) / rounds
+        results[tag] = {"seconds": sec, "flops": flops, "limit": flops / rate, "ratio": sec * rate / flops}
+        what = f"  whole runs ({len(cfgs)} x {rounds} rounds, round 1 included), {how}"
+        out(f"{tag:4}{what:70} {'':8} {sec:>8.4f} {flops / 1e9:>7.2f} {flops / rate:>8.4f} {sec * rate / flops:>6.1f}")
+    speed = statistics.median(times["one by one"]) / statistics.median(times["batched"])
+    results["W6x"] = speed
+    out(f"{'W6x':4}{'  batched vs one by one (medians of 2, alternating; target >= 5x)':70} {'':8} {speed:>7.2f}x")
 
 
 def _e2e_line(name: str, what: str, runs: list, rate: float, out, results: dict) -> None:

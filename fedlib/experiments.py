@@ -13,6 +13,8 @@
 one seed of every cell before the others. Stored runs are skipped and a run that was stopped continues from its last
 snapshot (taken every 5 minutes), so the command resumes an interrupted grid.
 ``--jobs N`` trains N configs at a time, one single-threaded process each (on a CPU: N = the cores).
+``--batch N`` (default 16): configs that share data, model and method (seeds, lr, sigma, ... differ) train up to N
+at a time as one model (``fedlib.batching``), each with its solo run's numbers; ``--batch 1`` trains one at a time.
 ``--backend ray`` trains each config as a task on a Ray cluster: the one at ``--address HOST:PORT`` (else
 ``RAY_ADDRESS``; neither: a Ray instance started on this machine); this process stores the results (README, "More
 than one machine"; ``fedlib.ray_backend``).
@@ -32,7 +34,7 @@ import pandas as pd
 
 from . import profiles, runner
 from .config import PROFILES, RunConfig, flat_field_names, flat_name, resolve_profile
-from .runner import expand, results_frame, run_configs
+from .runner import BATCH, expand, results_frame, run_configs
 from .store import Store
 
 
@@ -77,12 +79,15 @@ class Experiment:
         """The fields the grid varies (the table's columns besides the summary)."""
         return list(dict.fromkeys(["algorithm", "seed"] + [k for cell in self.grid for k in cell]))
 
-    def train(self, jobs: int = 1, progress: bool = True, backend="local", address: str | None = None) -> "Experiment":
-        """Train the configs not yet stored (``jobs`` at a time, or on a Ray cluster: ``backend='ray'``, ``address``;
-        see ``runner.run_configs``) and keep the summary table."""
+    def train(
+        self, jobs: int = 1, progress: bool = True, backend="local", address: str | None = None, batch: int = BATCH
+    ) -> "Experiment":
+        """Train the configs not yet stored (``jobs`` at a time, up to ``batch`` runs as one model, or on a Ray
+        cluster: ``backend='ray'``, ``address``; see ``runner.run_configs``) and keep the summary table."""
         self.__dict__["table"] = _table(
-            self.configs, self.store, self.columns, progress=progress, jobs=jobs, backend=backend, address=address
-        )
+            self.configs, self.store, self.columns, progress=progress, jobs=jobs, backend=backend, address=address,
+            batch=batch,
+        )  # fmt: skip
         self.__dict__.pop("frame", None)
         return self
 
@@ -157,6 +162,7 @@ def experiment(
     available: "profiles.Available | None" = None,
     backend="local",
     address: str | None = None,
+    batch: int = BATCH,
 ) -> Experiment:
     """Experiment ``name`` at ``profile`` (explicit beats env FEDLIB_PROFILE; default 'quick') over the data sets present:
     trained where not stored (``jobs`` at a time), or with ``stored_only`` read from the store only (nothing trains;
@@ -168,7 +174,9 @@ def experiment(
     ``FEDLIB_RESULTS`` or results/); ``available``: the data sets to count as present (default: what is under the
     data root, ``profiles.Available.scan()``). ``backend``: ``'local'`` (this machine, ``jobs`` processes) or ``'ray'``
     (each run a task on the Ray cluster at ``address``, else ``RAY_ADDRESS``, else a local Ray instance; or a
-    ``ray_backend.RayBackend``); this process stores the results either way."""
+    ``ray_backend.RayBackend``); this process stores the results either way. ``batch``: runs that share data, model
+    and method train up to that many at a time as one model, each with its solo run's numbers (``fedlib.batching``;
+    1: one at a time)."""
     profile = resolve_profile(profile)
     runner.ray_backend(backend, address, jobs)  # bad values fail here, before any training
     store = store if isinstance(store, Store) else Store(store)
@@ -187,6 +195,7 @@ def experiment(
                 available=available,
                 backend=backend,
                 address=address,
+                batch=batch,
             )
             inputs[keyword] = step(after.configs, store)
     base, grid = profiles.get(name, profile, available, **inputs)
@@ -203,7 +212,7 @@ def experiment(
         present = "; ".join(f"{k} in {{{', '.join(sorted({repr(c.get(k)) for c in every}))}}}" for k in where)
         raise ValueError(f"where={where} matches none of the {len(every)} configs of {name!r} ({present})")
     ex = Experiment(name, profile, base, grid, cfgs, absent, store, stored_only, inputs, after)
-    return ex if stored_only else ex.train(jobs, progress, backend, address)
+    return ex if stored_only else ex.train(jobs, progress, backend, address, batch)
 
 
 def configs(name: str, profile: str | None = None, where: dict | None = None):
@@ -252,6 +261,13 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--where", action="append", default=[], help="FIELD=VALUE filter, e.g. seed=0 or method.mu=0.1")
     ap.add_argument("--jobs", type=int, default=1, help="configs trained at a time, one process each (default 1)")
+    ap.add_argument(
+        "--batch",
+        type=int,
+        default=BATCH,
+        help=f"runs sharing data, model and method trained together as one model, at most (default {BATCH}; 1: one "
+        "at a time); each gets its solo run's numbers",
+    )
     ap.add_argument("--dry-run", action="store_true", help="list the configs and what is stored, run nothing")
     ap.add_argument(
         "--backend",
@@ -277,6 +293,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs={args.jobs} must be an integer >= 1")
+    if args.batch < 1:
+        ap.error(f"--batch={args.batch} must be an integer >= 1 (1: one run at a time)")
     backend = "local"
     ray_only = {"--address": args.address, "--cpus-per-run": args.cpus_per_run, "--gpus-per-run": args.gpus_per_run}
     if args.backend == "local":
@@ -349,7 +367,7 @@ def _main(ap, args, where, backend) -> int:
         else:
             cols = ("dataset", "model", "algorithm", "sigma", "seed")
             try:
-                table = _table(queue, store, cols, jobs=args.jobs, backend=backend)
+                table = _table(queue, store, cols, jobs=args.jobs, backend=backend, batch=args.batch)
             except (ConnectionError, ImportError) as e:  # a wrong --address / RAY_ADDRESS, Ray not installed
                 raise SystemExit(f"python -m fedlib.experiments: error: {e}") from None
             print(table.drop(columns=["key"]).to_string())

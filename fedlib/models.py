@@ -29,6 +29,7 @@ New entries are covered by the contract tests in ``tests/test_models.py`` automa
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -181,6 +182,9 @@ def check_attention(name: str, attention: str, prefix: str = "") -> None:
         )
 
 
+_SEEDED_BUILD = threading.Lock()
+
+
 def build_model(
     name: str,
     input_shape,
@@ -202,7 +206,8 @@ def build_model(
     hidden = spec.default_hidden if hidden is None else tuple(hidden)
     kwargs = {"attention": attention} if spec.attention_slots else {}
     if seed is not None:
-        with torch.random.fork_rng(devices=[]):
+        # torch's global generator, seeded: runs batched in threads (``fedlib.batching``) build theirs one at a time
+        with _SEEDED_BUILD, torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = spec.build(tuple(input_shape), n_classes, hidden, **kwargs).to(dtype)
     else:

@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 import warnings
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
@@ -29,7 +30,7 @@ from .config import RunConfig
 from .data import load_federated
 from .executors import make_executor
 from .malloc import keep_freed_memory
-from .models import build_model
+from .models import MODELS, build_model
 from .simulation import Checkpoint, RunResult, git_commit, simulate
 from .store import Store
 
@@ -62,23 +63,29 @@ def train(
     data_root=None,
     checkpoint: Checkpoint | None = None,
     device: str | None = None,
+    *,
+    together=None,
 ) -> RunResult:
     """Train ``cfg`` from scratch (no store): the pure function behind ``run``; with a ``checkpoint``, continue
     from its snapshot if there is one (same result) and snapshot while training. ``device``: where a ``device='auto'``
-    config trains (default: ``cfg.resolved_device()``; a Ray task passes the device its resources hold)."""
+    config trains (default: ``cfg.resolved_device()``; a Ray task passes the device its resources hold).
+    ``together``: a ``_Together`` when the run trains batched with others (``train_together``): their shared data,
+    the run's gang executor, the stop flag and the batch's progress."""
     cfg.validate()
     resources.check(cfg)  # refuse a run that cannot fit before loading its data
     device = device if device is not None and cfg.device == "auto" else cfg.resolved_device()
     if device == "cpu":
         keep_freed_memory()  # each round's large stacked tensors reuse freed memory (see fedlib.malloc)
     dtype = getattr(torch, cfg.dtype)
-    data = load_federated(cfg, data_root).to(device, dtype)
+    data = together.data if together is not None else load_federated(cfg, data_root).to(device, dtype)
     m = cfg.model
     model = build_model(
         m.name, data.input_shape, data.n_classes, m.hidden, seed=cfg.seed, dtype=dtype, attention=m.attention
     ).to(device)
     algorithm = build_algorithm(cfg, n_samples=data.train.sizes.cpu().numpy())
-    executor = make_executor(cfg.executor, model, group_bytes=_GROUP_BYTES)
+    executor = (
+        together.executor if together is not None else make_executor(cfg.executor, model, group_bytes=_GROUP_BYTES)
+    )
     t0 = time.perf_counter()
     result = simulate(
         algorithm,
@@ -96,12 +103,16 @@ def train(
         desc=f"{cfg.algorithm} {cfg.dataset}/{m.name}",
         lr_decay=cfg.lr_decay,
         checkpoint=checkpoint,
+        stop=together.stop if together is not None else None,
+        on_round=together.tick if together is not None else None,
     )
     resumed, diverged = result.meta.get("resumed", []), dict(result.meta)
     before = resumed[-1]["elapsed"] if resumed else 0.0  # wall time of the interrupted part(s)
     result.meta = _meta(cfg, device, time.perf_counter() - t0 + before, executor.name)
     if resumed:
         result.meta["resumed"] = resumed
+    if together is not None:  # trained as one model with others (wall_seconds: the batch's, shared)
+        result.meta["batched"] = together.runs
     if "diverged_at" in diverged:
         result.meta["diverged_at"] = diverged["diverged_at"]
         warnings.warn(
@@ -132,6 +143,110 @@ def run(
     return result
 
 
+# -- grids as one model (issue 21 item 5; see ``fedlib.batching``) ------------------------------------------------
+BATCH = 16  # runs trained together at most (a thread each); ``run_configs(batch=1)`` trains one at a time
+BATCH_MEMORY_SHARE = 0.5  # of the memory available: what one batch's estimated peak may take
+
+
+def batch_key(cfg: RunConfig) -> tuple | None:
+    """Configs with equal keys train well together: the same data (one copy serves them all), model, dtype, device,
+    executor, method and local schedule; seeds, learning rates, mu, sigma, lambda, rounds... may differ. None: the run
+    trains alone (models on the loop executor gain nothing from batching)."""
+    if MODELS[cfg.model.name].kernel not in ("chain", "vmap") or cfg.executor == "loop":
+        return None
+    loc = cfg.local
+    return (cfg.data, cfg.model, cfg.dtype, cfg.resolved_device(), cfg.executor, cfg.algorithm,
+            loc.local_steps, loc.local_epochs, loc.batch_size)  # fmt: skip
+
+
+def batches(cfgs: list[RunConfig], most: int = BATCH, jobs: int = 1) -> list[list[RunConfig]]:
+    """``cfgs`` cut into units that train together (``batch_key``), in order of first appearance, each of at most
+    ``most`` runs whose estimated memory (``resources.estimate``; the data once) fits in ``BATCH_MEMORY_SHARE`` of
+    what is available, shared by ``jobs`` processes; with fewer units than ``jobs``, the largest are halved so that
+    every process has one."""
+    groups: dict = {}
+    for i, c in enumerate(cfgs):
+        k = batch_key(c) if most > 1 else None
+        groups.setdefault(k if k is not None else ("alone", i), []).append(c)
+    avail = resources.available_bytes(cfgs[0].resolved_device()) if cfgs else None
+    budget = None if avail is None else avail * BATCH_MEMORY_SHARE / jobs
+    units = []
+    for group in groups.values():
+        unit, used = [], 0.0
+        for c in group:
+            est = resources.estimate(c)
+            own = est["clients"] + est["training"]  # the data is loaded once per unit
+            if unit and (len(unit) >= most or (budget is not None and used + own > budget)):
+                units.append(unit)
+                unit = []
+            if not unit:
+                used = est["data"]
+            unit.append(c)
+            used += own
+        units.append(unit)
+    while len(units) < jobs and max(map(len, units), default=0) > 1:  # every process gets a unit: halve the largest
+        big = max(units, key=len)
+        i = units.index(big)
+        units[i : i + 1] = [big[: (len(big) + 1) // 2], big[(len(big) + 1) // 2 :]]
+    return units
+
+
+@dataclass
+class _Together:
+    """What a run trained in a batch gets from ``train_together``."""
+
+    data: object
+    executor: object
+    stop: object
+    runs: int
+    tick: object
+
+
+def train_together(cfgs: list[RunConfig], store: Store, progress: bool = True, data_root=None) -> None:
+    """Train ``cfgs`` (one unit of ``batches``) as one model (``fedlib.batching``), storing each run as soon as it
+    finishes; each continues from its snapshot if it has one and snapshots while training. A run that fails does
+    not stop the others: the failure is raised once all have ended (the finished ones stored)."""
+    from .batching import run_together
+
+    first = cfgs[0]
+    for c in cfgs:
+        c.validate()
+        resources.check(c)
+    device = first.resolved_device()
+    if device == "cpu":
+        keep_freed_memory()
+    data = load_federated(first, data_root).to(device, getattr(torch, first.dtype))
+    model = build_model(first.model.name, data.input_shape, data.n_classes, first.model.hidden, seed=first.seed,
+                        dtype=getattr(torch, first.dtype), attention=first.model.attention)  # fmt: skip
+    executor = make_executor(first.executor, model, group_bytes=_GROUP_BYTES)
+    bar = tqdm(total=sum(c.rounds for c in cfgs), desc=f"{len(cfgs)} runs as one model", disable=not progress)
+    lock = threading.Lock()
+
+    def tick(*_):
+        with lock:
+            bar.update(1)
+
+    def job(cfg):
+        def fn(member, stop):
+            checkpoint = store.checkpoint(cfg)
+            result = train(cfg, False, data_root, checkpoint, together=_Together(data, member, stop, len(cfgs), tick))
+            store.save(cfg, result)
+            checkpoint.clear()
+            return result
+
+        return fn
+
+    outcomes, _ = run_together([job(c) for c in cfgs], executor)
+    bar.close()
+    failed = [(c, e) for c, e in zip(cfgs, outcomes) if isinstance(e, BaseException)]
+    if any(isinstance(e, KeyboardInterrupt) for _, e in failed):
+        raise KeyboardInterrupt(f"stopped: {len(cfgs) - len(failed)} of {len(cfgs)} batched runs stored, the rest "
+                                "snapshotted (run again to resume)")  # fmt: skip
+    if failed:
+        c, e = failed[0]
+        raise RuntimeError(f"{len(failed)} of {len(cfgs)} batched runs failed; first: {c.label()}: {e!r}") from e
+
+
 def expand(base: RunConfig, grid: dict | list[dict]) -> list[RunConfig]:
     """Configs of the product of a dict of lists (a list of dicts: their union, in order), validated.
 
@@ -159,12 +274,15 @@ def run_grid(
     jobs: int = 1,
     backend="local",
     address: str | None = None,
+    batch: int = BATCH,
 ) -> pd.DataFrame:
     """Run every config of the grid (skipping stored ones); one summary row per config. ``jobs``, ``backend``,
-    ``address``: where the runs train (``run_configs``)."""
+    ``address``, ``batch``: where and how the runs train (``run_configs``)."""
     cfgs = expand(base, grid)  # validates every config before any training starts
     varied = ["algorithm", "seed"] + [k for g in ([grid] if isinstance(grid, dict) else grid) for k in g]
-    return run_configs(cfgs, store, progress, data_root, varied, jobs=jobs, backend=backend, address=address)
+    return run_configs(
+        cfgs, store, progress, data_root, varied, jobs=jobs, backend=backend, address=address, batch=batch
+    )
 
 
 def ray_backend(backend="local", address: str | None = None, jobs: int = 1):
@@ -199,8 +317,13 @@ def run_configs(
     jobs: int = 1,
     backend="local",
     address: str | None = None,
+    batch: int = BATCH,
 ) -> pd.DataFrame:
     """Run validated configs (skipping stored ones); one summary row per config, in the order given.
+
+    ``batch``: configs that share data, model and method (``batch_key``: seeds, lr, mu, sigma, lambda, ... may
+    differ) train up to ``batch`` at a time as one model (``train_together``), each stored under its own key with
+    the metrics of its solo run; ``batch=1`` trains one at a time.
 
     ``jobs`` > 1 trains that many configs at a time, each in its own process with one thread: the runs
     are independent, and on a CPU several single-threaded small-model runs finish a grid sooner than one
@@ -214,6 +337,8 @@ def run_configs(
     """
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs={jobs!r} must be an integer >= 1")
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise ValueError(f"batch={batch!r} must be an integer >= 1 (runs trained together at most; 1: one at a time)")
     cluster = ray_backend(backend, address, jobs)
     store = store or Store()
     todo = [c for c in cfgs if not store.has(c)]
@@ -224,11 +349,16 @@ def run_configs(
     todo = stopped + [c for c in todo if c not in stopped]
     if cluster is not None:
         cluster.run(todo, store, progress, data_root)
-    elif jobs > 1 and len(todo) > 1:
-        _run_parallel(todo, store, jobs, progress, data_root)
     else:
-        for cfg in stopped:
-            run(cfg, store, progress=progress, data_root=data_root)
+        units = batches(todo, batch, jobs)
+        if jobs > 1 and len(units) > 1:
+            _run_parallel(units, store, jobs, progress, data_root)
+        else:
+            for unit in units:
+                if len(unit) > 1:
+                    train_together(unit, store, progress, data_root)
+                elif unit[0] in stopped:
+                    run(unit[0], store, progress=progress, data_root=data_root)
     bar = tqdm(cfgs, desc=f"grid ({len(todo)} to run, {len(cfgs) - len(todo)} stored)", disable=not progress)
     # columns: every field the grid varies (even where a value equals the default), then the summary
     rows = []
@@ -277,29 +407,36 @@ def _exit_with_parent(grace: float = 20.0) -> None:
     os._exit(1)
 
 
-def _run_in_worker(cfg: RunConfig, root: str, data_root) -> None:
-    run(cfg, Store(root), progress=False, data_root=data_root)
+def _run_in_worker(unit: list[RunConfig], root: str, data_root) -> None:
+    if len(unit) > 1:
+        train_together(unit, Store(root), progress=False, data_root=data_root)
+    else:
+        run(unit[0], Store(root), progress=False, data_root=data_root)
 
 
-def _run_parallel(todo: list[RunConfig], store: Store, jobs: int, progress: bool, data_root) -> None:
-    """Train ``todo`` in ``jobs`` fresh processes (spawned: no forked torch state). A failed (or interrupted)
-    run raises once the runs already going have finished and been stored; the runs not started are dropped."""
+def _run_parallel(units: list[list[RunConfig]], store: Store, jobs: int, progress: bool, data_root) -> None:
+    """Train ``units`` (runs alone, or batches of runs as one model) in ``jobs`` fresh processes (spawned: no forked
+    torch state). A failed (or interrupted) unit raises once the units already going have finished and been stored;
+    those not started are dropped."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     ctx = multiprocessing.get_context("spawn")
+    todo = [c for u in units for c in u]
     with ProcessPoolExecutor(
-        max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=_pool_worker_setup, initargs=(jobs,)
+        max_workers=min(jobs, len(units)), mp_context=ctx, initializer=_pool_worker_setup, initargs=(jobs,)
     ) as pool:
-        futures = {pool.submit(_run_in_worker, c, str(store.root), data_root): c for c in todo}
-        bar = tqdm(as_completed(futures), total=len(futures), desc=f"training ({jobs} processes)", disable=not progress)
+        futures = {pool.submit(_run_in_worker, u, str(store.root), data_root): u for u in units}
+        bar = tqdm(total=len(todo), desc=f"training ({jobs} processes)", disable=not progress)
         try:
-            for f in bar:
-                c = futures[f]
+            for f in as_completed(futures):
+                u = futures[f]
                 f.result()
-                bar.set_postfix_str(f"{c.algorithm} {c.dataset}/{c.model} seed {c.seed}")
+                bar.update(len(u))
+                c = u[0]
+                bar.set_postfix_str(f"{c.label()}" + (f" and {len(u) - 1} more as one model" if len(u) > 1 else ""))
         except KeyboardInterrupt:
-            for f in futures:  # runs not yet started are dropped; those running snapshot their last round and stop
+            for f in futures:  # units not yet started are dropped; those running snapshot their last round and stop
                 f.cancel()
             for p in list(getattr(pool, "_processes", {}).values()):  # also when only this process got the signal
                 with contextlib.suppress(OSError):
@@ -310,9 +447,11 @@ def _run_parallel(todo: list[RunConfig], store: Store, jobs: int, progress: bool
             print(f"interrupted: {stored} of {len(todo)} runs stored, {kept} snapshots kept (run again to resume)")
             raise
         except BaseException:
-            for f in futures:  # runs not yet started are dropped; those running finish and are stored
+            for f in futures:  # units not yet started are dropped; those running finish and are stored
                 f.cancel()
             raise
+        finally:
+            bar.close()
 
 
 def results_frame(cfgs: list[RunConfig], store: Store | None = None) -> pd.DataFrame:

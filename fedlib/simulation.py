@@ -9,6 +9,7 @@ never leave the client (FedBN's BN, pFedLA's attention).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import json
@@ -30,7 +31,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from . import metrics as M
-from .data.federated import BatchPlan, FederatedData, Split, sample_epochs, sample_steps
+from .data.federated import BatchPlan, FederatedData, sample_epochs, sample_steps
 from .local_attention import hybrid_logits
 from .models import param_groups
 from .stages import Algorithm, Mixing, Params, keep_local, mix
@@ -323,7 +324,8 @@ def run_round(run: Run, t: int) -> Round:
 def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, rounds: int, *,
              local_steps: int | None = 20, local_epochs: int | None = None, batch_size: int = 20, seed: int = 0,
              eval_every: int = 1, eval_train: bool = False, progress: bool = True, desc: str | None = None,
-             on_round=None, lr_decay: float = 1.0, checkpoint: "Checkpoint | None" = None) -> RunResult:  # fmt: skip
+             on_round=None, lr_decay: float = 1.0, checkpoint: "Checkpoint | None" = None,
+             stop=None) -> RunResult:  # fmt: skip
     """Run ``rounds`` rounds of ``alg``; ``model`` holds the initial weights (on the data's device and dtype).
 
     Each round is ``run_round``; after it the callbacks run in order: the traces (selection, attention), the
@@ -334,6 +336,9 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
     is not finite, is evaluated (its accuracies recorded as NaN: a non-finite model predicts nothing) and the
     run stops there; ``meta['diverged_at']`` names that round. So no best or final accuracy of a diverged run
     comes from a NaN model (an lr of 1e4 on MNIST once "reached" 18% with NaN weights).
+
+    ``stop``: for a run in a thread (``batching``), whose Ctrl-C the main thread takes: an object whose
+    ``requested`` turning True stops the run as a Ctrl-C would (default: this thread's own ``DeferredInterrupt``).
     """
     if alg.local_groups:  # declared groups (FedBN's bn, pFedLA's attn) -> which parameters stay on the clients
         alg.shared = keep_local(param_groups(model), tuple(alg.local_groups))
@@ -344,7 +349,8 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
                  "progress": ProgressBar(rounds, desc or alg.name, progress, evaluation)}  # fmt: skip
     saver = callbacks["checkpoint"] = Checkpointing(checkpoint, rounds, callbacks)
     done, resumed = saver.resume(run)
-    with DeferredInterrupt() as stop:  # Ctrl-C: finish the round, snapshot it, then stop
+    with DeferredInterrupt() if stop is None else contextlib.nullcontext(stop) as stop:  # Ctrl-C: finish the round,
+        # snapshot it, then stop
         for t in range(done + 1, rounds + 1):
             out = run_round(run, t)
             if not finite(out.uploads, run.state.global_params):
@@ -408,8 +414,9 @@ class Evaluation(Callback):
         alg, state = run.alg, run.state
         if alg.before_eval is not None:
             alg.before_eval(run.executor, run.model, state, run.data.train, run.eval_gen)
+        evaluate = getattr(run.executor, "evaluate", M.evaluate)  # a batched run's goes through its gang
         row = _evaluate_round(
-            alg, state, run.data, run.model, out.t, len(out.selected), self.uploads, self.train, self.t0
+            alg, state, run.data, run.model, out.t, len(out.selected), self.uploads, self.train, self.t0, evaluate
         )
         if not np.isfinite(row["test_loss"]) or (self.train and not np.isfinite(row["train_loss"])):
             run.diverged_at = out.t
@@ -757,9 +764,9 @@ class AttentionTrace(Callback):
         return {"attention": mean.astype(np.float32), "attention_layers": np.array(self.names)}
 
 
-def _evaluate_round(alg, state, data, model, t, n_sel, uploads, eval_train, t0) -> dict:
+def _evaluate_round(alg, state, data, model, t, n_sel, uploads, eval_train, t0, evaluate=M.evaluate) -> dict:
     params, per_client = evaluation_params(alg, state)
-    correct, loss, cnt = M.evaluate(model, params, data.test, per_client)
+    correct, loss, cnt = evaluate(model, params, data.test, per_client)
     with np.errstate(invalid="ignore", divide="ignore"):
         acc, client_loss = correct / cnt, loss / cnt
     row = {
@@ -779,18 +786,14 @@ def _evaluate_round(alg, state, data, model, t, n_sel, uploads, eval_train, t0) 
     }
     if alg.report_global:
         g_params, g_per_client = evaluation_params(alg, state, "global")
-        c, _, k = M.evaluate(model, g_params, data.test, g_per_client)
+        c, _, k = evaluate(model, g_params, data.test, g_per_client)
         with np.errstate(invalid="ignore", divide="ignore"):
             row["gm_test_acc"], row["gm_test_acc_mean"] = M.weighted_mean(c / k, k), M.unweighted_mean(c / k, k)
     if eval_train:
-        c, loss, k = M.evaluate(model, params, data.train, per_client)
+        c, loss, k = evaluate(model, params, data.train, per_client)
         row["train_acc"], row["train_loss"] = float(c.sum() / k.sum()), float(loss.sum() / k.sum())
     if data.global_test is not None and alg.evaluate == "global" and not per_client:
-        gx, gy = data.global_test
-        one = Split(
-            gx, gy, torch.zeros(1, dtype=torch.long, device=gx.device), torch.tensor([len(gy)], device=gx.device)
-        )
-        c, _, k = M.evaluate(model, params, one, False)
+        c, _, k = evaluate(model, params, data.global_split, False)
         row["global_test_acc"] = float(c.sum() / k.sum())
     row["seconds"] = time.perf_counter() - t0
     return row

@@ -311,7 +311,7 @@ def test_grid_workers_stop_when_the_parent_is_killed(tmp_path):
         "import sys; from fedlib import RunConfig, Store; from fedlib.runner import run_configs\n"
         "cfgs = [RunConfig(n_clients=20, clients_per_round=20, rounds=100000, local_steps=20, model='dnn', seed=s)"
         " for s in range(4)]\n"
-        f"run_configs(cfgs, Store({str(tmp_path)!r}), progress=False, jobs=2)\n"
+        f"run_configs(cfgs, Store({str(tmp_path)!r}), progress=False, jobs=2, batch=1)\n"
     )
     parent = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:

@@ -58,7 +58,7 @@ def test_e2e_prints_every_workload_with_its_breakdown(capsys):
     header = next(line for line in out if "workload" in line and "s/round" in line)
     for col in ("s/round", "GFLOP", "limit s", "ratio", *(s[:6] for s in STAGES)):
         assert col in header
-    rows = {line.split()[0]: line for line in out if line[:2] in ("W3", "W4", "W6") and "batched" not in line}
+    rows = {line.split()[0]: line for line in out if line.split() and line.split()[0] in ("W3", "W4", "W6")}
     assert set(rows) == {"W3", "W4", "W6"}
     for name, line in rows.items():
         nums = [float(v) for v in line.split()[-(4 + len(STAGES)) :]]  # s/round GFLOP limit ratio ... stages
@@ -68,7 +68,14 @@ def test_e2e_prints_every_workload_with_its_breakdown(capsys):
         assert sec > 0 and gflop > 0 and limit > 0 and ratio == pytest.approx(sec / limit, rel=0.05 + rounding, abs=0.1)
         assert sum(shares) == pytest.approx(100, abs=0.5)  # the stages cover the round
         assert shares[STAGES.index("training")] > 0 and shares[STAGES.index("evaluation")] > 0
-    assert any(line.startswith("W6") and "batched" in line and "not implemented" in line for line in out)
+    # W6's grid side by side: whole runs one by one and batched as one model, each against the limit, and the ratio
+    whole = {line.split()[0]: line for line in out if line.startswith(("W6w", "W6b", "W6x"))}
+    assert set(whole) == {"W6w", "W6b", "W6x"} and "batched" in whole["W6b"] and "one by one" in whole["W6w"]
+    for tag in ("W6w", "W6b"):
+        sec, gflop, limit, ratio = (float(v) for v in whole[tag].split()[-4:])
+        assert sec > 0 and gflop == pytest.approx(float(rows["W6"].split()[-(3 + len(STAGES))]), rel=0.01)
+        assert ratio == pytest.approx(sec / limit, rel=0.05 + 5e-5 / limit, abs=0.1)
+    assert float(whole["W6x"].split()[-1].rstrip("x")) > 0
 
 
 def test_e2e_rejects_unknown_workload(capsys):

@@ -52,7 +52,10 @@ def test_expand_product_and_union():
     assert expand(TINY, {"hidden": (7,), "model": "dnn"})[0].hidden == (7,)
 
 
-def test_grid_resumes_after_interruption(tmp_path, monkeypatch):
+@pytest.mark.parametrize("batch", [1, 16], ids=["one-at-a-time", "batched"])
+def test_grid_resumes_after_interruption(tmp_path, monkeypatch, batch):
+    """Stopped during seed 1's run: the finished runs are kept (one at a time: seed 0; batched as one model: seeds 0
+    and 2, which finish beside it), nothing is half-written, and the rerun trains only what is missing."""
     store = Store(tmp_path)
     grid = {"seed": [0, 1, 2]}
     real_train = run_module.train
@@ -66,11 +69,14 @@ def test_grid_resumes_after_interruption(tmp_path, monkeypatch):
 
     monkeypatch.setattr(run_module, "train", flaky)
     with pytest.raises(KeyboardInterrupt):
-        run_grid(TINY, grid, store, progress=False)
-    assert [c.seed for c in store.configs()] == [0]  # the finished run is kept
+        run_grid(TINY, grid, store, progress=False, batch=batch)
+    finished = [0] if batch == 1 else [0, 2]
+    assert sorted(c.seed for c in store.configs()) == finished  # the finished runs are kept
     assert not list(store.root.glob("_tmp-*"))  # nothing half-written
-    df = run_grid(TINY, grid, store, progress=False)
-    assert calls == [0, 1, 1, 2]  # seed 0 not retrained
+    before = len(calls)
+    df = run_grid(TINY, grid, store, progress=False, batch=batch)
+    assert sorted(calls[:before]) == (sorted([0, 1]) if batch == 1 else [0, 1, 2])
+    assert sorted(calls[before:]) == ([1, 2] if batch == 1 else [1])  # finished runs are not retrained
     assert sorted(df.seed) == [0, 1, 2] and len(store.configs()) == 3
 
 

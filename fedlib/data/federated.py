@@ -10,6 +10,7 @@ stacked executor testable against the per-client loop.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -71,6 +72,17 @@ class FederatedData:
     @property
     def n_clients(self) -> int:
         return len(self.train.sizes)
+
+    @functools.cached_property
+    def global_split(self) -> Split | None:
+        """The global test set as a one-client ``Split`` (made once, so that batched runs sharing this data merge
+        its evaluations: ``fedlib.batching``); None without one."""
+        if self.global_test is None:
+            return None
+        gx, gy = self.global_test
+        return Split(
+            gx, gy, torch.zeros(1, dtype=torch.long, device=gx.device), torch.tensor([len(gy)], device=gx.device)
+        )
 
     @classmethod
     def from_parts(

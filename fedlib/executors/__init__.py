@@ -28,7 +28,7 @@ from __future__ import annotations
 from torch import nn
 
 from . import chain  # noqa: F401  (registers the chain fast paths)
-from .chain import chain_forward
+from .chain import chain_forward, class_softmax
 from .kernels import FAST_PATHS, fast_path, register_fast_path
 from .loop import LoopExecutor
 from .objectives import CrossEntropy, FedMixObjective, MixupObjective, NaiveMixObjective, Objective
@@ -66,6 +66,7 @@ __all__ = [
     "FedMixObjective",
     "NaiveMixObjective",
     "chain_forward",
+    "class_softmax",
     "register_fast_path",
     "fast_path",
     "FAST_PATHS",

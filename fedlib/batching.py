@@ -1,0 +1,259 @@
+"""Grids as one model (issue 21, item 5): runs that share their data and model shape train together, as one stacked
+model with the runs' clients side by side on the client axis.
+
+Each run keeps its own round loop (``simulation.simulate`` in a thread of its own: its selection, batch plans,
+aggregation, lr schedule, random streams, snapshots and store entry are exactly its solo run's). What the runs share
+is the arithmetic: their executor is a ``GangExecutor``, whose ``train`` and ``evaluate`` calls wait at a barrier
+until every live run of the gang has made its next call, and then run as one call per kind:
+
+- ``train``: the runs' client stacks concatenated on the client axis (run r's K_r clients after run r-1's) through
+  the real executor once, and split back. Calls merge when they ask the same arithmetic of different rows: same
+  model shapes, data split, optimiser (``LocalSGD``: lr, momentum, weight decay, mu), objective, plan shape
+  (steps, batch, padding) and the same generic terms; others run one by one (correct, only not batched).
+- ``evaluate``: the runs' models of each client stacked on a run axis, one batched forward per client for all runs
+  (Linear chains; other models are evaluated one run at a time).
+
+No result depends on which calls merged: every client's matmuls have the shapes they have alone, and the merged
+arithmetic is the solo one slice by slice (on this CPU, float32 included: ``baddbmm`` over a stack equals ``addmm``
+per slice bit for bit, and per-run sums are taken per run). ``tests/test_batching.py`` checks batched = solo exactly,
+in float32 and float64, for every method registered.
+
+Why threads and a barrier rather than a run axis written into the round loop: every method's client procedure
+(pFedMe's inner loop, Per-FedAvg's three steps, SCAFFOLD's drift, Ditto's two models) is a sequence of
+``executor.train`` calls, so merging at that one interface batches every method without touching any of them.
+The threads' own Python (selection, plans, aggregation) is small beside the merged arithmetic (see the ``--e2e``
+benchmark's W6).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import metrics as M
+from .data.federated import BatchPlan
+from .executors.chain import chain_forward, class_softmax
+from .executors.objectives import CrossEntropy
+from .models import linear_chain
+
+
+@dataclass(eq=False)
+class _Call:
+    kind: str  # "train" | "evaluate"
+    key: tuple | None  # calls with equal keys merge; None: runs alone
+    args: tuple
+    kwargs: dict
+    result: object = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+class Gang:
+    """``members`` runs training together. Each run's thread uses ``member()`` as its executor and calls
+    ``leave()`` when its run ends, however it ends (a run that diverged or failed leaves; the others go on)."""
+
+    def __init__(self, executor, members: int):
+        self.executor = executor
+        self.live = members
+        self.pending: list[_Call] = []
+        self.cv = threading.Condition()
+        self.merged = {"train": [0, 0], "evaluate": [0, 0]}  # kind -> [calls made, merged calls run]
+
+    def member(self) -> "GangExecutor":
+        return GangExecutor(self)
+
+    def leave(self) -> None:
+        with self.cv:
+            self.live -= 1
+            batch = self._take()
+        self._run(batch)
+
+    def submit(self, call: _Call):
+        with self.cv:
+            self.pending.append(call)
+            batch = self._take()
+        self._run(batch)
+        with self.cv:
+            while not call.done:
+                self.cv.wait()
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    def _take(self) -> list[_Call]:
+        """The pending calls, once every live run has made one (under the lock)."""
+        if not self.pending or len(self.pending) < self.live:
+            return []
+        batch, self.pending = self.pending, []
+        return batch
+
+    def _run(self, batch: list[_Call]) -> None:
+        if not batch:
+            return
+        groups: dict = {}
+        for c in batch:
+            groups.setdefault((c.kind, c.key) if c.key is not None else (c.kind, id(c)), []).append(c)
+        for (kind, _), calls in groups.items():
+            try:
+                results = (merged_train if kind == "train" else merged_evaluate)(self.executor, calls)
+                for c, r in zip(calls, results):
+                    c.result = r
+            except BaseException as e:  # every run of the merged call sees the failure
+                for c in calls:
+                    c.error = e
+            self.merged[kind][0] += len(calls)
+            self.merged[kind][1] += 1
+        with self.cv:
+            for c in batch:
+                c.done = True
+            self.cv.notify_all()
+
+
+class GangExecutor:
+    """A run's executor in a ``Gang``: ``train`` and ``evaluate`` go through the gang's barrier; anything else is
+    the real executor's (its ``name`` is what the run's metadata records)."""
+
+    def __init__(self, gang: Gang):
+        self.gang = gang
+
+    def __getattr__(self, name):
+        return getattr(self.gang.executor, name)
+
+    def train(self, model, params, plan, data, opt, anchor=None, drift=None, *, objective=None):
+        key = _train_key(model, params, plan, data, opt, anchor, drift, objective)
+        return self.gang.submit(
+            _Call("train", key, (model, params, plan, data, opt, anchor, drift), {"objective": objective})
+        )
+
+    def evaluate(self, model, params, split, per_client):
+        key = _evaluate_key(model, params, split, per_client)
+        return self.gang.submit(_Call("evaluate", key, (model, params, split, per_client), {}))
+
+
+def _shapes(params) -> tuple:
+    return tuple((n, tuple(t.shape[1:]), t.dtype, t.device.type) for n, t in params.items())
+
+
+def _train_key(model, params, plan: BatchPlan, data, opt, anchor, drift, objective) -> tuple | None:
+    if objective is not None and type(objective) is not CrossEntropy:
+        return None  # objectives with per-call context (FedMix's pairs and means) run alone
+    return (
+        type(model), _shapes(params), id(data), opt, anchor is None, drift is None,
+        plan.steps, tuple(plan.index.shape[2:]), plan.weight is None, plan.active is None,
+    )  # fmt: skip
+
+
+def _evaluate_key(model, params, split, per_client) -> tuple | None:
+    if linear_chain(model) is None:
+        return None
+    return (type(model), _shapes(params) if per_client else tuple((n, t.shape, t.dtype) for n, t in params.items()),
+            id(split), per_client)  # fmt: skip
+
+
+def _cat(dicts: list) -> dict | None:
+    return None if dicts[0] is None else {n: torch.cat([d[n] for d in dicts]) for n in dicts[0]}
+
+
+def merged_train(executor, calls: list[_Call]) -> list:
+    """One ``executor.train`` over the calls' clients side by side; each call's rows of the result."""
+    if len(calls) == 1:
+        c = calls[0]
+        return [executor.train(*c.args, **c.kwargs)]
+    model, _, _, data, opt, _, _ = calls[0].args
+    params = _cat([c.args[1] for c in calls])
+    plans = [c.args[2] for c in calls]
+    cat = lambda ts: None if ts[0] is None else torch.cat(ts, dim=1)
+    plan = BatchPlan(cat([p.index for p in plans]), cat([p.weight for p in plans]), cat([p.active for p in plans]))
+    out = executor.train(
+        model, params, plan, data, opt, _cat([c.args[5] for c in calls]), _cat([c.args[6] for c in calls]),
+        objective=calls[0].kwargs["objective"],
+    )  # fmt: skip
+    sizes = [p.index.shape[1] for p in plans]
+    parts = {n: t.split(sizes) for n, t in out.items()}
+    return [{n: parts[n][i] for n in out} for i in range(len(calls))]
+
+
+@torch.no_grad()
+def merged_evaluate(executor, calls: list[_Call]) -> list:
+    """``metrics.evaluate`` of every call, the runs' models stacked on a run axis: per client (or per chunk of rows
+    for one global model) one batched forward for all runs. Per run, the same values as ``metrics.evaluate``: the
+    logits' slices are its ``addmm`` bit for bit, and losses are summed per run with the same reduction."""
+    if len(calls) == 1:
+        return [M.evaluate(*calls[0].args)]
+    model, _, split, per_client = calls[0].args
+    layers = linear_chain(model)
+    R = len(calls)
+    stacked = {n: torch.stack([c.args[1][n] for c in calls]) for n in calls[0].args[1]}  # (R, [N,] ...)
+    n_clients = len(split.sizes)
+    dev = split.x.device
+    correct = torch.zeros(R, n_clients, dtype=torch.float64, device=dev)
+    loss = torch.zeros(R, n_clients, dtype=torch.float64, device=dev)
+    dtype = next(iter(stacked.values())).dtype
+    if not per_client:
+        owner = torch.repeat_interleave(torch.arange(n_clients, device=dev), split.sizes)
+        chunk = 8192  # metrics.evaluate's
+        for a in range(0, len(split.y), chunk):
+            x, y = split.x[a : a + chunk].to(dtype), split.y[a : a + chunk]
+            out = chain_forward(layers, stacked, x.unsqueeze(0).expand(R, *x.shape))[-1]
+            per = F.nll_loss(class_softmax(out, log=True).flatten(0, 1), y.repeat(R), reduction="none").view(R, -1)
+            o = owner[a : a + chunk]
+            for r in range(R):
+                correct[r].index_add_(0, o, (out[r].argmax(1) == y).to(torch.float64))
+                loss[r].index_add_(0, o, per[r].to(torch.float64))
+    else:
+        for i in range(n_clients):
+            x, y = split.client(i)
+            if len(y) == 0:
+                continue
+            x = x.to(dtype)
+            out = chain_forward(layers, {n: t[:, i] for n, t in stacked.items()}, x.unsqueeze(0).expand(R, *x.shape))
+            out = out[-1]
+            correct[:, i] = (out.argmax(2) == y).sum(1)
+            logp = class_softmax(out, log=True)
+            loss[:, i] = torch.stack([F.nll_loss(logp[r], y, reduction="sum") for r in range(R)])
+    n = split.sizes.cpu().numpy().astype(np.float64)
+    correct, loss = correct.cpu().numpy(), loss.cpu().numpy()
+    return [(correct[r], loss[r], n) for r in range(R)]
+
+
+@dataclass
+class StopFlag:
+    """A Ctrl-C for runs in threads (only the main thread takes signals): ``simulate`` finishes the round, snapshots
+    and stops when ``requested`` is set."""
+
+    requested: bool = False
+
+
+def run_together(fns: list, executor) -> tuple[list, Gang]:
+    """Call ``fns[r](member_executor, stop_flag)`` for every run r in a thread of its own, their executors one
+    ``Gang``; returns (per run: its return value or the exception it raised, the gang). Ctrl-C in the calling
+    thread asks every run to stop after its round (with a snapshot); a second Ctrl-C returns at once."""
+    gang, stop = Gang(executor, len(fns)), StopFlag()
+    out: list = [None] * len(fns)
+
+    def body(r):
+        try:
+            out[r] = fns[r](gang.member(), stop)
+        except BaseException as e:  # reported per run by the caller
+            out[r] = e
+        finally:
+            gang.leave()
+
+    threads = [threading.Thread(target=body, args=(r,), daemon=True, name=f"fedlib-run-{r}") for r in range(len(fns))]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        stop.requested = True
+        for t in threads:
+            t.join()
+    return out, gang
+
+
+__all__ = ["Gang", "GangExecutor", "StopFlag", "run_together", "merged_train", "merged_evaluate"]
