@@ -179,9 +179,10 @@ def merged_train(executor, calls: list[_Call]) -> list:
 
 @torch.no_grad()
 def merged_evaluate(executor, calls: list[_Call]) -> list:
-    """``metrics.evaluate`` of every call, the runs' models stacked on a run axis: per client (or per chunk of rows
-    for one global model) one batched forward for all runs. Per run, the same values as ``metrics.evaluate``: the
-    logits' slices are its ``addmm`` bit for bit, and losses are summed per run with the same reduction."""
+    """``metrics.evaluate`` of every call, the runs' models stacked on a run axis: per block of clients
+    (``metrics.personal_chain``), or per chunk of rows for one global model, one batched forward for all runs. Per
+    run, the same values as ``metrics.evaluate``: the logits' slices are its matmuls' bit for bit, and losses are
+    summed per run with the same reduction."""
     if len(calls) == 1:
         return [M.evaluate(*calls[0].args)]
     model, _, split, per_client = calls[0].args
@@ -205,16 +206,7 @@ def merged_evaluate(executor, calls: list[_Call]) -> list:
                 correct[r].index_add_(0, o, (out[r].argmax(1) == y).to(torch.float64))
                 loss[r].index_add_(0, o, per[r].to(torch.float64))
     else:
-        for i in range(n_clients):
-            x, y = split.client(i)
-            if len(y) == 0:
-                continue
-            x = x.to(dtype)
-            out = chain_forward(layers, {n: t[:, i] for n, t in stacked.items()}, x.unsqueeze(0).expand(R, *x.shape))
-            out = out[-1]
-            correct[:, i] = (out.argmax(2) == y).sum(1)
-            logp = class_softmax(out, log=True)
-            loss[:, i] = torch.stack([F.nll_loss(logp[r], y, reduction="sum") for r in range(R)])
+        correct, loss = M.personal_chain(layers, stacked, split)
     n = split.sizes.cpu().numpy().astype(np.float64)
     correct, loss = correct.cpu().numpy(), loss.cpu().numpy()
     return [(correct[r], loss[r], n) for r in range(R)]
