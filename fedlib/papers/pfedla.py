@@ -460,7 +460,8 @@ def plot_fig4(avg: pd.DataFrame, default_percent: float, title: str = ""):
     """pFedLA Figure 4's three panels from per-run average accuracies (``frame`` rows with domain == 'avg'):
     (a) FedBN by attention type at the default data size, (b) FedProx without attention, with local SE and with
     non-local SE, (c) FedBN and FedBN+SE over the local data size (``domain_percent``; runs at the default size have
-    it unset). Bars and points: mean over the seeds, error bars and band: ± 1 std over them."""
+    it unset). Bars and points: mean over the seeds, error bars and band: ± 1 std over them. (a) and (b) in the
+    first row, (c) under them."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -476,7 +477,9 @@ def plot_fig4(avg: pd.DataFrame, default_percent: float, title: str = ""):
         ]
     )
     c = avg[(avg.algorithm == "fedbn") & avg.attention.isin(["none", "se"])]
-    fig, axes = plt.subplots(1, 3, figsize=(13.5, 3.9))
+    fig = plt.figure(figsize=(11, 7.4))  # (a) and (b) side by side, (c) below them, as wide as both
+    grid = fig.add_gridspec(2, 2)
+    axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])]
     order_a = ["none", "se", "eca", "ca", "hybrid"]
     sns.barplot(data=a, x="attention", y="final", order=order_a, errorbar="sd", ax=axes[0], color="#1f77b4")
     axes[0].set_xticks(range(5), ["FedBN", "+ SE", "+ ECA", "+ CA", "+ hybrid"])
@@ -493,6 +496,8 @@ def plot_fig4(avg: pd.DataFrame, default_percent: float, title: str = ""):
     percent_points_axis(axes[2], "x") if c.domain_percent.max() > 1 else axes[2].xaxis.set_major_formatter(
         plt.FuncFormatter(lambda v, _: f"{v:.0%}")
     )
+    if len(c):
+        axes[2].set_xticks(sorted(c.domain_percent.unique()))  # the sizes run, 10% included
     axes[2].legend(handles, labels, loc="lower right", frameon=False)
     for ax in axes[:2]:
         ax.set_xlabel("")
