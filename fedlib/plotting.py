@@ -81,6 +81,32 @@ def method_name(value) -> str:
     return METHOD_NAMES.get(value, str(value)) if isinstance(value, str) else str(value)
 
 
+# The papers' names of data sets' domains (pFedLA: digits, Office-31, ...) and of pFedLA's attention kinds
+DOMAIN_NAMES = {
+    "mnist": "MNIST",
+    "svhn": "SVHN",
+    "usps": "USPS",
+    "synthdigits": "SynthDigits",
+    "mnist_m": "MNIST-M",
+    "amazon": "Amazon",
+    "dslr": "DSLR",
+    "webcam": "Webcam",
+    "avg": "average",
+}
+ATTENTION_NAMES = {"none": "none", "se": "SE", "eca": "ECA", "ca": "CA", "hybrid": "hybrid"}
+
+
+def domain_name(value) -> str:
+    """The paper's name of a domain id (``'mnist_m'`` -> ``'MNIST-M'``, ``'avg'`` -> ``'average'``); others as
+    they are."""
+    return DOMAIN_NAMES.get(value, str(value)) if isinstance(value, str) else str(value)
+
+
+def attention_name(value) -> str:
+    """pFedLA's name of an attention kind (``'eca'`` -> ``'ECA'``); others as they are."""
+    return ATTENTION_NAMES.get(value, str(value)) if isinstance(value, str) else str(value)
+
+
 # Line styles so that curves stay apart when colours are close or lines lie on each other: colour, dash and marker
 # all change from one curve to the next.
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"]
@@ -155,6 +181,27 @@ def finish(fig, handles, labels, caption: str = "", title: str = "", legend_cols
         fig.text(0.5, -0.035 - 0.06 * rows * 3.8 / fig.get_figheight(), caption, ha="center", va="top", fontsize=9,
                  color="#444444", wrap=True)  # fmt: skip
     return leg
+
+
+def caption(fig, text: str, y: float | None = None, below=None):
+    """A caption under the panels (what points, bars and bands are; what a colour means), for figures without
+    ``finish``'s legend; call after ``tight_layout``. ``below``: an artist (a legend) the caption goes under;
+    else ``y`` in figure coordinates (default: just below the axes' tick labels)."""
+    if below is not None:
+        fig.canvas.draw()
+        y = below.get_window_extent().transformed(fig.transFigure.inverted()).y0 - 0.08 / fig.get_figheight()
+    elif y is None:
+        fig.canvas.draw()
+        y = min(ax.get_tightbbox().transformed(fig.transFigure.inverted()).y0 for ax in fig.axes if ax.get_visible())
+        y -= 0.08 / fig.get_figheight()
+    return fig.text(0.5, y, text, ha="center", va="top", fontsize=9, color="#444444", wrap=True)
+
+
+def percent_points_axis(ax, axis: str = "y") -> None:
+    """Accuracies stored in percent (0-100), shown with a % sign on the ticks ("85%", "87.5%")."""
+    from matplotlib.ticker import FuncFormatter
+
+    (ax.yaxis if axis == "y" else ax.xaxis).set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
 
 
 def late_range(frame: pd.DataFrame, metric: str, skip: float = 0.1, pad: float = 0.01) -> tuple[float, float]:
@@ -279,10 +326,15 @@ def paper_vs_ours_bars(cmp: pd.DataFrame, title: str = "", ncols: int = 3):
     return fig
 
 
-def label_cells(ax, values, fmt: str) -> None:
-    """Write each finite value of a heat map drawn with ``imshow`` into its cell."""
+def label_cells(ax, values, fmt: str, fontsize: float = 7, image=None) -> None:
+    """Write each finite value of a heat map drawn with ``imshow`` into its cell. ``image``: the ``imshow`` result;
+    given, the text is white on dark cells (so values stay readable at both ends of a colour map)."""
     import numpy as np
 
     for (i, j), v in np.ndenumerate(values):
         if np.isfinite(v):
-            ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=7)
+            color = "black"
+            if image is not None:
+                r, g, b, _ = image.cmap(image.norm(v))
+                color = "white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.45 else "black"
+            ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=fontsize, color=color)

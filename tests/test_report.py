@@ -402,7 +402,11 @@ def test_pfedla_curves_and_fig3_golden():
     assert at["none", 0, 20, "usps"] == pytest.approx(80.0) and at["none", 0, 10, "avg"] == pytest.approx(60.0)
     assert at["se", 1, 20, "avg"] == pytest.approx(75.0)
     fig = pfedla_fig3(curves)
-    assert [ax.get_title() for ax in fig.axes] == ["(a) mnist", "(b) usps", "(c) average over domains"]
+    assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == [
+        "(a) MNIST",
+        "(b) USPS",
+        "(c) average over the 2 domains",
+    ]
     # each panel: the SE line (mean of seeds 0-1) and the base line; SE's average at round 20 is (80 + 75) / 2
     lines = [ln for ln in fig.axes[2].get_lines() if len(ln.get_xdata()) == 2]
     assert sorted(round(float(ln.get_ydata()[-1]), 6) for ln in lines) == [70.0, 77.5]
@@ -444,7 +448,10 @@ def test_pfedla_gains_golden():
     fig, (ours, paper) = pfedla_gains(cmp)
     assert ours.loc[("fedbn", "se")].tolist() == [1.5, -1.0] and ours.loc[("ditto", "se")].tolist() == [2.0, 3.0]
     assert paper.loc[("fedbn", "se")].tolist() == [-1.0, 1.0] and list(ours.columns) == ["mnist", "usps"]
-    assert [ax.get_title() for ax in fig.axes[:2]] == ["ours: 3 of 4 cells up", "paper: 3 of 4 cells up"]
+    assert [ax.get_title() for ax in fig.axes[:2]] == [
+        "ours:\n3 of 4 cells above base",
+        "paper (Table 1):\n3 of 4 cells above base",
+    ]
 
 
 def test_pfedla_paired_gains_golden():
@@ -485,7 +492,7 @@ def test_pfedla_paired_gains_golden():
     with pytest.raises(ValueError, match="metric='avg' is not one of: final, last3, best"):
         pfedla_gains(frame, metric="avg")
     fig = pfedla_gain_intervals(pfedla_gains(frame))
-    assert [ax.get_title() for ax in fig.axes] == ["usps", "mnist"]
+    assert [ax.get_title() for ax in fig.axes] == ["USPS", "MNIST"]
 
 
 def test_accuracy_vs_cost_draws_mean_curves_over_uploads():

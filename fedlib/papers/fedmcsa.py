@@ -511,30 +511,54 @@ def plot_sigma_study(frame: pd.DataFrame, local: pd.DataFrame, title: str = ""):
     return fig
 
 
-def plot_attention_matrices(att, layers, order=None, labels=None, title: str = ""):
-    """FedMCSA's learned attention, one panel per layer (model component): clients x clients, row i = the weights of
-    client i's personalised model over the uploads (window mean over the rounds both were sampled; grey: never
-    together). ``att``: (layers, N, N); ``order``: client order (e.g. grouped by label set); ``labels``: tick labels."""
+def plot_attention_matrices(att, layers, order=None, labels=None, title: str = "", axis: str = "client"):
+    """FedMCSA's learned attention, one panel per layer (model component; two panels per row): clients x clients,
+    row i = the weights of client i's personalised model over the uploads (window mean over the rounds both were
+    sampled; grey: never together). ``att``: (layers, N, N); ``order``: client order (e.g. grouped by label set);
+    ``labels``: tick labels (each client's label set); ``axis``: what the clients' order is, for the axis labels."""
     import matplotlib.pyplot as plt
+
+    from ..plotting import caption, grid_axes
 
     att = np.asarray(att, dtype=float)
     order = np.arange(att.shape[-1]) if order is None else np.asarray(order)
     k = att.shape[0]
-    fig, axes = plt.subplots(1, k, figsize=(3.4 * k + 1, 3.6), squeeze=False)
+    names = [_layer_name(str(n), [str(x) for x in layers]) for n in layers]
+    fig, axes = grid_axes(k, ncols=2, width=4.6, height=4.4, layout="constrained")
     vmax = np.nanpercentile(att, 99) if np.isfinite(att).any() else 1
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_bad("0.85")
-    for ax, a, name in zip(axes[0], att, layers):
+    cmap = plt.get_cmap("viridis").with_extremes(bad="0.85")
+    for i, (ax, a, name) in enumerate(zip(axes, att, names)):
         im = ax.imshow(a[np.ix_(order, order)], cmap=cmap, vmin=0, vmax=vmax, interpolation="nearest")
-        ax.set_title(str(name), fontsize=9)
+        ax.set_title(name, fontsize=10)
         if labels is not None and len(order) <= 30:
-            ax.set_xticks(range(len(order)), [labels[i] for i in order], rotation=90, fontsize=6)
-            ax.set_yticks(range(len(order)), [labels[i] for i in order], fontsize=6)
+            ax.set_xticks(range(len(order)), [labels[i] for i in order], rotation=90, fontsize=8)
+            ax.set_yticks(range(len(order)), [labels[i] for i in order], fontsize=8)
         else:
             ax.set_xticks([]), ax.set_yticks([])
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="attention weight")
+        ax.set_xlabel(f"upload of {axis}")
+        if i % 2 == 0:  # the right column shares the left's rows
+            ax.set_ylabel(f"personalised model of {axis}")
     fig.suptitle(title)
+    fig.colorbar(im, ax=axes, shrink=0.8, extend="max" if np.nanmax(att) > vmax else "neither",
+                 label="attention weight (a row sums to 1 over\nthe clients sampled that round)")  # fmt: skip
+    caption(fig, "row i: the weights client i's personalised model gives each upload, mean over the window's rounds "
+                 f"in which both clients were sampled; grey: never sampled together; colour scale capped at {vmax:.2f} "
+                 "(the 99th percentile).")  # fmt: skip
     return fig
+
+
+def _layer_name(name: str, layers: list) -> str:
+    """'1.weight' -> '1.weight (hidden layer, weights)': the DNN's Linear modules are named by their index in the
+    Sequential, the last one is the output layer."""
+    mod, _, kind = name.rpartition(".")
+    mods = list(dict.fromkeys(n.rpartition(".")[0] for n in layers))
+    if kind not in ("weight", "bias") or mod not in mods:
+        return name
+    what = "weights" if kind == "weight" else "bias"
+    if len(mods) == 1:  # one layer drawn alone: its place in the network is not known here
+        return f"{name} ({what})"
+    where = "output layer" if mod == mods[-1] else "hidden layer" if len(mods) == 2 else f"layer {mods.index(mod) + 1}"
+    return f"{name} ({where}, {what})"
 
 
 def spectral_order(att) -> np.ndarray:
