@@ -176,15 +176,19 @@ def table1(profile: str, available: "Available | None" = None, *, winners: dict)
 # Both readings of FedMCSA (not in the paper): on Synthetic, the paper's equations (prox lambda toward the received
 # personalised model, plain attention) beside the authors' code (``mcsa_code``: no effective prox, attention rows
 # reweighted by the sampled clients' data sizes), at Table 2's setting (sigma 50) and the code's default sigma 1000,
-# the paper's Table 2 rows FedMCSA / FedMCSA^-MCSA, and Figure 5's sigma sweep. The two switches apart: prox off
-# alone is ``lam=0`` with the paper's attention; reweighting alone (prox on) is not a configuration the method
-# offers (``mcsa_code`` turns both), so the 2x2 has three of its four cells. Local is the yardstick.
+# the paper's Table 2 rows FedMCSA / FedMCSA^-MCSA, and Figure 5's sigma sweep. The two switches apart, a 2x2 at
+# sigma 50: anchor on / reweighting off (the paper), anchor off alone (``lam=0``), reweighting alone with the anchor on
+# (``by_data_size``), both (``mcsa_code``). FedMCSA^-MCSA's code row drops the prox only (``mcsa_code`` keeps its
+# mean equal-weight there); with ``by_data_size`` its mean is data-size weighted, as the pFedMe code base averages.
+# Local is the yardstick.
 READINGS = [
-    {"algorithm": "fedmcsa"},  # the paper's equations (Table 2's cell)
-    {"algorithm": "fedmcsa", "lam": 0.0},  # prox off, attention unweighted
-    {"algorithm": "fedmcsa", "mcsa_code": True},  # prox off, attention reweighted by data size (authors' code)
+    {"algorithm": "fedmcsa"},  # the paper's equations (Table 2's cell): anchor on, reweighting off
+    {"algorithm": "fedmcsa", "lam": 0.0},  # anchor off, reweighting off
+    {"algorithm": "fedmcsa", "by_data_size": True},  # anchor on, reweighting on
+    {"algorithm": "fedmcsa", "mcsa_code": True},  # anchor off, reweighting on (the authors' code)
     {"algorithm": "fedmcsa", "mcsa_code": True, "sigma": 1000.0},  # ... at the code's default sigma
-    {"algorithm": "fedmcsa-mcsa", "mcsa_code": True},  # Table 2's FedMCSA^-MCSA row, as in the code
+    {"algorithm": "fedmcsa-mcsa", "mcsa_code": True},  # Table 2's FedMCSA^-MCSA row, prox off, equal-weight mean
+    {"algorithm": "fedmcsa-mcsa", "mcsa_code": True, "by_data_size": True},  # ... with the data-weighted mean
     {"algorithm": "fedmcsa-mcsa"},
     {"algorithm": "local"},
 ]
@@ -555,18 +559,24 @@ def spectral_order(att) -> np.ndarray:
 # -- both readings (notebook 16) -----------------------------------------------------------------------------------------
 def reading(cfg: RunConfig) -> tuple[str, str, str]:
     """(row, proximal anchor, data-size reweighting) of a ``fedmcsa_readings`` config: which reading of FedMCSA it is
-    and where it sits on the two switches the authors' code flips (``mcsa_code``)."""
+    and where it sits on the two switches the authors' code flips (``fedlib.algorithms.fedmcsa``: ``mcsa_code`` drops
+    the anchor, and on FedMCSA also reweights; ``by_data_size`` reweights alone)."""
     alg = cfg.get("algorithm")
     if alg == "local":
         return "Local", "-", "-"
     name = "FedMCSA" if alg == "fedmcsa" else "FedMCSA^-MCSA"
     code, lam = cfg.get("mcsa_code"), cfg.get("lam")
+    by_size = cfg.flat().get("by_data_size", False)
     sigma = f", σ = {cfg.get('sigma'):g}" if alg == "fedmcsa" and cfg.get("sigma") != 50 else ""
+    reweighting = "on" if by_size or (code and alg == "fedmcsa") else "off"
+    weighted = ", data-weighted mean" if alg != "fedmcsa" and by_size else ""
     if code:
-        return f"{name}, authors' code{sigma}", "off (code)", "on"
+        return f"{name}, authors' code{weighted}{sigma}", "off (code)", reweighting
     if lam == 0:
-        return f"{name}, paper with λ = 0{sigma}", "off (λ = 0)", "off"
-    return f"{name}, paper's equations{sigma}", f"on (λ = {lam:g})", "off"
+        return f"{name}, paper with λ = 0{sigma}", "off (λ = 0)", reweighting
+    if by_size:
+        return f"{name}, paper + data-size reweighting{sigma}", f"on (λ = {lam:g})", reweighting
+    return f"{name}, paper's equations{sigma}", f"on (λ = {lam:g})", reweighting
 
 
 def readings_table(table: pd.DataFrame, cfgs: list[RunConfig]) -> pd.DataFrame:
