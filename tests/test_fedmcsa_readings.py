@@ -174,3 +174,31 @@ def test_reading_places_each_config_on_the_two_switches():
         _, p, r = fedmcsa.reading(cfg)
         assert p.split()[0] == prox and r == reweighting, (change, p, r)
         assert (alg.local.mu > 0) == (prox == "on") and alg.aggregate.by_data_size == (reweighting == "on")
+
+
+def test_a_method_without_the_option_reads_it_as_none():
+    """A grid mixing FedMCSA (which has ``by_data_size``) with Local (which does not) must tabulate and filter: the
+    readings experiment's table raised KeyError on the Local rows when the option was added."""
+    assert RunConfig(algorithm="local").get("by_data_size") is None
+    assert RunConfig(algorithm="fedmcsa").get("method.by_data_size") is False
+    with pytest.raises(KeyError, match="no field 'bogus'"):
+        RunConfig().get("bogus")
+
+
+def test_readings_smoke_table_and_switches():
+    """The readings grid end to end at the smoke profile: the table, the 2x2 (four cells per model) and its figure."""
+    import matplotlib.pyplot as plt
+
+    import fedlib
+
+    ex = fedlib.experiment("fedmcsa_readings", "smoke", progress=False, where={"algorithm": "fedmcsa"})
+    assert len(ex.configs) == 2 * 5 + 2 * 2  # per model: five readings at sigma 50 or 1000, two more sweep points
+    two = fedmcsa.switches(fedmcsa.readings_table(ex.table, ex.runs))
+    assert two.index.tolist() == [(m, a) for m in ("mlr", "dnn") for a in ("on (λ = 5)", "off")]
+    assert (two[["reweighting off", "reweighting on"]] != "").all().all()
+    ex = fedlib.experiment("fedmcsa_readings", "smoke", progress=False)
+    readings = fedmcsa.readings_table(ex.table, ex.runs)
+    assert set(readings.reading) >= {"Local", "FedMCSA^-MCSA, authors' code, data-weighted mean"}
+    fig = fedmcsa.plot_switches(readings)
+    assert len(fig.axes) == 2
+    plt.close(fig)
