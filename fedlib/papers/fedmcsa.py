@@ -608,6 +608,75 @@ def readings_table(table: pd.DataFrame, cfgs: list[RunConfig]) -> pd.DataFrame:
     return out.drop(columns="algorithm").round(2)
 
 
+def _two_by_two(readings: pd.DataFrame) -> pd.DataFrame:
+    """FedMCSA's rows at σ = 50 of ``readings_table``, with ``anchor`` ('on' / 'off') from the prox column."""
+    r = readings[readings.reading.str.startswith("FedMCSA,") & ~readings.reading.str.contains("σ = ")]
+    return r.assign(anchor=r.prox.str.split().str[0])
+
+
+def switches(readings: pd.DataFrame) -> pd.DataFrame:
+    """The 2x2 of the authors' code's two switches on FedMCSA at σ = 50, from ``readings_table``: per model, rows the
+    proximal anchor (on: λ = 5, the paper; off: λ = 0 or the code), columns data-size reweighting off / on, cells the
+    best sample-weighted mean test accuracy '(mean) ± (std)' (%, over the seeds, ddof 0); beside them Local and the
+    paper's Synthetic FedMCSA numbers (Table 2 at σ = 50, λ = 5; Table 1 tuned)."""
+    r = _two_by_two(readings)
+    local = readings[readings.reading == "Local"].set_index("model")
+    out = []
+    for m in dict.fromkeys(r.model):
+        for anchor, label in (("on", "on (λ = 5)"), ("off", "off")):
+            row = {"model": m, "proximal anchor": label}
+            for rw in ("off", "on"):
+                x = r[(r.model == m) & (r.anchor == anchor) & (r.reweighting == rw)]
+                if len(x) > 1:
+                    raise ValueError(f"switches: {len(x)} readings for {m}, anchor {anchor}, reweighting {rw}")
+                row[f"reweighting {rw}"] = f"{x.weighted.iloc[0]:.2f} ± {x.weighted_std.iloc[0]:.2f}" if len(x) else ""
+            lo = local.loc[m] if m in local.index else None
+            row["Local"] = f"{lo.weighted:.2f} ± {lo.weighted_std:.2f}" if lo is not None else ""
+            first = r[r.model == m].iloc[0]
+            row["paper Table 2"], row["paper Table 1"] = first["paper Table 2"], first["paper Table 1"]
+            out.append(row)
+    return pd.DataFrame(out).set_index(["model", "proximal anchor"])
+
+
+def plot_switches(readings: pd.DataFrame, title: str = ""):
+    """The 2x2 as bars: per model, the proximal anchor on / off, each with data-size reweighting off / on (mean over
+    the seeds, ± std as error bars), Local and the paper's Synthetic FedMCSA numbers as lines."""
+    from .. import plotting
+
+    r = _two_by_two(readings)
+    models = list(dict.fromkeys(r.model))
+    fig, axes = plotting.grid_axes(len(models), 2, width=4.6, height=3.6)
+    width = 0.36
+    for ax, m in zip(axes, models):
+        rm = r[r.model == m]
+        for j, rw in enumerate(("off", "on")):
+            ys, es = [], []
+            for anchor in ("on", "off"):
+                x = rm[(rm.anchor == anchor) & (rm.reweighting == rw)]
+                ys.append(x.weighted.iloc[0] if len(x) else np.nan)
+                es.append(x.weighted_std.iloc[0] if len(x) else 0.0)
+            pos = np.arange(2) + (j - 0.5) * width
+            bars = ax.bar(pos, ys, width, yerr=es, capsize=3, color=plotting.COLORS[j], hatch=("", "//")[j],
+                          edgecolor="white", label=f"data-size reweighting {rw}")  # fmt: skip
+            ax.bar_label(bars, fmt="%.1f", padding=2, fontsize=8)
+        loc = readings[(readings.reading == "Local") & (readings.model == m)]
+        if len(loc):
+            ax.axhline(loc.weighted.iloc[0], color="k", ls="-", lw=1.2, label="Local (each client alone)")
+        first = rm.iloc[0]
+        ax.axhline(first["paper Table 2"], color="#555555", ls="--", lw=1.2, label="paper, Table 2 (σ = 50, λ = 5)")
+        ax.axhline(first["paper Table 1"], color="#555555", ls=":", lw=1.5, label="paper, Table 1 (tuned)")
+        ax.set_xticks(np.arange(2), ["proximal anchor on\n(λ = 5, the paper)", "proximal anchor off"])
+        ax.set_ylim(75, 100)
+        ax.set_ylabel("best mean test accuracy (%)")
+        ax.set_title(f"synthetic / {m}")
+        ax.grid(alpha=0.3, axis="y")
+    handles, labels = axes[0].get_legend_handles_labels()
+    n = int(readings.seeds.max()) if len(readings) else 0
+    plotting.finish(fig, handles, labels, f"bars: mean over seeds, error bars ± std over seeds (n = {n})", title,
+                    legend_cols=3)  # fmt: skip
+    return fig
+
+
 def plot_readings_sigma(paper: pd.DataFrame, code: pd.DataFrame, local: pd.DataFrame, title: str = ""):
     """Figure 5 under both readings: best sample-weighted mean test accuracy (%) against σ, the paper's equations
     (λ = 5) and the authors' code (``mcsa_code``) side by side, per model, with Local as a line. Frames: per-round
