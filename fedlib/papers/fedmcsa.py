@@ -658,7 +658,9 @@ def plot_switches(readings: pd.DataFrame, title: str = ""):
             pos = np.arange(2) + (j - 0.5) * width
             bars = ax.bar(pos, ys, width, yerr=es, capsize=3, color=plotting.COLORS[j], hatch=("", "//")[j],
                           edgecolor="white", label=f"data-size reweighting {rw}")  # fmt: skip
-            ax.bar_label(bars, fmt="%.1f", padding=2, fontsize=8)
+            # inside the bar's top: above it the Local and paper lines would cross the numbers
+            for text in ax.bar_label(bars, fmt="%.1f", padding=-20, fontsize=8, color="white", fontweight="bold"):
+                text.set_bbox(dict(facecolor=plotting.COLORS[j], edgecolor="none", pad=1.0))  # legible on the hatch
         loc = readings[(readings.reading == "Local") & (readings.model == m)]
         if len(loc):
             ax.axhline(loc.weighted.iloc[0], color="k", ls="-", lw=1.2, label="Local (each client alone)")
@@ -671,6 +673,9 @@ def plot_switches(readings: pd.DataFrame, title: str = ""):
         ax.set_title(f"synthetic / {m}")
         ax.grid(alpha=0.3, axis="y")
     handles, labels = axes[0].get_legend_handles_labels()
+    order = [labels.index(x) for x in labels if x.startswith("data-size")]  # the bars first, then the lines
+    order += [i for i in range(len(labels)) if i not in order]
+    handles, labels = [handles[i] for i in order], [labels[i] for i in order]
     n = int(readings.seeds.max()) if len(readings) else 0
     plotting.finish(fig, handles, labels, f"bars: mean over seeds, error bars ± std over seeds (n = {n})", title,
                     legend_cols=3)  # fmt: skip
