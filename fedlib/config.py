@@ -357,12 +357,14 @@ class RunConfig(Part):
 
     def get(self, name: str):
         """A field's value by flat (``mu``) or dotted (``method.mu``) name (``flat_name``); a method option the method
-        does not have reads as its schema-1 default (what the flat ``config.json`` holds)."""
+        does not have reads as its schema-1 default (what the flat ``config.json`` holds), a newer one (not in ``LEGACY``,
+        e.g. FedMCSA's ``by_data_size`` on Local) as None, so a grid mixing the two methods tabulates and filters."""
         flat = self.flat()
         try:
-            return flat[flat_name(name)]
-        except (KeyError, ValueError):
+            k = flat_name(name)
+        except ValueError:
             raise KeyError(f"RunConfig has no field {name!r}; flat names: {', '.join(flat)}") from None
+        return flat.get(k)
 
     def _resolve(self, name: str, method: MethodOptions) -> tuple[str, str]:
         part, dot, f = name.partition(".")

@@ -189,6 +189,77 @@ def test_fedmcsa_table2(table2):
     assert f"where Local gets {_ours_paper(table2, 'local', 'synthetic', 'mlr')}" in row
 
 
+@pytest.fixture(scope="module")
+def readings():
+    ex = _paper("fedmcsa_readings")
+    return fedmcsa.readings_table(ex.table, ex.runs)
+
+
+def test_fedmcsa_readings(readings):
+    """Notebook 16's Reading: the 2x2 of the two switches per model, and the other readings per model."""
+    text = reading("16")
+    two = fedmcsa.switches(readings)
+    table = md_table(text, "reweighting off")
+    assert len(table) == len(two) == 4
+    for (model, anchor), row in two.iterrows():
+        label = f"{model.upper()}, anchor {anchor}"
+        want = {c: row[c] for c in ("reweighting off", "reweighting on", "Local")}
+        want |= {c: f2(row[c]) for c in ("paper Table 2", "paper Table 1")}
+        assert table[label] == want, label
+    others = md_table(text, "MLR")
+    ours = readings.set_index(["reading", "model"])
+    shown = [r for r in others if (r, "mlr") in ours.index]
+    assert len(shown) == len(others) - 2  # every row but the paper's two is a reading of the store
+    for r in shown:
+        x = {m.upper(): ours.loc[(r, m)] for m in ("mlr", "dnn")}
+        assert others[r] == {k: f"{f2(v.weighted)} ± {f2(v.weighted_std)}" for k, v in x.items()}, r
+    ref = fedmcsa.published().query("dataset == 'synthetic'").set_index(["table", "model", "algorithm"]).accuracy
+    assert others["paper Table 1 (FedMCSA tuned)"] == {
+        m.upper(): f2(ref["table1", m, "fedmcsa"]) for m in ("mlr", "dnn")
+    }
+    assert others["paper Table 2 (FedMCSA^-MCSA)"] == {
+        m.upper(): f2(ref["table2", m, "fedmcsa-mcsa"]) for m in ("mlr", "dnn")
+    }
+    # the prose: each switch's gain, from the unrounded means (a difference of rounded means can be off by 0.01)
+    ex = _paper("fedmcsa_readings")
+    t = ex.table.reset_index(drop=True).assign(
+        model=[c.get("model") for c in ex.runs], reading=[fedmcsa.reading(c)[0] for c in ex.runs]
+    )
+    mean = t.groupby(["model", "reading"])[["best_acc", "best_acc_mean"]].mean() * 100
+    w = lambda m, r: mean.loc[(m, f"FedMCSA, {r}"), "best_acc"]
+    gain = lambda m, a, b: f2(w(m, b) - w(m, a))
+    paper, code, lam0_, both = "paper's equations", "authors' code", "paper with λ = 0", "paper + data-size reweighting"
+    assert "adds " + gain("mlr", paper, both) + " points on MLR" in text
+    assert "and " + gain("dnn", paper, both) + " on the DNN" in text
+    assert "adds the DNN's last " + gain("dnn", lam0_, code) + " points" in text
+    u = [mean.loc[("dnn", f"FedMCSA, {r}"), "best_acc_mean"] for r in ("paper with λ = 0", "authors' code")]
+    assert f"unweighted {f2(u[0])} to {f2(u[1])}" in text
+    local_gap = mean.loc[("dnn", "Local"), "best_acc"] - w("dnn", code)
+    assert f"stays {f1(local_gap)} points below it at σ = 50" in text
+    # the README's rows
+    mean_of = lambda m, a, c: two.loc[(m, a), c].split(" ± ")[0]
+    lam0 = [mean_of(m, "off", "reweighting off") for m in ("mlr", "dnn")]
+    alone = [mean_of(m, "on (λ = 5)", "reweighting on") for m in ("mlr", "dnn")]
+    row = readme_row("FedMCSA Synthetic MLR 94.06")
+    assert f"the anchor is the large one (off alone: {lam0[0]} / {lam0[1]})" in row
+    assert f"adds the DNN's last {gain('dnn', lam0_, code)} points, and with the anchor kept gives only " in row
+    assert f"gives only {alone[0]} / {alone[1]} |" in row
+    row = readme_row("FedMCSA, both readings")
+    assert f"lifts MLR to {lam0[0]}, DNN to {lam0[1]}; the data-size reweighting alone (anchor kept) gives " in row
+    assert f"(anchor kept) gives {alone[0]} / {alone[1]};" in row
+    mm = f"{f2(ref['table2', 'mlr', 'fedmcsa-mcsa'])} / {f2(ref['table2', 'dnn', 'fedmcsa-mcsa'])}"
+    assert f"FedMCSA^-MCSA (paper {mm}) matches neither reading on MLR" in row
+    # the qualitative claims: reweighting changes nothing on MLR without the anchor; FedMCSA^-MCSA's MLR cell is far
+    # from every reading, its DNN cell within 0.3 points of the paper's equations
+    assert two.loc[("mlr", "off"), "reweighting off"] == two.loc[("mlr", "off"), "reweighting on"]
+    minus = [r for r in readings.reading.unique() if r.startswith("FedMCSA^-MCSA")]
+    assert len(minus) == 3 and all(
+        abs(ours.loc[(r, "mlr")].weighted - ref["table2", "mlr", "fedmcsa-mcsa"]) > 5 for r in minus
+    )
+    dnn = ours.loc[("FedMCSA^-MCSA, paper's equations", "dnn")].weighted - ref["table2", "dnn", "fedmcsa-mcsa"]
+    assert abs(dnn) <= 0.3 and "(the DNN cell within 0.3 points)" in text
+
+
 # -- AdaFL ------------------------------------------------------------------------------------------------------------
 def _mean_sd(frame: pd.DataFrame, method: str, col: str) -> str:
     v = frame[frame.method == method][col]

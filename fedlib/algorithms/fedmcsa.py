@@ -17,16 +17,33 @@ then attends over Theta^t, which is the same sequence shifted by half a round (t
 first attention acts on identical initial models and is the identity). It is also the order of
 the authors' code (train all, select, evaluate personalised, aggregate).
 
-Variants (Table 2 and the authors'-code switch), each registered under its own name:
+Variants (Table 2 and the authors'-code switches), each registered under its own name:
 - ``fedmcsa-mcsa`` (FedMCSA^{-MCSA}): attention replaced by averaging: every sampled client
   receives the equal-weight mean of the sampled models (what sigma = 0 gives; with lambda = 0
   and full participation this is FedAvg with equal weights, tested).
 - ``fedavg+mcsa`` (FedAvg^{+MCSA}): FedAvg's clients (only the sampled train, plain SGD) with
   the server's averaging replaced by the attention; each client keeps its personalised model.
-- ``mcsa_code=True``: "as in the authors' code": attention rows multiplied by the sampled
-  clients' data-size shares and renormalised, and no effective proximal term (their anchor is
-  overwritten with the current weights each step, so local training is plain SGD). The
-  authors' code also uses sigma = 1000 and lambda = 15 by default; set those explicitly.
+
+The authors' public code differs from the paper's equations in two switches (notebook 16 runs
+their 2x2 on Synthetic):
+- proximal anchor: the paper's clients minimise f_i(Theta) + lambda/2 ||Theta - W_local||^2,
+  pulled toward the last personalised model W_local they received; the code overwrites its
+  anchor with the current weights at every step, so the term is zero and local training is
+  plain SGD. Off alone: ``lam=0``.
+- data-size reweighting: the code multiplies each attention row by the sampled clients'
+  data-size shares n_k / sum_h n_h and renormalises the row (``attention.mcsa_weights``), so
+  W_i = sum_k psi_ik n_k Theta_k / sum_k psi_ik n_k. On alone: ``by_data_size=True``.
+- ``mcsa_code=True`` ("as in the authors' code") flips both on ``fedmcsa``: no effective prox
+  and reweighted rows. ``by_data_size`` is then already on, so setting both is refused (two
+  keys for one run). The authors' code also uses sigma = 1000 and lambda = 15 by default; set
+  those explicitly.
+- On ``fedmcsa-mcsa``, ``mcsa_code=True`` drops the prox only (the mean stays equal-weight, as
+  it always has for that variant: stored runs keep their meaning). ``by_data_size=True`` there
+  makes the mean data-size weighted (uniform rows times the shares, renormalised: every
+  sampled client receives sum_k n_k Theta_k / sum_k n_k), which is how the pFedMe code base the
+  authors forked averages (``aggregate_parameters`` weights by ``train_samples``); the paper
+  says only "average aggregation". The two combine: ``mcsa_code=True, by_data_size=True`` is
+  FedMCSA^{-MCSA} with both of the code's switches.
 """
 
 from __future__ import annotations
@@ -54,10 +71,16 @@ class MCSAttention:
 
 @dataclass
 class UniformToPersonal:
-    """Aggregator: every uploader receives the equal-weight mean of the uploads (FedMCSA^{-MCSA})."""
+    """Aggregator: every uploader receives the mean of the uploads (FedMCSA^{-MCSA}): equal-weight, or weighted by
+    the uploaders' data sizes (``by_data_size``: the uniform rows reweighted as ``mcsa_weights`` reweights)."""
+
+    by_data_size: bool = False
 
     def __call__(self, uploads, n_samples: torch.Tensor, clients: np.ndarray) -> Mixing:
         k = len(clients)
+        if self.by_data_size:
+            share = n_samples.to(torch.float64) / n_samples.sum()
+            return Mixing(to_personal=share[None, :].expand(k, k).clone())
         return Mixing(to_personal=torch.full((k, k), 1.0 / k, dtype=torch.float64))
 
 
@@ -77,7 +100,18 @@ def _fedmcsa_round(cfg, name: str, lam: float, mcsa_code: bool, aggregate) -> Al
 
 _SIGMA = dict(ge=0, doc="attention scale sigma (FedMCSA default 50)")
 _LAM = dict(ge=0, doc="client proximal strength lambda (FedMCSA default 5)")
-_CODE = dict(doc="as in the authors' code: data-size reweighting, no effective prox")
+_CODE = dict(doc="as in the authors' code: no effective prox (and, on fedmcsa, data-size reweighting)")
+_BY_SIZE = dict(doc="weigh the sampled clients by their data-size shares (the authors' code's weighting), prox kept")
+
+
+def _one_switch(opts) -> None:
+    """On FedMCSA ``mcsa_code`` already reweights: both set would be two keys for one run."""
+    if opts.mcsa_code and opts.by_data_size:
+        raise ValueError(
+            f"RunConfig: by_data_size=True is already part of mcsa_code=True for algorithm={opts.NAME!r} "
+            "(set one: mcsa_code=True for both of the authors' code's switches, by_data_size=True for the "
+            "reweighting with the proximal anchor kept)"
+        )
 
 
 @register
@@ -87,22 +121,30 @@ class FedMCSA(MethodOptions):
     sigma: float = option(50.0, **_SIGMA)
     lam: float = option(5.0, **_LAM)
     mcsa_code: bool = option(False, **_CODE)
+    by_data_size: bool = option(False, **_BY_SIZE)
+
+    def check(self, where: str | None = None, rename=None) -> None:
+        super().check(where, rename)
+        _one_switch(self)
 
     def build(self, cfg) -> Algorithm:
-        return _fedmcsa_round(cfg, self.NAME, self.lam, self.mcsa_code, MCSAttention(self.sigma, self.mcsa_code))
+        reweight = self.mcsa_code or self.by_data_size
+        return _fedmcsa_round(cfg, self.NAME, self.lam, self.mcsa_code, MCSAttention(self.sigma, reweight))
 
 
 @register
 @dataclass(frozen=True)
 class FedMCSAMinusMCSA(MethodOptions):
-    """FedMCSA^{-MCSA}: no attention, so no sigma."""
+    """FedMCSA^{-MCSA}: no attention, so no sigma; ``mcsa_code`` drops the prox only, ``by_data_size`` weights the
+    mean by data size (module docstring)."""
 
     NAME = "fedmcsa-mcsa"
     lam: float = option(5.0, **_LAM)
     mcsa_code: bool = option(False, **_CODE)
+    by_data_size: bool = option(False, doc="data-size weighted mean (the pFedMe code's averaging), not equal-weight")
 
     def build(self, cfg) -> Algorithm:
-        return _fedmcsa_round(cfg, self.NAME, self.lam, self.mcsa_code, UniformToPersonal())
+        return _fedmcsa_round(cfg, self.NAME, self.lam, self.mcsa_code, UniformToPersonal(self.by_data_size))
 
 
 @register

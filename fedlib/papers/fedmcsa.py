@@ -176,15 +176,19 @@ def table1(profile: str, available: "Available | None" = None, *, winners: dict)
 # Both readings of FedMCSA (not in the paper): on Synthetic, the paper's equations (prox lambda toward the received
 # personalised model, plain attention) beside the authors' code (``mcsa_code``: no effective prox, attention rows
 # reweighted by the sampled clients' data sizes), at Table 2's setting (sigma 50) and the code's default sigma 1000,
-# the paper's Table 2 rows FedMCSA / FedMCSA^-MCSA, and Figure 5's sigma sweep. The two switches apart: prox off
-# alone is ``lam=0`` with the paper's attention; reweighting alone (prox on) is not a configuration the method
-# offers (``mcsa_code`` turns both), so the 2x2 has three of its four cells. Local is the yardstick.
+# the paper's Table 2 rows FedMCSA / FedMCSA^-MCSA, and Figure 5's sigma sweep. The two switches apart, a 2x2 at
+# sigma 50: anchor on / reweighting off (the paper), anchor off alone (``lam=0``), reweighting alone with the anchor on
+# (``by_data_size``), both (``mcsa_code``). FedMCSA^-MCSA's code row drops the prox only (``mcsa_code`` keeps its
+# mean equal-weight there); with ``by_data_size`` its mean is data-size weighted, as the pFedMe code base averages.
+# Local is the yardstick.
 READINGS = [
-    {"algorithm": "fedmcsa"},  # the paper's equations (Table 2's cell)
-    {"algorithm": "fedmcsa", "lam": 0.0},  # prox off, attention unweighted
-    {"algorithm": "fedmcsa", "mcsa_code": True},  # prox off, attention reweighted by data size (authors' code)
+    {"algorithm": "fedmcsa"},  # the paper's equations (Table 2's cell): anchor on, reweighting off
+    {"algorithm": "fedmcsa", "lam": 0.0},  # anchor off, reweighting off
+    {"algorithm": "fedmcsa", "by_data_size": True},  # anchor on, reweighting on
+    {"algorithm": "fedmcsa", "mcsa_code": True},  # anchor off, reweighting on (the authors' code)
     {"algorithm": "fedmcsa", "mcsa_code": True, "sigma": 1000.0},  # ... at the code's default sigma
-    {"algorithm": "fedmcsa-mcsa", "mcsa_code": True},  # Table 2's FedMCSA^-MCSA row, as in the code
+    {"algorithm": "fedmcsa-mcsa", "mcsa_code": True},  # Table 2's FedMCSA^-MCSA row, prox off, equal-weight mean
+    {"algorithm": "fedmcsa-mcsa", "mcsa_code": True, "by_data_size": True},  # ... with the data-weighted mean
     {"algorithm": "fedmcsa-mcsa"},
     {"algorithm": "local"},
 ]
@@ -579,18 +583,24 @@ def spectral_order(att) -> np.ndarray:
 # -- both readings (notebook 16) -----------------------------------------------------------------------------------------
 def reading(cfg: RunConfig) -> tuple[str, str, str]:
     """(row, proximal anchor, data-size reweighting) of a ``fedmcsa_readings`` config: which reading of FedMCSA it is
-    and where it sits on the two switches the authors' code flips (``mcsa_code``)."""
+    and where it sits on the two switches the authors' code flips (``fedlib.algorithms.fedmcsa``: ``mcsa_code`` drops
+    the anchor, and on FedMCSA also reweights; ``by_data_size`` reweights alone)."""
     alg = cfg.get("algorithm")
     if alg == "local":
         return "Local", "-", "-"
     name = "FedMCSA" if alg == "fedmcsa" else "FedMCSA^-MCSA"
     code, lam = cfg.get("mcsa_code"), cfg.get("lam")
+    by_size = cfg.flat().get("by_data_size", False)
     sigma = f", σ = {cfg.get('sigma'):g}" if alg == "fedmcsa" and cfg.get("sigma") != 50 else ""
+    reweighting = "on" if by_size or (code and alg == "fedmcsa") else "off"
+    weighted = ", data-weighted mean" if alg != "fedmcsa" and by_size else ""
     if code:
-        return f"{name}, authors' code{sigma}", "off (code)", "on"
+        return f"{name}, authors' code{weighted}{sigma}", "off (code)", reweighting
     if lam == 0:
-        return f"{name}, paper with λ = 0{sigma}", "off (λ = 0)", "off"
-    return f"{name}, paper's equations{sigma}", f"on (λ = {lam:g})", "off"
+        return f"{name}, paper with λ = 0{sigma}", "off (λ = 0)", reweighting
+    if by_size:
+        return f"{name}, paper + data-size reweighting{sigma}", f"on (λ = {lam:g})", reweighting
+    return f"{name}, paper's equations{sigma}", f"on (λ = {lam:g})", reweighting
 
 
 def readings_table(table: pd.DataFrame, cfgs: list[RunConfig]) -> pd.DataFrame:
@@ -620,6 +630,80 @@ def readings_table(table: pd.DataFrame, cfgs: list[RunConfig]) -> pd.DataFrame:
         ref.get(("table1", m, a)) if a == "fedmcsa" else None for m, a in zip(out.model, out.algorithm)
     ]
     return out.drop(columns="algorithm").round(2)
+
+
+def _two_by_two(readings: pd.DataFrame) -> pd.DataFrame:
+    """FedMCSA's rows at σ = 50 of ``readings_table``, with ``anchor`` ('on' / 'off') from the prox column."""
+    r = readings[readings.reading.str.startswith("FedMCSA,") & ~readings.reading.str.contains("σ = ")]
+    return r.assign(anchor=r.prox.str.split().str[0])
+
+
+def switches(readings: pd.DataFrame) -> pd.DataFrame:
+    """The 2x2 of the authors' code's two switches on FedMCSA at σ = 50, from ``readings_table``: per model, rows the
+    proximal anchor (on: λ = 5, the paper; off: λ = 0 or the code), columns data-size reweighting off / on, cells the
+    best sample-weighted mean test accuracy '(mean) ± (std)' (%, over the seeds, ddof 0); beside them Local and the
+    paper's Synthetic FedMCSA numbers (Table 2 at σ = 50, λ = 5; Table 1 tuned)."""
+    r = _two_by_two(readings)
+    local = readings[readings.reading == "Local"].set_index("model")
+    out = []
+    for m in dict.fromkeys(r.model):
+        for anchor, label in (("on", "on (λ = 5)"), ("off", "off")):
+            row = {"model": m, "proximal anchor": label}
+            for rw in ("off", "on"):
+                x = r[(r.model == m) & (r.anchor == anchor) & (r.reweighting == rw)]
+                if len(x) > 1:
+                    raise ValueError(f"switches: {len(x)} readings for {m}, anchor {anchor}, reweighting {rw}")
+                row[f"reweighting {rw}"] = f"{x.weighted.iloc[0]:.2f} ± {x.weighted_std.iloc[0]:.2f}" if len(x) else ""
+            lo = local.loc[m] if m in local.index else None
+            row["Local"] = f"{lo.weighted:.2f} ± {lo.weighted_std:.2f}" if lo is not None else ""
+            first = r[r.model == m].iloc[0]
+            row["paper Table 2"], row["paper Table 1"] = first["paper Table 2"], first["paper Table 1"]
+            out.append(row)
+    return pd.DataFrame(out).set_index(["model", "proximal anchor"])
+
+
+def plot_switches(readings: pd.DataFrame, title: str = ""):
+    """The 2x2 as bars: per model, the proximal anchor on / off, each with data-size reweighting off / on (mean over
+    the seeds, ± std as error bars), Local and the paper's Synthetic FedMCSA numbers as lines."""
+    from .. import plotting
+
+    r = _two_by_two(readings)
+    models = list(dict.fromkeys(r.model))
+    fig, axes = plotting.grid_axes(len(models), 2, width=4.6, height=3.6)
+    width = 0.36
+    for ax, m in zip(axes, models):
+        rm = r[r.model == m]
+        for j, rw in enumerate(("off", "on")):
+            ys, es = [], []
+            for anchor in ("on", "off"):
+                x = rm[(rm.anchor == anchor) & (rm.reweighting == rw)]
+                ys.append(x.weighted.iloc[0] if len(x) else np.nan)
+                es.append(x.weighted_std.iloc[0] if len(x) else 0.0)
+            pos = np.arange(2) + (j - 0.5) * width
+            bars = ax.bar(pos, ys, width, yerr=es, capsize=3, color=plotting.COLORS[j], hatch=("", "//")[j],
+                          edgecolor="white", label=f"data-size reweighting {rw}")  # fmt: skip
+            # inside the bar's top: above it the Local and paper lines would cross the numbers
+            for text in ax.bar_label(bars, fmt="%.1f", padding=-20, fontsize=8, color="white", fontweight="bold"):
+                text.set_bbox(dict(facecolor=plotting.COLORS[j], edgecolor="none", pad=1.0))  # legible on the hatch
+        loc = readings[(readings.reading == "Local") & (readings.model == m)]
+        if len(loc):
+            ax.axhline(loc.weighted.iloc[0], color="k", ls="-", lw=1.2, label="Local (each client alone)")
+        first = rm.iloc[0]
+        ax.axhline(first["paper Table 2"], color="#555555", ls="--", lw=1.2, label="paper, Table 2 (σ = 50, λ = 5)")
+        ax.axhline(first["paper Table 1"], color="#555555", ls=":", lw=1.5, label="paper, Table 1 (tuned)")
+        ax.set_xticks(np.arange(2), ["proximal anchor on\n(λ = 5, the paper)", "proximal anchor off"])
+        ax.set_ylim(75, 100)
+        ax.set_ylabel("best mean test accuracy (%)")
+        ax.set_title(f"synthetic / {m}")
+        ax.grid(alpha=0.3, axis="y")
+    handles, labels = axes[0].get_legend_handles_labels()
+    order = [labels.index(x) for x in labels if x.startswith("data-size")]  # the bars first, then the lines
+    order += [i for i in range(len(labels)) if i not in order]
+    handles, labels = [handles[i] for i in order], [labels[i] for i in order]
+    n = int(readings.seeds.max()) if len(readings) else 0
+    plotting.finish(fig, handles, labels, f"bars: mean over seeds, error bars ± std over seeds (n = {n})", title,
+                    legend_cols=3)  # fmt: skip
+    return fig
 
 
 def plot_readings_sigma(paper: pd.DataFrame, code: pd.DataFrame, local: pd.DataFrame, title: str = ""):

@@ -1,0 +1,204 @@
+"""FedMCSA's two authors'-code switches apart (issue 22, item 9): ``by_data_size`` reweights the attention rows by the
+sampled clients' data-size shares while the proximal anchor stays on; ``mcsa_code`` keeps flipping both."""
+
+import numpy as np
+import pytest
+import torch
+
+from fedlib.algorithms import build_algorithm
+from fedlib.attention import mcsa_weights
+from fedlib.config import RunConfig
+from fedlib.data.federated import FederatedData
+from fedlib.data.synthetic import synthetic
+from fedlib.executors import LocalSGD, StackedExecutor
+from fedlib.models import build_model
+from fedlib.papers import fedmcsa
+from fedlib.simulation import simulate
+from fedlib.stages import Algorithm, UniformSelection, WeightedMean, mix
+
+F = lambda *v: torch.tensor(v, dtype=torch.float64)
+P = {"w": F([1.0, 0.0], [0.0, 1.0], [-1.0, 0.0])}  # cos = [[1, 0, -1], [0, 1, 0], [-1, 0, 1]]
+LN2 = float(np.log(2))  # exp(sigma cos) in {2, 1, 1/2}
+SIZES = F(10, 10, 20)  # data-size shares (1, 1, 2)/4
+SMALL = dict(n_clients=3, clients_per_round=3, local_steps=3, batch_size=5, model="dnn", lr=0.1)
+
+
+def unequal_synthetic(rows=(40, 80, 160)) -> FederatedData:
+    """Three Synthetic(0.5, 0.5) clients cut to different sizes (so reweighting by data size changes something)."""
+    xs, ys = synthetic(n_clients=3, seed=0)
+    assert all(len(y) >= r for y, r in zip(ys, rows))
+    xs, ys = [x[:r] for x, r in zip(xs, rows)], [y[:r] for y, r in zip(ys, rows)]
+    tr = [np.arange(int(0.75 * r)) for r in rows]
+    te = [np.arange(int(0.75 * r), r) for r in rows]
+    return FederatedData.from_clients("unequal", xs, ys, tr, te, 10).to("cpu", torch.float64)
+
+
+def _simulate(cfg, data, on_round=None, alg=None, rounds=4):
+    model = build_model("dnn", data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
+    return simulate(
+        alg or build_algorithm(cfg),
+        data,
+        model,
+        StackedExecutor(),
+        rounds,
+        local_steps=cfg.local_steps,
+        batch_size=cfg.batch_size,
+        seed=cfg.seed,
+        progress=False,
+        on_round=on_round,
+    )
+
+
+def test_by_data_size_reweights_the_attention_and_keeps_the_prox():
+    """Golden, 3 clients: rows (4, 2, 1)/7, (1, 2, 1)/4, (1, 2, 4)/7 times shares (1, 1, 2), renormalised."""
+    alg = build_algorithm(RunConfig(algorithm="fedmcsa", sigma=LN2, by_data_size=True))
+    assert alg.local.mu == 5.0  # the anchor stays on
+    a = alg.aggregate(P, SIZES, np.arange(3)).to_personal["w"]
+    assert torch.allclose(a, F([4 / 8, 2 / 8, 2 / 8], [1 / 5, 2 / 5, 2 / 5], [1 / 11, 2 / 11, 8 / 11]))
+    code = build_algorithm(RunConfig(algorithm="fedmcsa", sigma=LN2, mcsa_code=True))
+    assert code.local.mu == 0.0 and torch.equal(a, code.aggregate(P, SIZES, np.arange(3)).to_personal["w"])
+    plain = build_algorithm(RunConfig(algorithm="fedmcsa", sigma=LN2))
+    assert torch.allclose(plain.aggregate(P, SIZES, np.arange(3)).to_personal["w"], mcsa_weights(P, LN2)["w"])
+
+
+def test_minus_mcsa_by_data_size_is_the_data_weighted_mean():
+    """FedMCSA^{-MCSA}: every sampled client receives sum_k n_k Theta_k / sum_k n_k (shares 1/4, 1/4, 1/2)."""
+    for code in (False, True):
+        alg = build_algorithm(RunConfig(algorithm="fedmcsa-mcsa", by_data_size=True, mcsa_code=code))
+        assert alg.local.mu == (0.0 if code else 5.0)
+        a = alg.aggregate(P, SIZES, np.arange(3)).to_personal
+        assert torch.allclose(a, F([0.25, 0.25, 0.5], [0.25, 0.25, 0.5], [0.25, 0.25, 0.5]))
+        assert torch.allclose(mix(a, P)["w"], F([-0.25, 0.25], [-0.25, 0.25], [-0.25, 0.25]))
+    # mcsa_code alone keeps the equal-weight mean it always had on this variant (stored runs keep their meaning)
+    alg = build_algorithm(RunConfig(algorithm="fedmcsa-mcsa", mcsa_code=True))
+    assert torch.equal(
+        alg.aggregate(P, SIZES, np.arange(3)).to_personal, torch.full((3, 3), 1 / 3, dtype=torch.float64)
+    )
+
+
+def test_by_data_size_with_lambda0_is_the_authors_code_exactly():
+    """The two switches apart add up: prox off (lambda = 0) + reweighting on is mcsa_code=True, bit for bit."""
+    data = unequal_synthetic()
+    a = _simulate(RunConfig(**SMALL, algorithm="fedmcsa", sigma=5.0, lam=0.0, by_data_size=True), data)
+    b = _simulate(RunConfig(**SMALL, algorithm="fedmcsa", sigma=5.0, mcsa_code=True), data)
+    for n in a.state.client_params:
+        assert torch.equal(a.state.client_params[n], b.state.client_params[n])
+        assert torch.equal(a.state.sent[n], b.state.sent[n])
+    assert np.array_equal(a.metrics.test_acc, b.metrics.test_acc)
+
+
+def test_by_data_size_with_the_prox_differs_from_the_code_only_by_the_prox():
+    """lambda = 5 + reweighting: every round the server sends the reweighted attention mix of the uploads (checked
+    against ``mcsa_weights`` with the clients' training sizes), and the clients train with the prox toward it, so the
+    run leaves mcsa_code's (no prox) and the paper's (no reweighting)."""
+    data = unequal_synthetic()
+    assert data.train.sizes.tolist() == [30, 60, 120]
+    seen = []
+
+    def check(t, sel, mixing, state):
+        up = {n: state.client_params[n][torch.as_tensor(sel)] for n in state.client_params}
+        sizes = torch.tensor([30.0, 60.0, 120.0], dtype=torch.float64)[torch.as_tensor(sel)]
+        expected = mix(mcsa_weights(up, 5.0, sizes), up)
+        for n in up:
+            assert torch.allclose(state.sent[n][torch.as_tensor(sel)], expected[n], atol=1e-12)
+        seen.append(t)
+
+    cfg = RunConfig(**SMALL, algorithm="fedmcsa", sigma=5.0, by_data_size=True)
+    on = _simulate(cfg, data, on_round=check)
+    assert seen == [1, 2, 3, 4]
+    code = _simulate(RunConfig(**SMALL, algorithm="fedmcsa", sigma=5.0, mcsa_code=True), data)
+    paper = _simulate(RunConfig(**SMALL, algorithm="fedmcsa", sigma=5.0), data)
+    for other in (code, paper):
+        assert not torch.allclose(on.state.client_params["1.weight"], other.state.client_params["1.weight"])
+
+
+def test_minus_mcsa_by_data_size_lambda0_full_participation_is_fedavg():
+    """FedMCSA^{-MCSA} with the data-weighted mean, lambda = 0 and everyone sampled is FedAvg (weights n_k)."""
+    data = unequal_synthetic()
+    cfg = RunConfig(**SMALL, algorithm="fedmcsa-mcsa", lam=0.0, by_data_size=True)
+    a = _simulate(cfg, data)
+    fedavg = Algorithm("fedavg", UniformSelection(3), LocalSGD(0.1), WeightedMean("samples"))
+    b = _simulate(cfg, data, alg=fedavg)
+    for n in a.state.client_params:
+        assert torch.allclose(a.state.client_params[n], b.state.client_params[n], atol=1e-12)
+        assert torch.allclose(a.state.sent[n], b.state.global_params[n].expand_as(a.state.sent[n]), atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            dict(algorithm="fedmcsa", mcsa_code=True, by_data_size=True),
+            "by_data_size=True is already part of mcsa_code",
+        ),
+        (dict(algorithm="fedmcsa", by_data_size="yes"), "by_data_size='yes' must be of type bool"),
+        # a method without the option (config.py names it an unknown field, as for every post-schema-1 option)
+        (dict(algorithm="fedavg", by_data_size=True), "unknown RunConfig field\\(s\\): by_data_size"),
+        (dict(algorithm="fedavg+mcsa", by_data_size=True), "unknown RunConfig field\\(s\\): by_data_size"),
+    ],
+)
+def test_bad_switches_are_refused_before_training(change, message):
+    with pytest.raises(ValueError, match=message):
+        RunConfig(**change).validate()
+
+
+def test_the_new_switch_leaves_every_existing_key_alone():
+    """A new option at its default is not in the key (tests/test_store_keys.py recomputes every stored key)."""
+    for alg in ("fedmcsa", "fedmcsa-mcsa"):
+        for extra in ({}, {"mcsa_code": True}, {"lam": 0.0}):
+            old = RunConfig(algorithm=alg, **extra)
+            assert RunConfig(algorithm=alg, by_data_size=False, **extra).key() == old.key()
+            assert "by_data_size" not in old.changed()
+    new = RunConfig(algorithm="fedmcsa", by_data_size=True)
+    assert new.key() != RunConfig(algorithm="fedmcsa").key() and new.changed() == {
+        "algorithm": "fedmcsa",
+        "by_data_size": True,
+    }
+    assert RunConfig(algorithm="fedmcsa-mcsa", mcsa_code=True, by_data_size=True).validate()
+
+
+def test_reading_places_each_config_on_the_two_switches():
+    """The readings table's prox / reweighting columns follow what each config builds."""
+    cases = {
+        (("algorithm", "fedmcsa"),): ("on", "off"),
+        (("algorithm", "fedmcsa"), ("lam", 0.0)): ("off", "off"),
+        (("algorithm", "fedmcsa"), ("mcsa_code", True)): ("off", "on"),
+        (("algorithm", "fedmcsa"), ("by_data_size", True)): ("on", "on"),
+        (("algorithm", "fedmcsa-mcsa"),): ("on", "off"),
+        (("algorithm", "fedmcsa-mcsa"), ("mcsa_code", True)): ("off", "off"),
+        (("algorithm", "fedmcsa-mcsa"), ("mcsa_code", True), ("by_data_size", True)): ("off", "on"),
+    }
+    for change, (prox, reweighting) in cases.items():
+        cfg = RunConfig(**dict(change))
+        alg = build_algorithm(cfg)
+        _, p, r = fedmcsa.reading(cfg)
+        assert p.split()[0] == prox and r == reweighting, (change, p, r)
+        assert (alg.local.mu > 0) == (prox == "on") and alg.aggregate.by_data_size == (reweighting == "on")
+
+
+def test_a_method_without_the_option_reads_it_as_none():
+    """A grid mixing FedMCSA (which has ``by_data_size``) with Local (which does not) must tabulate and filter: the
+    readings experiment's table raised KeyError on the Local rows when the option was added."""
+    assert RunConfig(algorithm="local").get("by_data_size") is None
+    assert RunConfig(algorithm="fedmcsa").get("method.by_data_size") is False
+    with pytest.raises(KeyError, match="no field 'bogus'"):
+        RunConfig().get("bogus")
+
+
+def test_readings_smoke_table_and_switches():
+    """The readings grid end to end at the smoke profile: the table, the 2x2 (four cells per model) and its figure."""
+    import matplotlib.pyplot as plt
+
+    import fedlib
+
+    ex = fedlib.experiment("fedmcsa_readings", "smoke", progress=False, where={"algorithm": "fedmcsa"})
+    assert len(ex.configs) == 2 * 5 + 2 * 2  # per model: five readings at sigma 50 or 1000, two more sweep points
+    two = fedmcsa.switches(fedmcsa.readings_table(ex.table, ex.runs))
+    assert two.index.tolist() == [(m, a) for m in ("mlr", "dnn") for a in ("on (λ = 5)", "off")]
+    assert (two[["reweighting off", "reweighting on"]] != "").all().all()
+    ex = fedlib.experiment("fedmcsa_readings", "smoke", progress=False)
+    readings = fedmcsa.readings_table(ex.table, ex.runs)
+    assert set(readings.reading) >= {"Local", "FedMCSA^-MCSA, authors' code, data-weighted mean"}
+    fig = fedmcsa.plot_switches(readings)
+    assert len(fig.axes) == 2
+    plt.close(fig)
