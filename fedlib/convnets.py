@@ -64,6 +64,19 @@ def _hidden(model: str, hidden, n: int) -> tuple[int, ...]:
     return hidden
 
 
+def max_pool_2x2(x: torch.Tensor) -> torch.Tensor:
+    """``F.max_pool2d(x, 2, 2)``. Without autograd on the CPU (evaluation) it is the maximum of the four strided
+    views, the same values (a maximum is exact; NaN propagates in both): torch's pooling kernel took 40% of a
+    LeNet-BN evaluation over the digits' test sets (21 ms against 7 ms for 1,024 x 6 x 24 x 24 on the 2-core CPU).
+    Training keeps torch's kernel, whose gradient goes to one of tied inputs."""
+    if torch.is_grad_enabled() or x.device.type != "cpu":
+        return F.max_pool2d(x, 2, 2)
+    x = x[..., : x.shape[-2] // 2 * 2, : x.shape[-1] // 2 * 2]  # an odd last row/column is dropped, as there
+    return torch.maximum(
+        torch.maximum(x[..., 0::2, 0::2], x[..., 0::2, 1::2]), torch.maximum(x[..., 1::2, 0::2], x[..., 1::2, 1::2])
+    )
+
+
 class LeNet(nn.Module):
     """pFedLA Table 7 (FedBN's digits LeNet): conv5-BN-ReLU-pool-attn x 2, FC-BN-ReLU x 2, FC.
 
@@ -99,8 +112,8 @@ class LeNet(nn.Module):
         self.fc3 = nn.Linear(h2, n_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.attn1(F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2, 2))
-        x = self.attn2(F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2, 2))
+        x = self.attn1(max_pool_2x2(F.relu(self.bn1(self.conv1(x)))))
+        x = self.attn2(max_pool_2x2(F.relu(self.bn2(self.conv2(x)))))
         x = torch.flatten(x, 1)
         x = F.relu(self.bn3(self.fc1(x)))
         x = F.relu(self.bn4(self.fc2(x)))

@@ -25,10 +25,10 @@ from .data.federated import Split
 from .executors.chain import chain_forward, class_softmax
 from .models import linear_chain
 
-# rows per forward pass when a client's model is not a Linear chain: on the 2-core CPU, LeNet-BN + SE over the digits'
-# test sets (10,000 / 2,007 / 9,001 rows) took 6.6 s in chunks of 1,024 against 12.8 s whole (loaded machine), with
-# bit-identical logits (``python -m fedlib.bench --e2e``, W5, evaluation)
-CONV_ROWS = 1024
+# rows per forward pass when a client's model is not a Linear chain: on the 2-core CPU (idle), LeNet-BN + SE over the
+# digits' test sets (10,000 / 2,007 / 9,001 rows) took 2.0 s whole, 1.41 s in chunks of 1,024, 1.05 s in chunks of
+# 256 (0.72 s with ``convnets.max_pool_2x2``), with bit-identical logits (``python -m fedlib.bench --e2e``, W5)
+CONV_ROWS = 256
 
 
 @torch.no_grad()

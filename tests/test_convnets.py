@@ -268,3 +268,20 @@ def test_hybrid_is_eq8_with_real_modules():
     u = torch.softmax(hy.logits, 0)
     want = u[0] * hy.se(x) + u[1] * hy.eca(x) + u[2] * hy.ca(x)
     assert torch.allclose(hy(x), want, atol=1e-14)
+
+
+@pytest.mark.parametrize("shape", [(5, 6, 24, 24), (3, 16, 8, 8), (2, 4, 7, 9)])
+def test_max_pool_2x2_is_max_pool2d(shape):
+    """Evaluation's pooling (four strided views) gives torch's values, NaN included; training keeps torch's kernel."""
+    import torch.nn.functional as F
+
+    from fedlib.convnets import max_pool_2x2
+
+    x = torch.randn(*shape)
+    x[0, 0, 0, 0] = float("nan")
+    with torch.no_grad():
+        assert torch.equal(max_pool_2x2(x).nan_to_num(7.0), F.max_pool2d(x, 2, 2).nan_to_num(7.0))
+    x = x.nan_to_num(0.0).requires_grad_()
+    (g1,) = torch.autograd.grad(max_pool_2x2(x).sum(), x)
+    (g2,) = torch.autograd.grad(F.max_pool2d(x, 2, 2).sum(), x)
+    assert torch.equal(g1, g2)

@@ -40,3 +40,52 @@ def test_evaluate_global_equals_per_client():
     assert np.array_equal(n1, [15, 15, 15, 15])
     x, y = data.test.client(2)
     assert c1[2] == (model(x).argmax(1) == y).sum().item()
+
+
+def _uneven(dtype=torch.float64, rows=(300, 7, 120, 0, 64, 1, 250)):
+    """Clients of very different test sizes (and one without test rows): several blocks, padding in each."""
+    from fedlib.data.federated import FederatedData
+
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(n + 10, 60, generator=g).numpy() for n in rows]
+    ys = [torch.randint(0, 10, (n + 10,), generator=g).numpy() for n in rows]
+    tr = [np.arange(10) for _ in rows]
+    te = [np.arange(10, n + 10) for n in rows]
+    return FederatedData.from_clients("uneven", xs, ys, tr, te, 10).to("cpu", dtype)
+
+
+def test_personal_evaluation_in_blocks_equals_each_client_alone():
+    """``Split.blocks`` + ``personal_chain``: every client's own model on its own rows, padding ignored (float64: the
+    per-client reference computed directly)."""
+    data = _uneven()
+    assert len(data.test.blocks) > 1 and sum(len(b.sizes) for b in data.test.blocks) == 6  # the empty one left out
+    n = data.n_clients
+    model = build_model("dnn", (60,), 10, (20,), seed=0, dtype=torch.float64)
+    g = torch.Generator().manual_seed(1)
+    params = {k: torch.randn(n, *v.shape, generator=g, dtype=torch.float64) for k, v in model.state_dict().items()}
+    correct, loss, cnt = M.evaluate(model, params, data.test, per_client=True)
+    for i in range(n):
+        x, y = data.test.client(i)
+        out = torch.func.functional_call(model, {k: v[i] for k, v in params.items()}, (x,))
+        assert correct[i] == (out.argmax(1) == y).sum().item()
+        assert math.isclose(loss[i], torch.nn.functional.cross_entropy(out, y, reduction="sum").item(), rel_tol=1e-12,
+                            abs_tol=1e-12)  # fmt: skip
+        assert cnt[i] == len(y)
+
+
+def test_conv_evaluation_in_chunks_equals_one_pass(monkeypatch):
+    """A conv net's clients are evaluated in chunks of ``CONV_ROWS`` rows: the same logits as one pass (float32, bit
+    for bit), so the same accuracies and losses."""
+    from fedlib.data.federated import FederatedData
+
+    g = torch.Generator().manual_seed(0)
+    rows = (700, 30, 300)
+    xs = [torch.randn(n + 8, 3, 28, 28, generator=g).numpy() for n in rows]
+    ys = [torch.randint(0, 10, (n + 8,), generator=g).numpy() for n in rows]
+    data = FederatedData.from_clients("conv", xs, ys, [np.arange(8)] * 3, [np.arange(8, n + 8) for n in rows], 10)
+    model = build_model("lenet", (3, 28, 28), 10, seed=0, attention="se")
+    params = {k: v.unsqueeze(0).repeat(3, *[1] * v.dim()) for k, v in model.state_dict().items()}
+    chunked = M.evaluate(model, params, data.test, per_client=True)
+    monkeypatch.setattr(M, "CONV_ROWS", 10**9)
+    whole = M.evaluate(model, params, data.test, per_client=True)
+    assert M.CONV_ROWS == 10**9 and all(np.array_equal(a, b) for a, b in zip(chunked, whole))
