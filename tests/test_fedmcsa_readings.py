@@ -4,16 +4,15 @@ sampled clients' data-size shares while the proximal anchor stays on; ``mcsa_cod
 import numpy as np
 import pytest
 import torch
+from test_attention import _simulate  # the same few-client run
 
 from fedlib.algorithms import build_algorithm
 from fedlib.attention import mcsa_weights
 from fedlib.config import RunConfig
 from fedlib.data.federated import FederatedData
 from fedlib.data.synthetic import synthetic
-from fedlib.executors import LocalSGD, StackedExecutor
-from fedlib.models import build_model
+from fedlib.executors import LocalSGD
 from fedlib.papers import fedmcsa
-from fedlib.simulation import simulate
 from fedlib.stages import Algorithm, UniformSelection, WeightedMean, mix
 
 F = lambda *v: torch.tensor(v, dtype=torch.float64)
@@ -31,22 +30,6 @@ def unequal_synthetic(rows=(40, 80, 160)) -> FederatedData:
     tr = [np.arange(int(0.75 * r)) for r in rows]
     te = [np.arange(int(0.75 * r), r) for r in rows]
     return FederatedData.from_clients("unequal", xs, ys, tr, te, 10).to("cpu", torch.float64)
-
-
-def _simulate(cfg, data, on_round=None, alg=None, rounds=4):
-    model = build_model("dnn", data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
-    return simulate(
-        alg or build_algorithm(cfg),
-        data,
-        model,
-        StackedExecutor(),
-        rounds,
-        local_steps=cfg.local_steps,
-        batch_size=cfg.batch_size,
-        seed=cfg.seed,
-        progress=False,
-        on_round=on_round,
-    )
 
 
 def test_by_data_size_reweights_the_attention_and_keeps_the_prox():
