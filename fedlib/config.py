@@ -379,8 +379,8 @@ class RunConfig(Part):
             )
         if name in _FLAT:
             return _FLAT[name]
-        if name in LEGACY or name in {x.name for x in fields(method)}:
-            return "method", name
+        if name in LEGACY or name in {x.name for x in fields(method)} or name in flat_field_names():
+            return "method", name  # another method's option: ``replace`` says this method does not use it
         raise ValueError(f"unknown RunConfig field(s): {name}; known: {', '.join(sorted(flat_field_names()))}")
 
     def replace(self, **changes) -> "RunConfig":

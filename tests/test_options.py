@@ -19,6 +19,9 @@ from fedlib.options import METHODS
         (dict(algorithm="pfedme+mcsa", beta=0.5), "beta set but algorithm='pfedme\\+mcsa' does not use it"),
         (dict(algorithm="perfedavg", hf_delta=1e-4), "hf_delta set but algorithm='perfedavg' does not use it"),
         (dict(algorithm="naivemix", mix_taylor_scale="batch"), "mix_taylor_scale set but algorithm='naivemix'"),
+        # another method's option newer than the flat schema was called "unknown" (beside a list that named it)
+        (dict(algorithm="fedavg", server_momentum=0.5), "server_momentum set but algorithm='fedavg' does not use it"),
+        (dict(algorithm="fedprox", by_data_size=True), "by_data_size set but algorithm='fedprox' does not use it"),
         # a hidden tuple of the wrong length was truncated to the model's layers
         (dict(model="dnn", hidden=(20, 30)), "hidden=\\(20, 30\\) has 2 widths but model='dnn' has 1 hidden layer"),
         (dict(model="mlr", hidden=(20,)), "model='mlr' has 0 hidden layer"),
