@@ -10,13 +10,16 @@ until every live run of the gang has made its next call, and then run as one cal
   the real executor once, and split back. Calls merge when they ask the same arithmetic of different rows: same
   model shapes, data split, optimiser (``LocalSGD``: lr, momentum, weight decay, mu), objective, plan shape
   (steps, batch, padding) and the same generic terms; others run one by one (correct, only not batched).
-- ``evaluate``: the runs' models of each client stacked on a run axis, one batched forward per client for all runs
-  (Linear chains; other models are evaluated one run at a time).
+- ``evaluate``: the runs' models stacked on a run axis, one batched forward per block of clients for all runs
+  (``metrics.personal_chain``; a global model: per chunk of rows). Linear chains; other models are evaluated one run
+  at a time.
 
 No result depends on which calls merged: every client's matmuls have the shapes they have alone, and the merged
-arithmetic is the solo one slice by slice (on this CPU, float32 included: ``baddbmm`` over a stack equals ``addmm``
-per slice bit for bit, and per-run sums are taken per run). ``tests/test_batching.py`` checks batched = solo exactly,
-in float32 and float64, for every method registered.
+arithmetic is the solo one slice by slice (on this CPU, float32 included: a batched matmul's slices do not depend on
+how many there are, ``executors.class_softmax`` gives a row the same values wherever it sits, and losses are summed
+per run). ``tests/test_batching.py`` checks batched = solo exactly, in float32 and float64, for every method
+registered. Calls of different arithmetic (another learning rate, FedMix's per-run objective) run one after
+another: a grid over the learning rate batches its evaluation but not its training.
 
 Why threads and a barrier rather than a run axis written into the round loop: every method's client procedure
 (pFedMe's inner loop, Per-FedAvg's three steps, SCAFFOLD's drift, Ditto's two models) is a sequence of

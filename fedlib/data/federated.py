@@ -79,7 +79,7 @@ PAD_WASTE = 1.25  # a block's padded rows at most 1.25 x its real rows
 @dataclass(eq=False)
 class Block:
     """Clients of a ``Split`` side by side, padded: ``x`` (G, width, ...), ``y`` (G, width), ``mask`` (G, width) True
-    on real rows; client ``clients[j]`` has ``sizes[j]`` rows, the first of its row."""
+    on real rows; client ``clients[j]``'s ``sizes[j]`` rows are the first of row j, padding (zeros) after them."""
 
     clients: torch.Tensor
     sizes: list
