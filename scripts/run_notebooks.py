@@ -252,6 +252,12 @@ def main(argv=None) -> int:
     if warning:
         print(f"WARNING: {warning}")
     env = {"FEDLIB_PROFILE": profile}  # the kernel resolves the same profile as this job
+    if not os.environ.get("OMP_NUM_THREADS"):
+        # one thread per kernel: these models' operations are small, and torch's threads spin on a busy CPU. On the
+        # 2-core machine at load 6, four pFedMe runs (Synthetic MLR, 10 rounds) took 36-77 s with torch's default two
+        # threads and 4.4 s with one (fedlib.bench.time_grid, one after another); batched as one model 4.3-5.1 s
+        # and 3.6-3.9 s. OMP_NUM_THREADS set by the caller wins.
+        env["OMP_NUM_THREADS"] = "1"
     if profile != "paper" and not os.environ.get("FEDLIB_RESULTS"):
         env["FEDLIB_RESULTS"] = str(EXPLORE_STORE)  # exploratory runs stay out of the committed store
     saved_env = {k: os.environ.get(k) for k in [*env, "FEDLIB_FIGURE_TAG"]}
