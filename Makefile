@@ -42,9 +42,10 @@ test: env
 bench: env
 	$(BIN)/python -m fedlib.bench
 
-## JupyterLab on notebooks/ with the project's kernel; --allow-root only when run as root (containers)
+## JupyterLab on notebooks/ with the project's kernel; --allow-root only when run as root (containers); kernels train
+## on one thread unless OMP_NUM_THREADS is set (torch's threads spin on a busy CPU: see scripts/run_notebooks.py)
 lab: env
-	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean-results:
 	rm -rf build/test-results results/_tmp-* results/_explore

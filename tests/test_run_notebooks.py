@@ -183,6 +183,7 @@ def test_make_lab_allows_root_only_when_root():
     assert lab, out
     assert ("--allow-root" in lab[0]) == (os.getuid() == 0)
     assert "ServerApp.token" not in out
+    assert "OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}" in lab[0]  # kernels on one thread unless told
 
 
 def test_nbval_skips_a_notebook_whose_outputs_need_absent_data(tmp_path, monkeypatch):
