@@ -180,6 +180,9 @@ def table1(profile: str, available: "Available | None" = None, *, winners: dict)
 # sigma 50: anchor on / reweighting off (the paper), anchor off alone (``lam=0``), reweighting alone with the anchor on
 # (``by_data_size``), both (``mcsa_code``). FedMCSA^-MCSA's code row drops the prox only (``mcsa_code`` keeps its
 # mean equal-weight there); with ``by_data_size`` its mean is data-size weighted, as the pFedMe code base averages.
+# Table 2's other two Synthetic rows with FedMCSA's attention, FedAvg^+MCSA and pFedMe^+MCSA, get their code reading
+# too: their clients have no anchor of FedMCSA's kind (FedAvg's: plain SGD; pFedMe's: its own Moreau envelope, which
+# the code keeps), so it is the reweighting alone (``by_data_size``); their paper's-equations runs are Table 2's.
 # Local is the yardstick.
 READINGS = [
     {"algorithm": "fedmcsa"},  # the paper's equations (Table 2's cell): anchor on, reweighting off
@@ -190,6 +193,10 @@ READINGS = [
     {"algorithm": "fedmcsa-mcsa", "mcsa_code": True},  # Table 2's FedMCSA^-MCSA row, prox off, equal-weight mean
     {"algorithm": "fedmcsa-mcsa", "mcsa_code": True, "by_data_size": True},  # ... with the data-weighted mean
     {"algorithm": "fedmcsa-mcsa"},
+    {"algorithm": "fedavg+mcsa"},  # Table 2's FedAvg^+MCSA cell: the paper's attention
+    {"algorithm": "fedavg+mcsa", "by_data_size": True},  # ... as in the authors' code: rows reweighted by data size
+    {"algorithm": "pfedme+mcsa"},  # Table 2's pFedMe^+MCSA cell
+    {"algorithm": "pfedme+mcsa", "by_data_size": True},  # ... as in the authors' code
     {"algorithm": "local"},
 ]
 
