@@ -210,6 +210,20 @@ def test_reading_places_each_config_on_the_two_switches():
         assert (alg.local.mu > 0) == (prox == "on") and alg.aggregate.by_data_size == (reweighting == "on")
 
 
+def test_reading_names_the_plus_mcsa_rows():
+    """Table 2's +MCSA rows: paper's equations vs the authors' code (the reweighting alone), their own clients' prox."""
+    cases = {
+        ("fedavg+mcsa", False): ("FedAvg^+MCSA, paper's equations", "none (FedAvg's SGD)", "off"),
+        ("fedavg+mcsa", True): ("FedAvg^+MCSA, authors' code (reweighting)", "none (FedAvg's SGD)", "on"),
+        ("pfedme+mcsa", False): ("pFedMe^+MCSA, paper's equations", "pFedMe's own (λ = 5)", "off"),
+        ("pfedme+mcsa", True): ("pFedMe^+MCSA, authors' code (reweighting)", "pFedMe's own (λ = 5)", "on"),
+    }
+    for (alg, by_size), want in cases.items():
+        cfg = RunConfig(algorithm=alg, by_data_size=by_size)
+        assert fedmcsa.reading(cfg) == want
+        assert build_algorithm(cfg).aggregate.by_data_size == by_size
+
+
 def test_a_method_without_the_option_reads_it_as_none():
     """A grid mixing FedMCSA (which has ``by_data_size``) with Local (which does not) must tabulate and filter: the
     readings experiment's table raised KeyError on the Local rows when the option was added."""
@@ -232,7 +246,16 @@ def test_readings_smoke_table_and_switches():
     assert (two[["reweighting off", "reweighting on"]] != "").all().all()
     ex = fedlib.experiment("fedmcsa_readings", "smoke", progress=False)
     readings = fedmcsa.readings_table(ex.table, ex.runs)
-    assert set(readings.reading) >= {"Local", "FedMCSA^-MCSA, authors' code, data-weighted mean"}
+    assert set(readings.reading) >= {
+        "Local",
+        "FedMCSA^-MCSA, authors' code, data-weighted mean",
+        "FedAvg^+MCSA, authors' code (reweighting)",
+        "pFedMe^+MCSA, paper's equations",
+    }
+    plus = readings[readings.reading.str.contains(r"\^\+MCSA")]
+    assert len(plus) == 2 * 2 * 2  # per model: two methods, two readings, each beside the paper's Table 2 number
+    assert plus["paper Table 2"].notna().all() and plus["paper Table 1"].isna().all()
+    assert len(fedmcsa.switches(readings)) == 4  # the 2x2 is FedMCSA's alone
     fig = fedmcsa.plot_switches(readings)
     assert len(fig.axes) == 2
     plt.close(fig)
