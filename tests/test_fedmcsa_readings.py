@@ -256,6 +256,9 @@ def test_readings_smoke_table_and_switches():
     assert len(plus) == 2 * 2 * 2  # per model: two methods, two readings, each beside the paper's Table 2 number
     assert plus["paper Table 2"].notna().all() and plus["paper Table 1"].isna().all()
     assert len(fedmcsa.switches(readings)) == 4  # the 2x2 is FedMCSA's alone
+    assert fedmcsa.plus_mcsa(readings).index.tolist() == [
+        (m, a) for m in ("mlr", "dnn") for a in ("FedAvg^+MCSA", "pFedMe^+MCSA")
+    ]
     fig = fedmcsa.plot_switches(readings)
     assert len(fig.axes) == 2
     plt.close(fig)
