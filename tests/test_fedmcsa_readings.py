@@ -107,6 +107,48 @@ def test_minus_mcsa_by_data_size_lambda0_full_participation_is_fedavg():
         assert torch.allclose(a.state.sent[n], b.state.global_params[n].expand_as(a.state.sent[n]), atol=1e-12)
 
 
+@pytest.mark.parametrize("alg", ["fedavg+mcsa", "pfedme+mcsa"])
+def test_plus_mcsa_by_data_size_reweights_the_attention(alg):
+    """Golden, 3 clients, Table 2's +MCSA rows: the same reweighted rows as FedMCSA's (shares (1, 1, 2)/4 times the
+    attention rows (4, 2, 1)/7, (1, 2, 1)/4, (1, 2, 4)/7, renormalised); without the switch, the plain attention."""
+    on = build_algorithm(RunConfig(algorithm=alg, sigma=LN2, by_data_size=True))
+    a = on.aggregate(P, SIZES, np.arange(3)).to_personal["w"]
+    assert torch.allclose(a, F([4 / 8, 2 / 8, 2 / 8], [1 / 5, 2 / 5, 2 / 5], [1 / 11, 2 / 11, 8 / 11]))
+    assert torch.equal(a, mcsa_weights(P, LN2, SIZES)["w"])
+    off = build_algorithm(RunConfig(algorithm=alg, sigma=LN2)).aggregate(P, SIZES, np.arange(3)).to_personal["w"]
+    assert torch.allclose(off, F([4 / 7, 2 / 7, 1 / 7], [1 / 4, 2 / 4, 1 / 4], [1 / 7, 2 / 7, 4 / 7]))
+    # only the server changes: the clients' procedure is the same object either way
+    assert on.local == build_algorithm(RunConfig(algorithm=alg, sigma=LN2)).local
+    assert on.local.mu == 0.0  # FedAvg's plain SGD; pFedMe's prox lives in its own client procedure
+    if alg == "pfedme+mcsa":
+        assert on.local_update.lam == 5.0  # pFedMe's Moreau envelope, kept
+
+
+@pytest.mark.parametrize("alg", ["fedavg+mcsa", "pfedme+mcsa"])
+def test_plus_mcsa_sends_the_reweighted_attention_every_round(alg):
+    """End to end, 3 clients of unequal size, 2 sampled per round: with ``by_data_size`` the server sends each sampled
+    client mix(mcsa_weights(uploads, sigma, sizes)) of the uploads, without it mix(mcsa_weights(uploads, sigma)); the
+    two runs part."""
+    data = unequal_synthetic()
+    sizes_all = torch.tensor([30.0, 60.0, 120.0], dtype=torch.float64)
+    runs = {}
+    for by_size in (False, True):
+        seen = []
+
+        def check(t, sel, mixing, state):
+            idx = torch.as_tensor(sel)
+            up = {n: state.client_params[n][idx] for n in state.client_params}
+            expected = mix(mcsa_weights(up, 5.0, sizes_all[idx] if by_size else None), up)
+            for n in up:
+                assert torch.allclose(state.sent[n][idx], expected[n], atol=1e-12)
+            seen.append(len(sel))
+
+        cfg = RunConfig(**{**SMALL, "clients_per_round": 2}, algorithm=alg, sigma=5.0, by_data_size=by_size)
+        runs[by_size] = _simulate(cfg, data, on_round=check)
+        assert seen == [2, 2, 2, 2]
+    assert not torch.allclose(runs[True].state.sent["1.weight"], runs[False].state.sent["1.weight"])
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -115,9 +157,13 @@ def test_minus_mcsa_by_data_size_lambda0_full_participation_is_fedavg():
             "by_data_size=True is already part of mcsa_code",
         ),
         (dict(algorithm="fedmcsa", by_data_size="yes"), "by_data_size='yes' must be of type bool"),
-        # a method without the option (config.py names it an unknown field, as for every post-schema-1 option)
-        (dict(algorithm="fedavg", by_data_size=True), "unknown RunConfig field\\(s\\): by_data_size"),
-        (dict(algorithm="fedavg+mcsa", by_data_size=True), "unknown RunConfig field\\(s\\): by_data_size"),
+        # a method without the option: config.py says it does not use it
+        (dict(algorithm="fedavg", by_data_size=True), "by_data_size set but algorithm='fedavg' does not use it"),
+        (dict(algorithm="pfedme", by_data_size=True), "by_data_size set but algorithm='pfedme' does not use it"),
+        # the +MCSA rows have no anchor of FedMCSA's kind to drop, so no mcsa_code: by_data_size is their code reading
+        (dict(algorithm="fedavg+mcsa", mcsa_code=True), "mcsa_code set but algorithm='fedavg\\+mcsa' does not use it"),
+        (dict(algorithm="pfedme+mcsa", mcsa_code=True), "mcsa_code set but algorithm='pfedme\\+mcsa' does not use it"),
+        (dict(algorithm="pfedme+mcsa", by_data_size=1), "by_data_size=1 must be of type bool"),
     ],
 )
 def test_bad_switches_are_refused_before_training(change, message):
@@ -127,8 +173,13 @@ def test_bad_switches_are_refused_before_training(change, message):
 
 def test_the_new_switch_leaves_every_existing_key_alone():
     """A new option at its default is not in the key (tests/test_store_keys.py recomputes every stored key)."""
-    for alg in ("fedmcsa", "fedmcsa-mcsa"):
-        for extra in ({}, {"mcsa_code": True}, {"lam": 0.0}):
+    for alg, extras in [
+        ("fedmcsa", ({}, {"mcsa_code": True}, {"lam": 0.0})),
+        ("fedmcsa-mcsa", ({}, {"mcsa_code": True}, {"lam": 0.0})),
+        ("fedavg+mcsa", ({}, {"sigma": 1000.0})),
+        ("pfedme+mcsa", ({}, {"sigma": 1000.0}, {"lam": 15.0})),
+    ]:
+        for extra in extras:
             old = RunConfig(algorithm=alg, **extra)
             assert RunConfig(algorithm=alg, by_data_size=False, **extra).key() == old.key()
             assert "by_data_size" not in old.changed()
@@ -159,6 +210,20 @@ def test_reading_places_each_config_on_the_two_switches():
         assert (alg.local.mu > 0) == (prox == "on") and alg.aggregate.by_data_size == (reweighting == "on")
 
 
+def test_reading_names_the_plus_mcsa_rows():
+    """Table 2's +MCSA rows: paper's equations vs the authors' code (the reweighting alone), their own clients' prox."""
+    cases = {
+        ("fedavg+mcsa", False): ("FedAvg^+MCSA, paper's equations", "none (FedAvg's SGD)", "off"),
+        ("fedavg+mcsa", True): ("FedAvg^+MCSA, authors' code (reweighting)", "none (FedAvg's SGD)", "on"),
+        ("pfedme+mcsa", False): ("pFedMe^+MCSA, paper's equations", "pFedMe's own (λ = 5)", "off"),
+        ("pfedme+mcsa", True): ("pFedMe^+MCSA, authors' code (reweighting)", "pFedMe's own (λ = 5)", "on"),
+    }
+    for (alg, by_size), want in cases.items():
+        cfg = RunConfig(algorithm=alg, by_data_size=by_size)
+        assert fedmcsa.reading(cfg) == want
+        assert build_algorithm(cfg).aggregate.by_data_size == by_size
+
+
 def test_a_method_without_the_option_reads_it_as_none():
     """A grid mixing FedMCSA (which has ``by_data_size``) with Local (which does not) must tabulate and filter: the
     readings experiment's table raised KeyError on the Local rows when the option was added."""
@@ -181,7 +246,19 @@ def test_readings_smoke_table_and_switches():
     assert (two[["reweighting off", "reweighting on"]] != "").all().all()
     ex = fedlib.experiment("fedmcsa_readings", "smoke", progress=False)
     readings = fedmcsa.readings_table(ex.table, ex.runs)
-    assert set(readings.reading) >= {"Local", "FedMCSA^-MCSA, authors' code, data-weighted mean"}
+    assert set(readings.reading) >= {
+        "Local",
+        "FedMCSA^-MCSA, authors' code, data-weighted mean",
+        "FedAvg^+MCSA, authors' code (reweighting)",
+        "pFedMe^+MCSA, paper's equations",
+    }
+    plus = readings[readings.reading.str.contains(r"\^\+MCSA")]
+    assert len(plus) == 2 * 2 * 2  # per model: two methods, two readings, each beside the paper's Table 2 number
+    assert plus["paper Table 2"].notna().all() and plus["paper Table 1"].isna().all()
+    assert len(fedmcsa.switches(readings)) == 4  # the 2x2 is FedMCSA's alone
+    assert fedmcsa.plus_mcsa(readings).index.tolist() == [
+        (m, a) for m in ("mlr", "dnn") for a in ("FedAvg^+MCSA", "pFedMe^+MCSA")
+    ]
     fig = fedmcsa.plot_switches(readings)
     assert len(fig.axes) == 2
     plt.close(fig)

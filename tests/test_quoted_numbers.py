@@ -260,6 +260,52 @@ def test_fedmcsa_readings(readings):
     assert abs(dnn) <= 0.3 and "(the DNN cell within 0.3 points)" in text
 
 
+def test_fedmcsa_readings_plus_mcsa(readings):
+    """Notebook 16's Reading, Table 2's FedAvg^+MCSA and pFedMe^+MCSA rows (the authors' code: the reweighting alone)
+    beside the paper's equations, Local and the paper, the prose about them, and the README's readings row."""
+    text = reading("16")
+    plus = fedmcsa.plus_mcsa(readings)
+    table = md_table(text, "paper's equations")
+    assert len(table) == len(plus) == 4
+    for (model, method), row in plus.iterrows():
+        want = {c: row[c] for c in ("paper's equations", "authors' code (reweighting)", "Local")}
+        want |= {"reweighting's change": f2(row["reweighting's change"]), "paper Table 2": f2(row["paper Table 2"])}
+        assert table[f"{model.upper()}, {method}"] == want, (model, method)
+    ours = readings.set_index(["reading", "model"])
+    text = " ".join(text.split())  # the prose, line breaks as spaces
+    w = lambda r, m: f2(ours.loc[(r, m), "weighted"])
+    u = lambda r, m: f2(ours.loc[(r, m), "unweighted"])
+    fa, pf = "FedAvg^+MCSA", "pFedMe^+MCSA"
+    paper_, code_ = "paper's equations", "authors' code (reweighting)"
+    assert f"(FedAvg^+MCSA {w(f'{fa}, {paper_}', 'mlr')} to {w(f'{fa}, {code_}', 'mlr')}, " in text
+    assert w(f"{pf}, {paper_}", "mlr") == w(f"{pf}, {code_}", "mlr")
+    assert f"pFedMe^+MCSA {w(f'{pf}, {code_}', 'mlr')} either way)" in text
+    ref = lambda m, a: plus.loc[(m, a), "paper Table 2"]
+    gap = lambda m, a: ref(m, a) - max(ours.loc[(f"{a}, {r}", m), "weighted"] for r in (paper_, code_))
+    assert f"the paper's {f2(ref('mlr', fa))} / {f2(ref('mlr', pf))} stay {f1(gap('mlr', fa))} and " in text
+    assert f" and {f1(gap('mlr', pf))} points above both readings" in text
+    change = lambda a: f2(plus.loc[("dnn", a), "reweighting's change"])
+    assert f"it adds {change(fa)} points to" in text and f"and {change(pf)} to pFedMe^+MCSA" in text
+    assert f"FedAvg^+MCSA ({w(f'{fa}, {code_}', 'dnn')}, still {f1(gap('dnn', fa))} below the paper's " in text
+    assert f"pFedMe^+MCSA ({w(f'{pf}, {code_}', 'dnn')}, {f2(-gap('dnn', pf))} above the paper's " in text
+    assert f"unweighted {u(f'{pf}, {paper_}', 'dnn')} to {u(f'{pf}, {code_}', 'dnn')})" in text
+    local = [w("Local", m) for m in ("mlr", "dnn")]
+    assert f"stays below Local ({local[0]} / {local[1]})" in text
+    # the claims themselves: nothing changes on MLR, pFedMe^+MCSA's DNN cell within 0.5 of the paper, every reading
+    # below Local, FedAvg^+MCSA's cells beyond both readings
+    assert (plus.loc["mlr", "reweighting's change"].abs() <= 0.01).all()
+    assert abs(gap("dnn", pf)) <= 0.5 and gap("dnn", fa) > 5 and gap("mlr", fa) > 2
+    for (m, a), row in plus.iterrows():
+        lo = ours.loc[("Local", m), "weighted"]
+        assert all(ours.loc[(f"{a}, {r}", m), "weighted"] < lo for r in (paper_, code_)), (m, a)
+    row = readme_row("FedMCSA, both readings")
+    assert (
+        f"FedAvg^+MCSA / pFedMe^+MCSA: the code's reweighting (their only switch) changes nothing on MLR and lifts the "
+        f"DNN to {w(f'{fa}, {code_}', 'dnn')} / {w(f'{pf}, {code_}', 'dnn')} "
+        f"(paper {f2(ref('dnn', fa))} / {f2(ref('dnn', pf))})" in row
+    )
+
+
 # -- AdaFL ------------------------------------------------------------------------------------------------------------
 def _mean_sd(frame: pd.DataFrame, method: str, col: str) -> str:
     v = frame[frame.method == method][col]

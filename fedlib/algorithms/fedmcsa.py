@@ -44,6 +44,11 @@ their 2x2 on Synthetic):
   authors forked averages (``aggregate_parameters`` weights by ``train_samples``); the paper
   says only "average aggregation". The two combine: ``mcsa_code=True, by_data_size=True`` is
   FedMCSA^{-MCSA} with both of the code's switches.
+- On ``fedavg+mcsa`` (and ``pfedme+mcsa``, ``fedlib.algorithms.pfedme``) "as in the authors' code" is the
+  reweighting alone, ``by_data_size=True``: Table 2's +MCSA rows put FedMCSA's server (the code's one aggregation
+  routine, which reweights every attention row by the data-size shares) behind another method's clients, and those
+  clients have no anchor of FedMCSA's kind to drop (FedAvg's train by plain SGD; pFedMe's Moreau-envelope prox
+  toward its own local w_i is pFedMe's method, which the code keeps). So these variants have no ``mcsa_code``.
 """
 
 from __future__ import annotations
@@ -102,6 +107,9 @@ _SIGMA = dict(ge=0, doc="attention scale sigma (FedMCSA default 50)")
 _LAM = dict(ge=0, doc="client proximal strength lambda (FedMCSA default 5)")
 _CODE = dict(doc="as in the authors' code: no effective prox (and, on fedmcsa, data-size reweighting)")
 _BY_SIZE = dict(doc="weigh the sampled clients by their data-size shares (the authors' code's weighting), prox kept")
+_PLUS_BY_SIZE = dict(
+    doc="as in the authors' code: attention rows reweighted by the sampled clients' data-size shares (no anchor to drop)"
+)
 
 
 def _one_switch(opts) -> None:
@@ -150,16 +158,18 @@ class FedMCSAMinusMCSA(MethodOptions):
 @register
 @dataclass(frozen=True)
 class FedAvgPlusMCSA(MethodOptions):
-    """FedAvg^{+MCSA}: FedAvg's clients (plain SGD, only the sampled train), the server's attention."""
+    """FedAvg^{+MCSA}: FedAvg's clients (plain SGD, only the sampled train), the server's attention;
+    ``by_data_size``: the attention as in the authors' code (module docstring)."""
 
     NAME = "fedavg+mcsa"
     sigma: float = option(50.0, **_SIGMA)
+    by_data_size: bool = option(False, **_PLUS_BY_SIZE)
 
     def build(self, cfg) -> Algorithm:
         return Algorithm(
             name=self.NAME,
             local=local_sgd(cfg),
-            aggregate=MCSAttention(self.sigma),
+            aggregate=MCSAttention(self.sigma, self.by_data_size),
             trains="selected",
             start="personal",
             evaluate="personal",

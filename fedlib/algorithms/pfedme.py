@@ -17,6 +17,11 @@ next, as in the authors' code. The personalised model (PM) is theta_i after the 
 
 ``pfedme+mcsa`` (FedMCSA Table 2): the server's average is replaced by FedMCSA's attention
 among the sampled clients; a sampled client starts its next round from its personalised W_i.
+``by_data_size=True`` is its "as in the authors' code" reading: the attention rows reweighted by the sampled
+clients' data-size shares and renormalised, as the FedMCSA code's one aggregation routine does for every Table 2
+row (``fedlib.algorithms.fedmcsa``). The other switch of ``fedmcsa``'s ``mcsa_code``, dropping the proximal anchor
+toward the received model, has no counterpart here: pFedMe's clients pull toward their own local w_i (the Moreau
+envelope, pFedMe's method, which the code keeps), so the reweighting alone is the code's reading.
 """
 
 from __future__ import annotations
@@ -118,7 +123,8 @@ class PFedMe(MethodOptions):
 @register
 @dataclass(frozen=True)
 class PFedMePlusMCSA(MethodOptions):
-    """pFedMe^{+MCSA}: the server's average replaced by FedMCSA's attention (so no beta)."""
+    """pFedMe^{+MCSA}: the server's average replaced by FedMCSA's attention (so no beta); ``by_data_size``: the
+    attention as in the authors' code (module docstring)."""
 
     NAME = "pfedme+mcsa"
     SGD_EXTRAS = False
@@ -126,12 +132,16 @@ class PFedMePlusMCSA(MethodOptions):
     inner_steps: int = option(5, **_K)
     personal_lr: float = option(0.01, **_ETA_P)
     sigma: float = option(50.0, ge=0, doc="FedMCSA's attention scale sigma")
+    by_data_size: bool = option(
+        False,
+        doc="as in the authors' code: attention rows reweighted by the sampled clients' data-size shares (module doc)",
+    )
 
     def build(self, cfg) -> Algorithm:
         return Algorithm(
             name=self.NAME,
             local=local_sgd(cfg),
-            aggregate=MCSAttention(self.sigma),
+            aggregate=MCSAttention(self.sigma, self.by_data_size),
             trains="all",
             start="personal",
             evaluate="personal",

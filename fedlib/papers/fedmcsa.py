@@ -180,6 +180,9 @@ def table1(profile: str, available: "Available | None" = None, *, winners: dict)
 # sigma 50: anchor on / reweighting off (the paper), anchor off alone (``lam=0``), reweighting alone with the anchor on
 # (``by_data_size``), both (``mcsa_code``). FedMCSA^-MCSA's code row drops the prox only (``mcsa_code`` keeps its
 # mean equal-weight there); with ``by_data_size`` its mean is data-size weighted, as the pFedMe code base averages.
+# Table 2's other two Synthetic rows with FedMCSA's attention, FedAvg^+MCSA and pFedMe^+MCSA, get their code reading
+# too: their clients have no anchor of FedMCSA's kind (FedAvg's: plain SGD; pFedMe's: its own Moreau envelope, which
+# the code keeps), so it is the reweighting alone (``by_data_size``); their paper's-equations runs are Table 2's.
 # Local is the yardstick.
 READINGS = [
     {"algorithm": "fedmcsa"},  # the paper's equations (Table 2's cell): anchor on, reweighting off
@@ -190,6 +193,10 @@ READINGS = [
     {"algorithm": "fedmcsa-mcsa", "mcsa_code": True},  # Table 2's FedMCSA^-MCSA row, prox off, equal-weight mean
     {"algorithm": "fedmcsa-mcsa", "mcsa_code": True, "by_data_size": True},  # ... with the data-weighted mean
     {"algorithm": "fedmcsa-mcsa"},
+    {"algorithm": "fedavg+mcsa"},  # Table 2's FedAvg^+MCSA cell: the paper's attention
+    {"algorithm": "fedavg+mcsa", "by_data_size": True},  # ... as in the authors' code: rows reweighted by data size
+    {"algorithm": "pfedme+mcsa"},  # Table 2's pFedMe^+MCSA cell
+    {"algorithm": "pfedme+mcsa", "by_data_size": True},  # ... as in the authors' code
     {"algorithm": "local"},
 ]
 
@@ -581,13 +588,25 @@ def spectral_order(att) -> np.ndarray:
 
 
 # -- both readings (notebook 16) -----------------------------------------------------------------------------------------
+# Table 2's rows with FedMCSA's attention behind another method's clients; their clients have no prox of FedMCSA's
+# kind, so their authors'-code reading is the data-size reweighting alone (``by_data_size``)
+PLUS_MCSA = {"fedavg+mcsa": "FedAvg^+MCSA", "pfedme+mcsa": "pFedMe^+MCSA"}
+
+
 def reading(cfg: RunConfig) -> tuple[str, str, str]:
     """(row, proximal anchor, data-size reweighting) of a ``fedmcsa_readings`` config: which reading of FedMCSA it is
     and where it sits on the two switches the authors' code flips (``fedlib.algorithms.fedmcsa``: ``mcsa_code`` drops
-    the anchor, and on FedMCSA also reweights; ``by_data_size`` reweights alone)."""
+    the anchor, and on FedMCSA also reweights; ``by_data_size`` reweights alone). FedAvg^+MCSA and pFedMe^+MCSA keep
+    their own clients (``prox`` says which), so their code reading is the reweighting alone (``PLUS_MCSA``)."""
     alg = cfg.get("algorithm")
     if alg == "local":
         return "Local", "-", "-"
+    if alg in PLUS_MCSA:  # Table 2's +MCSA rows: their clients keep their own procedure, only the server can differ
+        name = PLUS_MCSA[alg]
+        prox = f"pFedMe's own (λ = {cfg.get('lam'):g})" if alg == "pfedme+mcsa" else "none (FedAvg's SGD)"
+        if cfg.get("by_data_size"):
+            return f"{name}, authors' code (reweighting)", prox, "on"
+        return f"{name}, paper's equations", prox, "off"
     name = "FedMCSA" if alg == "fedmcsa" else "FedMCSA^-MCSA"
     code, lam = cfg.get("mcsa_code"), cfg.get("lam")
     by_size = cfg.flat().get("by_data_size", False)
@@ -606,7 +625,8 @@ def reading(cfg: RunConfig) -> tuple[str, str, str]:
 def readings_table(table: pd.DataFrame, cfgs: list[RunConfig]) -> pd.DataFrame:
     """Both readings side by side on Synthetic: per model and reading, the best sample-weighted and unweighted mean
     test accuracy (%, mean ± std over seeds) beside the paper's Synthetic numbers (Table 1: FedMCSA tuned; Table 2:
-    FedMCSA and FedMCSA^-MCSA at σ = 50, λ = 5). ``table``: ``Experiment.table`` of ``cfgs`` (same order)."""
+    FedMCSA, FedMCSA^-MCSA, FedAvg^+MCSA and pFedMe^+MCSA at σ = 50, λ = 5). ``table``: ``Experiment.table`` of
+    ``cfgs`` (same order)."""
     ref = published()
     ref = ref[ref.dataset == "synthetic"].set_index(["table", "model", "algorithm"]).accuracy
     rows = pd.DataFrame([(c.get("model"), c.get("algorithm"), *reading(c)) for c in cfgs],
@@ -660,6 +680,34 @@ def switches(readings: pd.DataFrame) -> pd.DataFrame:
             row["paper Table 2"], row["paper Table 1"] = first["paper Table 2"], first["paper Table 1"]
             out.append(row)
     return pd.DataFrame(out).set_index(["model", "proximal anchor"])
+
+
+def plus_mcsa(readings: pd.DataFrame) -> pd.DataFrame:
+    """Table 2's FedAvg^+MCSA and pFedMe^+MCSA rows under both readings, from ``readings_table``: per model and method,
+    the paper's equations and the authors' code (the data-size reweighting alone: these clients have no anchor of
+    FedMCSA's kind to drop), best sample-weighted mean test accuracy '(mean) ± (std)' (%, over the seeds, ddof 0), the
+    reweighting's change in points (of the two means shown), Local and the paper's Table 2 number."""
+    local = readings[readings.reading == "Local"].set_index("model")
+    cell = lambda x: f"{x.weighted:.2f} ± {x.weighted_std:.2f}"
+    out = []
+    for m in dict.fromkeys(readings.model):
+        for name in PLUS_MCSA.values():
+            r = readings[(readings.model == m) & readings.reading.str.startswith(f"{name},")].set_index("reading")
+            if not len(r):
+                continue
+            paper, code = r.loc[f"{name}, paper's equations"], r.loc[f"{name}, authors' code (reweighting)"]
+            out.append(
+                {
+                    "model": m,
+                    "method": name,
+                    "paper's equations": cell(paper),
+                    "authors' code (reweighting)": cell(code),
+                    "reweighting's change": round(code.weighted - paper.weighted, 2),
+                    "Local": cell(local.loc[m]) if m in local.index else "",
+                    "paper Table 2": paper["paper Table 2"],
+                }
+            )
+    return pd.DataFrame(out).set_index(["model", "method"])
 
 
 def plot_switches(readings: pd.DataFrame, title: str = ""):
