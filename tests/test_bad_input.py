@@ -266,7 +266,16 @@ def test_snapshot_temporary_files_are_unique_per_process(tmp_path, monkeypatch):
 
 
 # -- signals ----------------------------------------------------------------------------------------------------
-def test_ctrl_c_finishes_the_round_snapshots_it_and_resumes_bit_identical(tmp_path):
+@pytest.fixture
+def ctrl_c_reaches_python():
+    """Python's own Ctrl-C handler for the test: a pytest started in the background (``cmd &``) inherits SIGINT
+    ignored, and then no Ctrl-C reaches the run (what an idle pool worker wants, not what this test checks)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_finishes_the_round_snapshots_it_and_resumes_bit_identical(tmp_path, ctrl_c_reaches_python):
     data = small_synthetic(n_clients=4, rows=60)
     cfg = TINY.replace(rounds=6)
     reference = _simulate(cfg, data)
