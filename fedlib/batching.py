@@ -35,11 +35,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from . import metrics as M
 from .data.federated import BatchPlan
-from .executors.chain import chain_forward, class_softmax
 from .executors.objectives import CrossEntropy
 from .models import linear_chain
 
@@ -183,36 +181,18 @@ def merged_train(executor, calls: list[_Call]) -> list:
 @torch.no_grad()
 def merged_evaluate(executor, calls: list[_Call]) -> list:
     """``metrics.evaluate`` of every call, the runs' models stacked on a run axis: per block of clients
-    (``metrics.personal_chain``), or per chunk of rows for one global model, one batched forward for all runs. Per
-    run, the same values as ``metrics.evaluate``: the logits' slices are its matmuls' bit for bit, and losses are
-    summed per run with the same reduction."""
+    (``metrics.personal_chain``), or per chunk of rows for one global model (``metrics.global_chain``), one batched
+    forward for all runs. ``metrics.evaluate`` runs the same functions with one run, so each run gets its solo
+    values (a row's logits and loss do not depend on the run axis)."""
     if len(calls) == 1:
         return [M.evaluate(*calls[0].args)]
     model, _, split, per_client = calls[0].args
     layers = linear_chain(model)
-    R = len(calls)
     stacked = {n: torch.stack([c.args[1][n] for c in calls]) for n in calls[0].args[1]}  # (R, [N,] ...)
-    n_clients = len(split.sizes)
-    dev = split.x.device
-    correct = torch.zeros(R, n_clients, dtype=torch.float64, device=dev)
-    loss = torch.zeros(R, n_clients, dtype=torch.float64, device=dev)
-    dtype = next(iter(stacked.values())).dtype
-    if not per_client:
-        owner = torch.repeat_interleave(torch.arange(n_clients, device=dev), split.sizes)
-        chunk = 8192  # metrics.evaluate's
-        for a in range(0, len(split.y), chunk):
-            x, y = split.x[a : a + chunk].to(dtype), split.y[a : a + chunk]
-            out = chain_forward(layers, stacked, x.unsqueeze(0).expand(R, *x.shape))[-1]
-            per = F.nll_loss(class_softmax(out, log=True).flatten(0, 1), y.repeat(R), reduction="none").view(R, -1)
-            o = owner[a : a + chunk]
-            for r in range(R):
-                correct[r].index_add_(0, o, (out[r].argmax(1) == y).to(torch.float64))
-                loss[r].index_add_(0, o, per[r].to(torch.float64))
-    else:
-        correct, loss = M.personal_chain(layers, stacked, split)
+    correct, loss = M.personal_chain(layers, stacked, split) if per_client else M.global_chain(layers, stacked, split)
     n = split.sizes.cpu().numpy().astype(np.float64)
     correct, loss = correct.cpu().numpy(), loss.cpu().numpy()
-    return [(correct[r], loss[r], n) for r in range(R)]
+    return [(correct[r], loss[r], n) for r in range(len(calls))]
 
 
 @dataclass

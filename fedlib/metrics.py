@@ -46,7 +46,12 @@ def evaluate(
     loss = torch.zeros(n_clients, dtype=torch.float64, device=split.x.device)
     model = model.eval()
     dtype = next(iter(params.values())).dtype
-    if not per_client:
+    layers = linear_chain(model)
+    if layers is not None:  # as one run of a batch (``fedlib.batching`` evaluates R runs through the same code)
+        one = {n: t.unsqueeze(0) for n, t in params.items()}
+        c, lo = personal_chain(layers, one, split) if per_client else global_chain(layers, one, split, chunk)
+        correct, loss = c[0], lo[0]
+    elif not per_client:
         owner = torch.repeat_interleave(torch.arange(n_clients, device=split.x.device), split.sizes)
         for a in range(0, len(split.y), chunk):
             x, y = split.x[a : a + chunk].to(dtype), split.y[a : a + chunk]
@@ -54,9 +59,6 @@ def evaluate(
             correct.index_add_(0, owner[a : a + chunk], (out.argmax(1) == y).to(torch.float64))
             per = F.nll_loss(class_softmax(out, log=True), y, reduction="none")
             loss.index_add_(0, owner[a : a + chunk], per.to(torch.float64))
-    elif linear_chain(model) is not None:
-        c, lo = personal_chain(linear_chain(model), {n: t.unsqueeze(0) for n, t in params.items()}, split)
-        correct, loss = c[0], lo[0]
     else:
         for i in range(n_clients):
             x, y = split.client(i)
@@ -71,6 +73,27 @@ def evaluate(
             loss[i] = F.nll_loss(class_softmax(out, log=True), y, reduction="sum")
     model.train()
     return correct.cpu().numpy(), loss.cpu().numpy(), split.sizes.cpu().numpy().astype(np.float64)
+
+
+def global_chain(
+    layers: list[str], params: dict[str, torch.Tensor], split: Split, chunk: int = 8192
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(correct, loss_sum), each (R, N) float64: one Linear-chain model per run (``params[name]``: (R, ...); R = 1
+    for one run) on every row of ``split``, in chunks of ``chunk`` rows, one batched forward per chunk for all runs.
+    A row's logits and loss do not depend on R (a batched matmul's slices, ``executors.class_softmax``), and each
+    client's sums add its rows in the same order whatever R is."""
+    first = next(iter(params.values()))
+    runs, dtype = first.shape[0], first.dtype
+    owner = torch.repeat_interleave(torch.arange(len(split.sizes), device=split.x.device), split.sizes)
+    correct = torch.zeros(runs, len(split.sizes), dtype=torch.float64, device=split.x.device)
+    loss = torch.zeros_like(correct)
+    for a in range(0, len(split.y), chunk):
+        x, y, o = split.x[a : a + chunk].to(dtype), split.y[a : a + chunk], owner[a : a + chunk]
+        out = chain_forward(layers, params, x.unsqueeze(0).expand(runs, *x.shape))[-1]
+        correct.index_add_(1, o, (out.argmax(2) == y).to(torch.float64))
+        per = F.nll_loss(class_softmax(out, log=True).flatten(0, 1), y.repeat(runs), reduction="none")
+        loss.index_add_(1, o, per.view(runs, -1).to(torch.float64))
+    return correct, loss
 
 
 def personal_chain(

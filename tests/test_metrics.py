@@ -73,6 +73,20 @@ def test_personal_evaluation_in_blocks_equals_each_client_alone():
         assert cnt[i] == len(y)
 
 
+def test_global_evaluation_in_chunks_equals_each_client_alone():
+    """``global_chain``: one model on every client's rows, in chunks that cut through clients (float64 reference)."""
+    data = _uneven()
+    model = build_model("dnn", (60,), 10, (20,), seed=0, dtype=torch.float64)
+    params = dict(model.state_dict())
+    correct, loss, cnt = M.evaluate(model, params, data.test, per_client=False, chunk=50)
+    for i in range(data.n_clients):
+        x, y = data.test.client(i)
+        out = model(x)
+        assert correct[i] == (out.argmax(1) == y).sum().item() and cnt[i] == len(y)
+        assert math.isclose(loss[i], torch.nn.functional.cross_entropy(out, y, reduction="sum").item(), rel_tol=1e-12,
+                            abs_tol=1e-12)  # fmt: skip
+
+
 def test_conv_evaluation_in_chunks_equals_one_pass(monkeypatch):
     """A conv net's clients are evaluated in chunks of ``CONV_ROWS`` rows: the same logits as one pass (float32, bit
     for bit), so the same accuracies and losses."""
