@@ -379,8 +379,8 @@ class RunConfig(Part):
             )
         if name in _FLAT:
             return _FLAT[name]
-        if name in LEGACY or name in {x.name for x in fields(method)} or name in flat_field_names():
-            return "method", name  # another method's option: ``replace`` says this method does not use it
+        if name in flat_field_names():  # schema-1 and every registered method's options: ``replace`` refuses those
+            return "method", name  # this method lacks, naming it ("set but algorithm=... does not use it")
         raise ValueError(f"unknown RunConfig field(s): {name}; known: {', '.join(sorted(flat_field_names()))}")
 
     def replace(self, **changes) -> "RunConfig":

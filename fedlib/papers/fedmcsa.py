@@ -609,7 +609,7 @@ def reading(cfg: RunConfig) -> tuple[str, str, str]:
         return f"{name}, paper's equations", prox, "off"
     name = "FedMCSA" if alg == "fedmcsa" else "FedMCSA^-MCSA"
     code, lam = cfg.get("mcsa_code"), cfg.get("lam")
-    by_size = cfg.flat().get("by_data_size", False)
+    by_size = bool(cfg.get("by_data_size"))  # None on configs from before the option
     sigma = f", σ = {cfg.get('sigma'):g}" if alg == "fedmcsa" and cfg.get("sigma") != 50 else ""
     reweighting = "on" if by_size or (code and alg == "fedmcsa") else "off"
     weighted = ", data-weighted mean" if alg != "fedmcsa" and by_size else ""
@@ -658,6 +658,11 @@ def _two_by_two(readings: pd.DataFrame) -> pd.DataFrame:
     return r.assign(anchor=r.prox.str.split().str[0])
 
 
+def _mean_std(row) -> str:
+    """A ``readings_table`` row's cell: '(mean) ± (std)' of the best sample-weighted accuracy (%)."""
+    return f"{row.weighted:.2f} ± {row.weighted_std:.2f}"
+
+
 def switches(readings: pd.DataFrame) -> pd.DataFrame:
     """The 2x2 of the authors' code's two switches on FedMCSA at σ = 50, from ``readings_table``: per model, rows the
     proximal anchor (on: λ = 5, the paper; off: λ = 0 or the code), columns data-size reweighting off / on, cells the
@@ -673,9 +678,8 @@ def switches(readings: pd.DataFrame) -> pd.DataFrame:
                 x = r[(r.model == m) & (r.anchor == anchor) & (r.reweighting == rw)]
                 if len(x) > 1:
                     raise ValueError(f"switches: {len(x)} readings for {m}, anchor {anchor}, reweighting {rw}")
-                row[f"reweighting {rw}"] = f"{x.weighted.iloc[0]:.2f} ± {x.weighted_std.iloc[0]:.2f}" if len(x) else ""
-            lo = local.loc[m] if m in local.index else None
-            row["Local"] = f"{lo.weighted:.2f} ± {lo.weighted_std:.2f}" if lo is not None else ""
+                row[f"reweighting {rw}"] = _mean_std(x.iloc[0]) if len(x) else ""
+            row["Local"] = _mean_std(local.loc[m]) if m in local.index else ""
             first = r[r.model == m].iloc[0]
             row["paper Table 2"], row["paper Table 1"] = first["paper Table 2"], first["paper Table 1"]
             out.append(row)
@@ -688,7 +692,6 @@ def plus_mcsa(readings: pd.DataFrame) -> pd.DataFrame:
     FedMCSA's kind to drop), best sample-weighted mean test accuracy '(mean) ± (std)' (%, over the seeds, ddof 0), the
     reweighting's change in points (of the two means shown), Local and the paper's Table 2 number."""
     local = readings[readings.reading == "Local"].set_index("model")
-    cell = lambda x: f"{x.weighted:.2f} ± {x.weighted_std:.2f}"
     out = []
     for m in dict.fromkeys(readings.model):
         for name in PLUS_MCSA.values():
@@ -700,10 +703,10 @@ def plus_mcsa(readings: pd.DataFrame) -> pd.DataFrame:
                 {
                     "model": m,
                     "method": name,
-                    "paper's equations": cell(paper),
-                    "authors' code (reweighting)": cell(code),
+                    "paper's equations": _mean_std(paper),
+                    "authors' code (reweighting)": _mean_std(code),
                     "reweighting's change": round(code.weighted - paper.weighted, 2),
-                    "Local": cell(local.loc[m]) if m in local.index else "",
+                    "Local": _mean_std(local.loc[m]) if m in local.index else "",
                     "paper Table 2": paper["paper Table 2"],
                 }
             )
