@@ -108,13 +108,19 @@ def test_minus_mcsa_lambda0_full_participation_is_fedavg_equal_weights():
         algorithm="fedmcsa-mcsa",
         lam=0.0,
     )
+    assert_is_fedavg(cfg, data, "uniform")
+
+
+def assert_is_fedavg(cfg, data, weighting: str) -> None:
+    """``cfg`` (every client sampled, no prox) trains as FedAvg with ``WeightedMean(weighting)``: the clients' trained
+    models coincide round after round, and what each is sent is FedAvg's global model."""
     a = _simulate(cfg, data)
-    fedavg_equal = Algorithm("fedavg-equal", UniformSelection(4), LocalSGD(0.1), WeightedMean("uniform"))
-    b = _simulate(cfg, data, alg=fedavg_equal)
-    # the clients' trained models coincide round after round; FedAvg's global model is their mean
-    for n in a.state.client_params:
-        assert torch.allclose(a.state.client_params[n], b.state.client_params[n], atol=1e-12)
-        assert torch.allclose(a.state.sent[n], b.state.global_params[n].expand_as(a.state.sent[n]), atol=1e-12)
+    n = cfg.get("n_clients")
+    fedavg = Algorithm("fedavg", UniformSelection(n), LocalSGD(cfg.get("lr")), WeightedMean(weighting))
+    b = _simulate(cfg, data, alg=fedavg)
+    for k in a.state.client_params:
+        assert torch.allclose(a.state.client_params[k], b.state.client_params[k], atol=1e-12)
+        assert torch.allclose(a.state.sent[k], b.state.global_params[k].expand_as(a.state.sent[k]), atol=1e-12)
 
 
 def test_fedmcsa_sends_attention_models_to_sampled_only():

@@ -4,16 +4,15 @@ sampled clients' data-size shares while the proximal anchor stays on; ``mcsa_cod
 import numpy as np
 import pytest
 import torch
-from test_attention import _simulate  # the same few-client run
+from test_attention import _simulate, assert_is_fedavg  # the same few-client runs
 
 from fedlib.algorithms import build_algorithm
 from fedlib.attention import mcsa_weights
 from fedlib.config import RunConfig
 from fedlib.data.federated import FederatedData
 from fedlib.data.synthetic import synthetic
-from fedlib.executors import LocalSGD
 from fedlib.papers import fedmcsa
-from fedlib.stages import Algorithm, UniformSelection, WeightedMean, mix
+from fedlib.stages import mix
 
 F = lambda *v: torch.tensor(v, dtype=torch.float64)
 P = {"w": F([1.0, 0.0], [0.0, 1.0], [-1.0, 0.0])}  # cos = [[1, 0, -1], [0, 1, 0], [-1, 0, 1]]
@@ -98,13 +97,7 @@ def test_by_data_size_with_the_prox_differs_from_the_code_only_by_the_prox():
 def test_minus_mcsa_by_data_size_lambda0_full_participation_is_fedavg():
     """FedMCSA^{-MCSA} with the data-weighted mean, lambda = 0 and everyone sampled is FedAvg (weights n_k)."""
     data = unequal_synthetic()
-    cfg = RunConfig(**SMALL, algorithm="fedmcsa-mcsa", lam=0.0, by_data_size=True)
-    a = _simulate(cfg, data)
-    fedavg = Algorithm("fedavg", UniformSelection(3), LocalSGD(0.1), WeightedMean("samples"))
-    b = _simulate(cfg, data, alg=fedavg)
-    for n in a.state.client_params:
-        assert torch.allclose(a.state.client_params[n], b.state.client_params[n], atol=1e-12)
-        assert torch.allclose(a.state.sent[n], b.state.global_params[n].expand_as(a.state.sent[n]), atol=1e-12)
+    assert_is_fedavg(RunConfig(**SMALL, algorithm="fedmcsa-mcsa", lam=0.0, by_data_size=True), data, "samples")
 
 
 @pytest.mark.parametrize("alg", ["fedavg+mcsa", "pfedme+mcsa"])
