@@ -10,8 +10,9 @@ until every live run of the gang has made its next call, and then run as one cal
   the real executor once, and split back. Calls merge when they ask the same arithmetic of different rows: same
   model shapes, data split, optimiser (``LocalSGD``: lr, momentum, weight decay, mu), objective, plan shape
   (steps, batch, padding) and the same generic terms; others run one by one (correct, only not batched).
-- ``evaluate``: the runs' models stacked on a run axis, one batched forward per block of clients for all runs
-  (``metrics.personal_chain``; a global model: per chunk of rows). Linear chains; other models are evaluated one run
+- ``evaluate``: the runs' models stacked on a run axis, per block of clients (``metrics.personal_chain``; the
+  blocks' forwards run by run over the block's shared rows, one softmax and loss reduction for all runs) or per
+  chunk of rows for a global model (``metrics.global_chain``). Linear chains; other models are evaluated one run
   at a time.
 
 No result depends on which calls merged: every client's matmuls have the shapes they have alone, and the merged
@@ -24,14 +25,16 @@ another: a grid over the learning rate batches its evaluation but not its traini
 Why threads and a barrier rather than a run axis written into the round loop: every method's client procedure
 (pFedMe's inner loop, Per-FedAvg's three steps, SCAFFOLD's drift, Ditto's two models) is a sequence of
 ``executor.train`` calls, so merging at that one interface batches every method without touching any of them.
-The threads' own Python (selection, plans, aggregation) is small beside the merged arithmetic (see the ``--e2e``
-benchmark's W6).
+The threads take turns (``Gang``), so their own Python (selection, plans, aggregation) costs what it costs one
+by one. What batching gains on a CPU is small: a client's matmuls have the same thin shapes merged or not, and
+the ``--e2e`` benchmark's W6c line measures the ceiling (the grid one by one over its floor with training merged).
 """
 
 from __future__ import annotations
 
+import collections
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -50,51 +53,73 @@ class _Call:
     kwargs: dict
     result: object = None
     error: BaseException | None = None
-    done: bool = False
+    turn: threading.Event = field(default_factory=threading.Event)  # set when its thread may go on
 
 
 class Gang:
-    """``members`` runs training together. Each run's thread uses ``member()`` as its executor and calls
-    ``leave()`` when its run ends, however it ends (a run that diverged or failed leaves; the others go on)."""
+    """``members`` runs training together. Each run's thread calls ``enter()`` first, then uses ``member()`` as its
+    executor, and calls ``leave()`` when its run ends, however it ends (a run that diverged or failed leaves; the
+    others go on).
+
+    The threads take turns: one runs its own Python (selection, plans, aggregation) until its next call reaches
+    the barrier, then hands the turn to the next. With all twelve of W6's threads runnable at once, every
+    operation that released the GIL handed it to another thread: the batched grid took 0.84x the time of its
+    runs one by one (``python -m fedlib.bench --e2e``, W6x); taking turns, no two run threads want the GIL."""
 
     def __init__(self, executor, members: int):
         self.executor = executor
         self.live = members
         self.pending: list[_Call] = []
-        self.cv = threading.Condition()
+        self.lock = threading.Lock()
+        self.queue: collections.deque[threading.Event] = collections.deque()  # threads ready to go on, in order
+        self.running = False  # whether a thread has the turn
         self.merged = {"train": [0, 0], "evaluate": [0, 0]}  # kind -> [calls made, merged calls run]
 
     def member(self) -> "GangExecutor":
         return GangExecutor(self)
 
+    def enter(self) -> None:
+        """A member thread's start: wait for its first turn."""
+        turn = threading.Event()
+        with self.lock:
+            self.queue.append(turn)
+            if not self.running:
+                self._pass()
+        turn.wait()
+
     def leave(self) -> None:
-        with self.cv:
+        with self.lock:
             self.live -= 1
-            batch = self._take()
-        self._run(batch)
+        self._arrive(None)
 
     def submit(self, call: _Call):
-        with self.cv:
-            self.pending.append(call)
-            batch = self._take()
-        self._run(batch)
-        with self.cv:
-            while not call.done:
-                self.cv.wait()
+        self._arrive(call)
+        call.turn.wait()
         if call.error is not None:
             raise call.error
         return call.result
 
-    def _take(self) -> list[_Call]:
-        """The pending calls, once every live run has made one (under the lock)."""
-        if not self.pending or len(self.pending) < self.live:
-            return []
-        batch, self.pending = self.pending, []
-        return batch
+    def _arrive(self, call: _Call | None) -> None:
+        """This thread's turn ends at the barrier (with ``call``, or leaving): once every live run has a call
+        pending, run them (in this thread) and queue their threads; then hand the turn on."""
+        with self.lock:
+            if call is not None:
+                self.pending.append(call)
+            batch = []
+            if self.pending and len(self.pending) >= self.live:
+                batch, self.pending = self.pending, []
+        self._run(batch)
+        with self.lock:
+            self.queue.extend(c.turn for c in batch)
+            self._pass()
+
+    def _pass(self) -> None:
+        """(Under the lock.) Give the turn to the next thread queued, if any."""
+        self.running = bool(self.queue)
+        if self.queue:
+            self.queue.popleft().set()
 
     def _run(self, batch: list[_Call]) -> None:
-        if not batch:
-            return
         groups: dict = {}
         for c in batch:
             groups.setdefault((c.kind, c.key) if c.key is not None else (c.kind, id(c)), []).append(c)
@@ -108,10 +133,6 @@ class Gang:
                     c.error = e
             self.merged[kind][0] += len(calls)
             self.merged[kind][1] += 1
-        with self.cv:
-            for c in batch:
-                c.done = True
-            self.cv.notify_all()
 
 
 class GangExecutor:
@@ -212,6 +233,7 @@ def run_together(fns: list, executor) -> tuple[list, Gang]:
 
     def body(r):
         try:
+            gang.enter()
             out[r] = fns[r](gang.member(), stop)
         except BaseException as e:  # reported per run by the caller
             out[r] = e

@@ -24,6 +24,13 @@ per round (round 1 dropped), the round's FLOPs from the model's layer shapes (``
 trained and evaluated, the time those take at the large-matmul rate, the ratio (1.0 = at the limit), and the share
 of each stage.
 
+Each workload's line is followed by its floor (``W1f`` ...): the matmuls and convolutions of two of its rounds,
+logged at their shapes and strides (``ArithmeticLog``) and replayed alone, the fastest of three trials each
+(``replay``), per round; against the same limit, and the timed round over it ("round / floor"). A target below the
+floor cannot be met with these kernels at these shapes, whatever the code around them does. ``W6c``: batching's
+ceiling, the grid one by one (W6w) over its floor with the runs' training calls merged as ``fedlib.batching`` merges
+them (``merged``): the speed-up batching would give if everything but the arithmetic vanished.
+
 Both executors run with ``fedlib.malloc.keep_freed_memory`` as training runs do (``FEDLIB_MALLOC=default``
 leaves glibc's allocator as it is, to compare).
 
@@ -38,13 +45,17 @@ is out of this machine's reach that run, whatever the code.
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import functools
+import math
 import statistics
 import time
 
 import numpy as np
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .data.federated import FederatedData, sample_steps
 from .data.synthetic import synthetic
@@ -269,15 +280,106 @@ def sample_flops(model: nn.Module, input_shape: tuple) -> tuple[int, int]:
     return train.get_total_flops() // 2, forward.get_total_flops() // 2
 
 
-class _CountingExecutor:
-    """The run's executor, counting the rows it trains (a plan's real rows: padding is not work a round needs)."""
+# -- the floor: a round's matmuls and convolutions alone, at the shapes the round ran them (issue 21) --------------
+FLOOR_OPS = ("mm", "addmm", "bmm", "baddbmm", "baddbmm_", "convolution", "convolution_backward")
 
-    def __init__(self, executor):
-        self.executor, self.rows = executor, []
+
+class ArithmeticLog(TorchDispatchMode):
+    """Every call of ``FLOOR_OPS`` made while it is on (in the thread that entered it), as (op, its arguments with
+    each tensor replaced by (shape, stride, dtype, device)) -> calls: what ``replay`` times alone. Below autograd,
+    so a backward's matmuls are seen; only the outermost call of an op."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: collections.Counter = collections.Counter()
+        self.train: collections.Counter = collections.Counter()  # those made inside ``executor.train``
+        self.in_train = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.overloadpacket.__name__ in FLOOR_OPS:
+            key = (func, _signature(args), _signature(tuple(sorted(kwargs.items()))))
+            self.calls[key] += 1
+            self.train[key] += self.in_train
+        return func(*args, **kwargs)
+
+
+def merged(calls: collections.Counter, runs: int) -> collections.Counter:
+    """The training calls of a grid of ``runs`` runs (``calls``: theirs summed) as ``fedlib.batching`` merges them:
+    ``runs`` equal calls (same op, shapes, strides) become one with a (b)bmm's batch dimension, the client axis,
+    ``runs`` times larger (its strides stay valid: the batch dimension is the outermost or expanded); the calls
+    left over, and other ops, as they are."""
+    out: collections.Counter = collections.Counter()
+    for (func, args, kwargs), n in calls.items():
+        if func.overloadpacket.__name__ in ("bmm", "baddbmm", "baddbmm_") and n >= runs:
+            grow = lambda a: (a[0], (a[1][0] * runs, *a[1][1:]), *a[2:]) if len(a) == 5 and a[0] == "tensor" else a
+            out[(func, tuple(grow(a) for a in args), kwargs)] += n // runs
+            n %= runs
+        if n:
+            out[(func, args, kwargs)] += n
+    return out
+
+
+def _signature(v):
+    if isinstance(v, torch.Tensor):
+        return ("tensor", tuple(v.shape), tuple(v.stride()), v.dtype, v.device.type)
+    if isinstance(v, (list, tuple)):
+        return tuple(_signature(u) for u in v)
+    return v
+
+
+def _materialise(v, gen: torch.Generator):
+    """A tensor of a signature's shape and strides (over storage of the size those need, so expanded and transposed
+    operands are what the round passed), random normal values; other values as recorded."""
+    if isinstance(v, tuple) and len(v) == 5 and v[0] == "tensor":
+        _, shape, stride, dtype, device = v
+        size = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
+        flat = torch.randn(size, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
+        return flat.as_strided(shape, stride)
+    if isinstance(v, tuple):
+        return tuple(_materialise(u, gen) for u in v)
+    return v
+
+
+def replay(calls: collections.Counter, device: str, repeats: int = 5, trials: int = 3) -> float:
+    """Seconds the logged calls take alone: each distinct (op, shapes, strides) run once to warm up, then
+    ``trials`` times ``min(calls, repeats)`` calls; the fastest trial's mean time per call, times its calls. Its
+    operands stay in the caches between calls, where in the round they arrive from the op before: a floor, below
+    what the round could reach (the fastest trial: the floor under a busy machine's noise)."""
+    gen = torch.Generator().manual_seed(0)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    total = 0.0
+    for (func, args, kwargs), n in calls.items():
+        a, kw = _materialise(args, gen), dict(_materialise(kwargs, gen))
+        func(*a, **kw)
+        reps, best = min(n, repeats), math.inf
+        for _ in range(trials):
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                func(*a, **kw)
+            sync()
+            best = min(best, (time.perf_counter() - t0) / reps)
+        total += best * n
+    return total
+
+
+class _CountingExecutor:
+    """The run's executor, counting the rows it trains (a plan's real rows: padding is not work a round needs), and
+    telling ``log`` which of its calls are local training's."""
+
+    def __init__(self, executor, log: ArithmeticLog | None = None):
+        self.executor, self.rows, self.log = executor, [], log
 
     def train(self, model, params, plan, *args, **kwargs):
         self.rows.append(plan.index.numel() if plan.weight is None else plan.weight.sum())
-        return self.executor.train(model, params, plan, *args, **kwargs)
+        if self.log is None:
+            return self.executor.train(model, params, plan, *args, **kwargs)
+        self.log.in_train = True
+        try:
+            return self.executor.train(model, params, plan, *args, **kwargs)
+        finally:
+            self.log.in_train = False
 
     def __getattr__(self, name):
         return getattr(self.executor, name)
@@ -294,9 +396,10 @@ def _eval_rows(alg, data, cfg, model) -> int:
     return rows
 
 
-def time_run(cfg, device: str, executor=None) -> dict:
+def time_run(cfg, device: str, executor=None, log: ArithmeticLog | None = None) -> dict:
     """One run of ``cfg`` as ``runner.train`` trains it, with the stage clock on: seconds per stage per round
-    (round 1 dropped), FLOPs per round, the executor's name."""
+    (round 1 dropped), FLOPs per round, the executor's name. ``log``: the run's matmuls and convolutions logged
+    (its timing is then not the run's)."""
     from .algorithms import build_algorithm
     from .data import load_federated
     from .executors import make_executor
@@ -310,9 +413,9 @@ def time_run(cfg, device: str, executor=None) -> dict:
         m.name, data.input_shape, data.n_classes, m.hidden, seed=cfg.seed, dtype=dtype, attention=m.attention
     ).to(device)
     alg = build_algorithm(cfg, n_samples=data.train.sizes.cpu().numpy())
-    ex = _CountingExecutor(make_executor(cfg.executor, model) if executor is None else executor)
+    ex = _CountingExecutor(make_executor(cfg.executor, model) if executor is None else executor, log)
     sync = torch.cuda.synchronize if device == "cuda" else None
-    with stage_timing(StageClock(sync)) as clock:
+    with stage_timing(StageClock(sync)) as clock, log or contextlib.nullcontext():
         simulate(
             alg, data, model, ex, cfg.rounds, local_steps=cfg.local_steps, local_epochs=cfg.local_epochs,
             batch_size=cfg.batch_size, seed=cfg.seed, eval_every=cfg.eval_every, eval_train=cfg.eval_train,
@@ -331,6 +434,7 @@ def bench_e2e(device: str, rate: float, only=None, rounds: int | None = None, ti
     """Time every workload (``only``: some of W1..W6) and print a line each: seconds per round, the round's GFLOPs,
     the seconds those take at ``rate`` FLOP/s, the ratio (1.0 = at the limit) and the stages' shares."""
     from .data import readers
+    from .data.domains import DOMAINS
 
     out = out or functools.partial(print, flush=True)
     work = _w_configs(tiny)
@@ -347,12 +451,15 @@ def bench_e2e(device: str, rate: float, only=None, rounds: int | None = None, ti
             cfgs = [c.replace(rounds=max(2, rounds)) for c in cfgs]
         need = {c.dataset for c in cfgs} - {"synthetic", "digits"}
         absent = readers.missing(sorted(need))
+        if any(c.dataset == "digits" and not c.domains for c in cfgs):  # no digits domain under the data root
+            absent.append("digits: none of " + ", ".join(DOMAINS["digits"]))
         if absent:
             out(f"{name:4}{what:70} skipped: data absent ({', '.join(absent)})")
             continue
         # W5 also on the stacked executor (kernel='vmap': per-client BatchNorm buffers; opt-in, auto keeps the loop)
         for tag, executor in [("", None)] + ([("s", StackedExecutor(kernel="vmap"))] if name == "W5" else []):
             _e2e_line(name + tag, what, [time_run(c, device, executor) for c in cfgs], rate, out, results)
+        _floor_line(name, cfgs, device, out, results)
         if name == "W6":
             _grid_lines(cfgs, device, rate, out, results)
     return results
@@ -398,6 +505,25 @@ def time_grid(cfgs, device: str, batched: bool) -> float:
     return time.perf_counter() - t0
 
 
+def _floor_line(name: str, cfgs: list, device: str, out, results: dict) -> None:
+    """The workload's floor (line ``W1f`` ...): its runs' matmuls and convolutions of two rounds, logged
+    (``ArithmeticLog``) and replayed alone (``replay``), per round; against the FLOP limit, and the timed round
+    over it. A round cannot go below its floor without other kernels (or skipping arithmetic): a target under the
+    floor is out of reach of this machine's kernels at these shapes, whatever the code around them."""
+    logs = []
+    for c in cfgs:
+        logs.append(ArithmeticLog())
+        time_run(c.replace(rounds=2), device, log=logs[-1])
+    r = results[name]
+    r["floor"] = floor = sum(replay(log.calls, device) for log in logs) / 2
+    r["logs"] = logs
+    what = "  its matmuls and convolutions alone, at the round's shapes (floor)"
+    out(
+        f"{name + 'f':4}{what:70} {'':8} {floor:>8.4f} {r['flops'] / 1e9:>7.2f} {r['limit']:>8.4f} "
+        f"{floor / r['limit']:>6.1f}  round / floor {r['seconds'] / floor:.2f}x"
+    )
+
+
 def _grid_lines(cfgs, device: str, rate: float, out, results: dict) -> None:
     """W6 side by side in this process: the grid's whole runs one by one (W6w), then batched as one model (W6b), then
     once more each (the medians are printed), as seconds per round of the whole grid and against the FLOP limit;
@@ -416,6 +542,15 @@ def _grid_lines(cfgs, device: str, rate: float, out, results: dict) -> None:
     speed = statistics.median(times["one by one"]) / statistics.median(times["batched"])
     results["W6x"] = speed
     out(f"{'W6x':4}{'  batched vs one by one (medians of 2, alternating; target >= 5x)':70} {'':8} {speed:>7.2f}x")
+    # batching's ceiling: the grid's floor with its runs' training calls merged as the gang merges them
+    logs = results["W6"]["logs"]
+    train = sum((log.train for log in logs), collections.Counter())
+    rest = sum((log.calls - log.train for log in logs), collections.Counter())
+    floor = (replay(merged(train, len(logs)), device) + replay(rest, device)) / 2
+    ceiling = results["W6w"]["seconds"] / floor
+    results["W6c"] = {"floor": floor, "ceiling": ceiling}
+    what = "  ceiling: one by one over the batched grid's floor (training merged)"
+    out(f"{'W6c':4}{what:70} {'':8} {ceiling:>7.2f}x   (batched floor {floor:.4f} s/round)")
 
 
 def _e2e_line(name: str, what: str, runs: list, rate: float, out, results: dict) -> None:

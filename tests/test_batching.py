@@ -157,6 +157,36 @@ def _synthetic(**kw):
     )  # fmt: skip
 
 
+def test_gang_threads_take_turns_between_calls():
+    """One run's thread at a time runs its own Python between its calls (each hands the turn on at the barrier):
+    with every thread runnable at once they took the GIL from each other, and W6 batched took 0.84x the time of
+    its runs one by one (``python -m fedlib.bench --e2e``). Every run still makes all its calls."""
+    import threading
+    import time
+
+    class Echo:  # an executor that answers each call with its own arguments
+        def train(self, *args, **kwargs):
+            return args[1]
+
+    lock, active, most = threading.Lock(), [0], [0]
+
+    def run(ex, stop, r):
+        got = []
+        for step in range(3):
+            with lock:
+                active[0] += 1
+                most[0] = max(most[0], active[0])
+            time.sleep(0.005)  # the run's own work, long enough for another thread to start its own
+            with lock:
+                active[0] -= 1
+            got.append(ex.train(None, (r, step), None, None, None, objective=object()))  # unmergeable: runs alone
+        return got
+
+    outs, gang = run_together([lambda ex, stop, r=r: run(ex, stop, r) for r in range(4)], Echo())
+    assert outs == [[(r, s) for s in range(3)] for r in range(4)]
+    assert most[0] == 1 and gang.merged["train"] == [12, 12]
+
+
 def test_batches_group_by_data_model_and_method_and_respect_the_caps(monkeypatch):
     a = [_synthetic(seed=s) for s in range(5)]
     b = [_synthetic(seed=0, data_seed=1)]  # other data: another unit

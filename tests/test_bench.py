@@ -1,5 +1,7 @@
 """The benchmark's FLOP count, which turns its timings into a rate against the machine's matmul rate."""
 
+import collections
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -76,6 +78,19 @@ def test_e2e_prints_every_workload_with_its_breakdown(capsys):
         assert sec > 0 and gflop == pytest.approx(float(rows["W6"].split()[-(3 + len(STAGES))]), rel=0.01)
         assert ratio == pytest.approx(sec / limit, rel=0.05 + 5e-5 / limit, abs=0.1)
     assert float(whole["W6x"].split()[-1].rstrip("x")) > 0
+    # each workload's floor (its matmuls alone, replayed) against the same limit, and the round over it
+    floors = {line.split()[0]: line for line in out if line.startswith(("W3f", "W4f", "W6f"))}
+    assert set(floors) == {"W3f", "W4f", "W6f"}
+    for tag, line in floors.items():
+        head, tail = line.split("round / floor")
+        floor, gflop, limit, ratio = (float(v) for v in head.split()[-4:])
+        # both printed with 4 decimals (up to 5e-5 s off each), the ratio with one
+        assert floor > 0 and ratio == pytest.approx(floor / limit, rel=0.01 + 5e-5 / floor + 5e-5 / limit, abs=0.1)
+        assert gflop == pytest.approx(float(rows[tag[:2]].split()[-(3 + len(STAGES))]), rel=0.01)
+        sec = float(rows[tag[:2]].split()[-(4 + len(STAGES))])
+        assert float(tail.strip().rstrip("x")) == pytest.approx(sec / floor, rel=0.01 + 5e-5 / floor + 5e-5 / sec)
+    ceiling_line = next(line for line in out if line.startswith("W6c"))
+    assert "ceiling" in ceiling_line and float(ceiling_line.split("x")[-2].split()[-1]) > 0
 
 
 def test_e2e_rejects_unknown_workload(capsys):
@@ -116,3 +131,68 @@ def test_sample_flops_from_layer_shapes():
     lenet = build_model("lenet", (3, 28, 28), 10, seed=0)
     train, forward = sample_flops(lenet, (3, 28, 28))
     assert forward > 0 and 2 * forward < train < 3 * forward  # backward: weight grads + input grads but the first's
+
+
+def test_e2e_skips_workloads_whose_data_is_absent(capsys, tmp_path, monkeypatch):
+    """With an empty data root, W1/W2 (MNIST) and W5 (the digits) print a skip line; W5 used to raise
+    ``RunConfig.domains=() must be ...`` from its config, stopping the benchmark."""
+    monkeypatch.setenv("FEDLIB_DATA", str(tmp_path))
+    main(["--e2e", "--tiny", "--rounds", "2", "--only", "W1,W5"])
+    out = capsys.readouterr().out
+    assert "W1" in out and "W5" in out
+    skips = [line for line in out.splitlines() if "skipped: data absent" in line]
+    assert [line.split()[0] for line in skips] == ["W1", "W5"]
+    assert "(mnist)" in skips[0] and "digits" in skips[1]
+
+
+# -- the floor (issue 21): a round's matmuls logged at their shapes and replayed alone ----------------------------
+def test_arithmetic_log_sees_each_steps_matmuls():
+    """A stacked step of a 2-layer chain (no momentum, no proximal term) is, by hand: two forward baddbmm (bias +
+    x W^T), one bmm for the hidden layer's input gradient, two weight updates fused into baddbmm_; all of them
+    local training's, at the group's shapes."""
+    from conftest import small_synthetic
+
+    from fedlib.bench import ArithmeticLog, _CountingExecutor
+    from fedlib.data.federated import sample_steps
+    from fedlib.executors import LocalSGD, StackedExecutor
+
+    data = small_synthetic(n_clients=3, dtype=torch.float32)
+    model = build_model("dnn", (60,), 10, (8,), seed=0)
+    params = {n: t.unsqueeze(0).repeat(3, *[1] * t.dim()) for n, t in model.state_dict().items()}
+    plan = sample_steps(data.train, torch.arange(3), 4, 5, torch.Generator().manual_seed(0))
+    log = ArithmeticLog()
+    with log:
+        _CountingExecutor(StackedExecutor(kernel="chain"), log).train(model, params, plan, data.train, LocalSGD(0.1))
+    ops = collections.Counter()
+    for (func, args, _), n in log.calls.items():
+        ops[func.overloadpacket.__name__] += n
+    assert ops == {"baddbmm": 2 * 4, "bmm": 4, "baddbmm_": 2 * 4}
+    assert log.train == log.calls and not log.in_train
+    shapes = {args[1][1] for (func, args, _) in log.calls if func.overloadpacket.__name__ == "baddbmm"}
+    assert shapes == {(3, 5, 60), (3, 5, 8)}  # x (clients, batch, 60) and the hidden layer's (clients, batch, 8)
+
+
+def test_merged_puts_equal_calls_of_the_runs_side_by_side():
+    """3 runs' equal bmm calls, 7 in all: two merged calls with the client axis 3x (12 clients), one left alone;
+    ops other than (b)bmm stay as they are."""
+    from fedlib.bench import merged
+
+    t = lambda shape, stride: ("tensor", shape, stride, torch.float32, "cpu")
+    bmm = (torch.ops.aten.bmm.default, (t((4, 3, 5), (15, 5, 1)), t((4, 5, 2), (10, 1, 5))), ())
+    mm = (torch.ops.aten.mm.default, (t((3, 5), (5, 1)), t((5, 2), (2, 1))), ())
+    out = merged(collections.Counter({bmm: 7, mm: 2}), 3)
+    big = (bmm[0], (t((12, 3, 5), (15, 5, 1)), t((12, 5, 2), (10, 1, 5))), ())
+    assert out == {big: 2, bmm: 1, mm: 2}
+
+
+def test_replay_runs_each_call_at_its_shapes_and_strides():
+    """The replayed operands have the logged shapes and strides (a transposed view, an expanded batch), and the
+    floor is the calls' count times a time per call."""
+    from fedlib.bench import _materialise, replay
+
+    t = lambda shape, stride: ("tensor", shape, stride, torch.float32, "cpu")
+    a, b = _materialise((t((4, 3, 5), (0, 5, 1)), t((4, 5, 2), (10, 1, 5))), torch.Generator().manual_seed(0))
+    assert (a.shape, a.stride(), b.shape, b.stride()) == ((4, 3, 5), (0, 5, 1), (4, 5, 2), (10, 1, 5))
+    key = (torch.ops.aten.bmm.default, (t((4, 3, 5), (0, 5, 1)), t((4, 5, 2), (10, 1, 5))), ())
+    one, ten = replay(collections.Counter({key: 1}), "cpu"), replay(collections.Counter({key: 10}), "cpu")
+    assert 0 < one and 0 < ten

@@ -254,4 +254,7 @@ def test_readings_smoke_table_and_switches():
     ]
     fig = fedmcsa.plot_switches(readings)
     assert len(fig.axes) == 2
+    # bars on an axis that does not start at 0: the caption says where it starts
+    bottom = fig.axes[0].get_ylim()[0]
+    assert bottom > 0 and any(f"y-axis starts at {bottom:.0f}%" in t.get_text() for t in fig.texts)
     plt.close(fig)

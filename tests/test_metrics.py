@@ -1,11 +1,12 @@
 import math
 
 import numpy as np
+import pytest
 import torch
 from conftest import small_synthetic
 
 from fedlib import metrics as M
-from fedlib.models import build_model
+from fedlib.models import build_model, linear_chain
 
 
 def test_means_golden():
@@ -103,3 +104,31 @@ def test_conv_evaluation_in_chunks_equals_one_pass(monkeypatch):
     monkeypatch.setattr(M, "CONV_ROWS", 10**9)
     whole = M.evaluate(model, params, data.test, per_client=True)
     assert M.CONV_ROWS == 10**9 and all(np.array_equal(a, b) for a, b in zip(chunked, whole))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_class_argmax_is_torch_argmax_ties_and_nans_included(dtype):
+    """The first maximum wins a tie, a NaN counts as the maximum and the first NaN wins (torch's argmax), over an
+    inner dimension (the classes of logits by class: (runs, clients, classes, rows))."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.randint(0, 3, (2, 3, 10, 37), generator=g).to(dtype)  # small integers: many ties
+    z[0, 0, 4, :5] = math.nan
+    z[1, 2, 7, 3] = z[1, 2, 2, 3] = math.nan
+    z[0, 1, :, 6] = math.inf
+    assert torch.equal(M.class_argmax(z, 2), z.argmax(2))
+    assert torch.equal(M.class_argmax(z, -2), z.argmax(2))
+    assert torch.equal(M.class_argmax(z[0, 0], 0), z[0, 0].argmax(0))
+
+
+def test_logits_by_class_are_the_chains_logits():
+    """``chain_logits_by_class`` (W h^T, features by rows) computes ``chain_forward``'s logits, transposed (float64)."""
+    from fedlib.executors.chain import chain_forward, chain_logits_by_class
+
+    model = build_model("dnn", (60,), 10, (20, 7), seed=0, dtype=torch.float64)
+    layers = linear_chain(model)
+    g = torch.Generator().manual_seed(1)
+    params = {k: torch.randn(4, *v.shape, generator=g, dtype=torch.float64) for k, v in model.state_dict().items()}
+    x = torch.randn(4, 33, 60, generator=g, dtype=torch.float64)
+    by_class = chain_logits_by_class(layers, params, x)
+    assert by_class.shape == (4, 10, 33)
+    assert torch.allclose(by_class.transpose(1, 2), chain_forward(layers, params, x)[-1], rtol=1e-13, atol=1e-13)

@@ -214,11 +214,6 @@ class BatchPlan:
         return BatchPlan(self.index[idx], pick(self.weight), pick(self.active))
 
     # -- what the stacked executor's paths ask of a plan at step s (a ``ShrinkingPlan`` answers differently) --
-    @property
-    def padded(self) -> bool:
-        """Whether some client sits out some step (``active``): the stacked paths then take the masked update."""
-        return self.active is not None
-
     def live_at(self, s: int) -> int:
         """How many clients step at step s, as the group's leading rows: all of them here."""
         return self.index.shape[1]
@@ -234,15 +229,14 @@ class ShrinkingPlan(BatchPlan):
     """A group's plan with each client's active steps moved to the front and clients sorted by their number of
     steps, largest first (``StackedExecutor``; built from a plan with ``active``): at step s the first ``live[s]``
     clients step, the others have finished. ``src[s, i]``: the step of the original plan that step s of client i
-    is (for per-step objective context such as FedMix's pairs). ``padded`` stays True: the stacked paths keep
-    the masked update's arithmetic, so that every client's result is bit for bit the one of the lock-step plan."""
+    is (for per-step objective context such as FedMix's pairs). It has no ``active``: every client of a step
+    steps, so the stacked paths take the update fused into the weight-gradient matmul (``_fused_weight_step``).
+    Until 2026-11-24 it kept the lock-step plan's masked update instead, bit for bit that plan's float32 results,
+    at ~10% of W1's round (``python -m fedlib.bench --e2e``: 0.38-0.47 s against 0.34-0.37 s). Float32 results of
+    epoch runs of unequal clients differ from before in the last bits; no stored run is one (README, Benchmark)."""
 
     live: tuple = ()
     src: torch.Tensor | None = None
-
-    @property
-    def padded(self) -> bool:
-        return True
 
     def live_at(self, s: int) -> int:
         return self.live[s]

@@ -752,8 +752,8 @@ def plot_switches(readings: pd.DataFrame, title: str = ""):
     order += [i for i in range(len(labels)) if i not in order]
     handles, labels = [handles[i] for i in order], [labels[i] for i in order]
     n = int(readings.seeds.max()) if len(readings) else 0
-    plotting.finish(fig, handles, labels, f"bars: mean over seeds, error bars ± std over seeds (n = {n})", title,
-                    legend_cols=3)  # fmt: skip
+    caption = f"bars: mean over seeds, error bars ± std over seeds (n = {n}); the y-axis starts at 75%"
+    plotting.finish(fig, handles, labels, caption, title, legend_cols=3)
     return fig
 
 
