@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from fedlib.config import RunConfig
 from fedlib.data import load_federated, partition_summary
-from fedlib.data.federated import FederatedData, Split, sample_epochs, sample_steps
+from fedlib.data.federated import FederatedData, Split, gather_rows, sample_epochs, sample_steps
 from fedlib.data.synthetic import synthetic
 
 
@@ -144,3 +144,15 @@ def test_sample_epochs_full_batches_need_no_mask():
     plan = sample_epochs(_layout([30, 30]), torch.arange(2), 2, 10, torch.Generator().manual_seed(0))
     assert plan.weight is None and plan.active is None and plan.steps == 6
     assert sorted(plan.index[:3, 1].flatten().tolist()) == list(range(30, 60))
+
+
+@pytest.mark.parametrize("shape", [(40,), (40, 7), (40, 3, 4, 5)])
+def test_gather_rows_is_index_select_in_the_index_shape(shape):
+    """A mini-batch's rows (``gather_rows``, through a 2-D view) are ``index_select``'s, shaped index.shape + the
+    rows' shape, for labels (1-D), features (2-D) and images (4-D); repeats and any order of rows included."""
+    t = torch.arange(int(np.prod(shape)), dtype=torch.float32).reshape(shape)
+    index = torch.tensor([[3, 3, 0], [39, 1, 17]])
+    got = gather_rows(t, index)
+    assert got.shape == (2, 3, *shape[1:])
+    assert torch.equal(got.reshape(6, *shape[1:]), t.index_select(0, index.reshape(-1)))
+    assert torch.equal(got[1, 0], t[39])

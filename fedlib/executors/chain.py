@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data.federated import BatchPlan, Split
+from ..data.federated import BatchPlan, Split, gather_rows
 from ..models import linear_chain
 from .kernels import register_fast_path
 from .objectives import CrossEntropy, FedMixObjective, NaiveMixObjective
@@ -183,8 +183,8 @@ def chain_cross_entropy(
     for s in range(plan.steps):
         k = plan.live_at(s)  # the clients of this step: the group's first k (all G but in a shrinking plan)
         rows = plan.index[s, :k]
-        x = data.x.index_select(0, rows.reshape(-1)).view(k, B, xdim).to(W[0].dtype)
-        y = data.y.index_select(0, rows.reshape(-1)).view(k, B)
+        x = gather_rows(data.x, rows).view(k, B, xdim).to(W[0].dtype)
+        y = gather_rows(data.y, rows)
         hs = chain_forward(layers, p if k == G else {n: t[:k] for n, t in p.items()}, x)
         dz = class_softmax(hs.pop()).contiguous()
         dz.scatter_add_(2, y.unsqueeze(2), torch.full_like(y, -1, dtype=dz.dtype).unsqueeze(2))
@@ -230,9 +230,9 @@ def chain_mean_mixup(
     dtype, xdim, dev = W[0].dtype, W[0].shape[2], W[0].device
     for s in range(plan.steps):
         k = plan.live_at(s)  # the clients of this step: the group's first k (all G but in a shrinking plan)
-        rows = plan.index[s, :k].reshape(-1)
-        x = data.x.index_select(0, rows).view(k, B, xdim).to(dtype)
-        y = data.y.index_select(0, rows).view(k, B)
+        rows = plan.index[s, :k]
+        x = gather_rows(data.x, rows).view(k, B, xdim).to(dtype)
+        y = gather_rows(data.y, rows)
         ctx = plan.context(objective, s, clients, k, dtype)
         xm, ym = ctx["xm"].reshape(k, B, xdim), ctx["ym"]
         ps = p if k == G else {n: t[:k] for n, t in p.items()}

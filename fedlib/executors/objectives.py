@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..data.federated import gather_rows
+
 
 class Objective:
     """Base class of client objectives (see the module docstring)."""
@@ -84,7 +86,7 @@ class MixupObjective(Objective):
 
     def context(self, step, clients, dtype):
         j = self.pair[step, clients]
-        pick = lambda m: m.index_select(0, j.reshape(-1)).view(*j.shape, *m.shape[1:]).to(dtype)
+        pick = lambda m: gather_rows(m, j).to(dtype)
         return {"xm": pick(self.means_x), "ym": pick(self.means_y)}
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..data.federated import BatchPlan, ShrinkingPlan, Split
+from ..data.federated import BatchPlan, ShrinkingPlan, Split, gather_rows
 from ..models import kernel_of
 from .kernels import fast_path
 from .objectives import CrossEntropy, Objective
@@ -207,8 +207,8 @@ def _vmap_path(
     for s in range(plan.steps):
         k = plan.live_at(s)  # the clients of this step: the group's first k (all G but in a shrinking plan)
         rows = plan.index[s, :k]
-        x = data.x.index_select(0, rows.reshape(-1)).view(k, B, *data.x.shape[1:]).to(dtype)
-        y = data.y.index_select(0, rows.reshape(-1)).view(k, B)
+        x = gather_rows(data.x, rows).to(dtype)
+        y = gather_rows(data.y, rows)
         w = ones[:k] if plan.weight is None else plan.weight[s, :k].to(dtype)
         grads = g_fn({n: p[n][:k] for n in names}, x, y, w, plan.context(objective, s, clients, k, dtype))
         act = None if plan.active is None else plan.active[s]
@@ -257,8 +257,8 @@ def _vmap_buffers_path(
         take = lambda t: None if t is None else t[J]
         pp, bb = {n: take(p[n]) for n in names}, {n: take(p[n]) for n in bnames}
         mom = {n: take(None if bufs is None else bufs[n]) for n in names}
-        x = data.x.index_select(0, rows.reshape(-1)).view(*rows.shape, *data.x.shape[1:]).to(dtype)
-        y = data.y.index_select(0, rows.reshape(-1)).view(rows.shape)
+        x = gather_rows(data.x, rows).to(dtype)
+        y = gather_rows(data.y, rows)
         grads = g_fn(pp, bb, x, y, w, ctx)  # BatchNorm updates bb in place, per client
         for n in names:
             a = None if anchor is None or not opt.mu else take(anchor[n])
