@@ -185,14 +185,23 @@ def test_merged_puts_equal_calls_of_the_runs_side_by_side():
     assert out == {big: 2, bmm: 1, mm: 2}
 
 
-def test_replay_runs_each_call_at_its_shapes_and_strides():
-    """The replayed operands have the logged shapes and strides (a transposed view, an expanded batch), and the
-    floor is the calls' count times a time per call."""
-    from fedlib.bench import _materialise, replay
+def test_replay_runs_each_call_at_its_shapes_and_strides(monkeypatch):
+    """The replayed operands have the logged shapes and strides (a transposed view, an expanded batch); a call's
+    time is its fastest trial's mean over min(calls, 5) repeats, times its calls. Golden numbers on a clock that
+    reads 0, 1, 2, ... (every trial lasts 1 s): a call logged once, 1 s; logged 10 times, 10 x 1/5 = 2 s; and with
+    trials of 1 s, 0.5 s and 1 s, the fastest counts: 0.5 s."""
+    import types
+
+    import fedlib.bench as bench
 
     t = lambda shape, stride: ("tensor", shape, stride, torch.float32, "cpu")
-    a, b = _materialise((t((4, 3, 5), (0, 5, 1)), t((4, 5, 2), (10, 1, 5))), torch.Generator().manual_seed(0))
+    a, b = bench._materialise((t((4, 3, 5), (0, 5, 1)), t((4, 5, 2), (10, 1, 5))), torch.Generator().manual_seed(0))
     assert (a.shape, a.stride(), b.shape, b.stride()) == ((4, 3, 5), (0, 5, 1), (4, 5, 2), (10, 1, 5))
     key = (torch.ops.aten.bmm.default, (t((4, 3, 5), (0, 5, 1)), t((4, 5, 2), (10, 1, 5))), ())
-    one, ten = replay(collections.Counter({key: 1}), "cpu"), replay(collections.Counter({key: 10}), "cpu")
-    assert 0 < one and 0 < ten
+    ticks = iter(range(1000))
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    assert bench.replay(collections.Counter({key: 1}), "cpu") == 1.0
+    assert bench.replay(collections.Counter({key: 10}), "cpu") == 2.0
+    readings = iter([0.0, 1.0, 5.0, 5.5, 9.0, 10.0])  # trials of 1 s, 0.5 s, 1 s
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=lambda: next(readings)))
+    assert bench.replay(collections.Counter({key: 1}), "cpu") == 0.5
