@@ -202,9 +202,10 @@ def merged_train(executor, calls: list[_Call]) -> list:
 @torch.no_grad()
 def merged_evaluate(executor, calls: list[_Call]) -> list:
     """``metrics.evaluate`` of every call, the runs' models stacked on a run axis: per block of clients
-    (``metrics.personal_chain``), or per chunk of rows for one global model (``metrics.global_chain``), one batched
-    forward for all runs. ``metrics.evaluate`` runs the same functions with one run, so each run gets its solo
-    values (a row's logits and loss do not depend on the run axis)."""
+    (``metrics.personal_chain``: each run's forward over the block's shared rows, then one softmax and reduction for
+    all runs), or per chunk of rows for one global model (``metrics.global_chain``: one batched forward for all
+    runs). ``metrics.evaluate`` runs the same functions with one run, so each run gets its solo values (a row's
+    logits and loss do not depend on the run axis)."""
     if len(calls) == 1:
         return [M.evaluate(*calls[0].args)]
     model, _, split, per_client = calls[0].args
