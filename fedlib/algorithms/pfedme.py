@@ -34,7 +34,7 @@ from ..data.federated import BatchPlan
 from ..executors import LocalSGD
 from ..options import MethodOptions, option, register
 from ..stages import Algorithm, MethodState, Mixing, Params, WeightedMean, local_sgd
-from .fedmcsa import MCSAttention
+from .fedmcsa import _PLUS_BY_SIZE, MCSAttention
 
 
 @dataclass(eq=False)
@@ -132,10 +132,7 @@ class PFedMePlusMCSA(MethodOptions):
     inner_steps: int = option(5, **_K)
     personal_lr: float = option(0.01, **_ETA_P)
     sigma: float = option(50.0, ge=0, doc="FedMCSA's attention scale sigma")
-    by_data_size: bool = option(
-        False,
-        doc="as in the authors' code: attention rows reweighted by the sampled clients' data-size shares (module doc)",
-    )
+    by_data_size: bool = option(False, **_PLUS_BY_SIZE)
 
     def build(self, cfg) -> Algorithm:
         return Algorithm(
