@@ -1,26 +1,33 @@
-"""Grids on a Ray cluster: each config is one Ray task; the results come back to the driver, which stores them.
+"""Grids on a Ray cluster: each unit of runs is one Ray task; the results come back to the driver, which stores them.
 
 ``run_configs(cfgs, backend="ray", address=...)`` (and ``python -m fedlib.experiments ... --backend ray``) hands the
 configs not yet in the store to ``RayBackend.run``. Ray is imported only here, and only when this backend is used:
 fedlib without Ray keeps its local process pool (``runner.run_configs(jobs=N)``), the default.
 
+Units: runs that share data, model and method (``runner.batch_key``) train up to ``batch`` at a time as one model in
+one task (``fedlib.batching``: each run gets its solo run's numbers), as the local backend batches them; the grid is
+cut with ``runner.batches``, within the memory Ray gives a task on the smallest node, and halved until every task slot
+has a unit. ``batch=1`` sends one run per task. A unit's runs come back together when its task ends; a run that fails
+inside a unit is reported alone, the unit's other runs are stored.
+
 What is sent where:
 
-- driver -> task: the config as plain data (``RunConfig.to_dict()``, rebuilt and re-keyed on the worker: a node whose
-  fedlib computes another key for it is refused, so mixed versions cannot store a run under the wrong key), the data
-  root if the caller gave one (else the worker reads its own node's ``FEDLIB_DATA``, set where ``ray start`` ran), and
-  where snapshots would go.
-- task -> driver: the run's result as values -- per-round metrics (a DataFrame), per-client accuracy and loss
+- driver -> task: the unit's configs as plain data (``RunConfig.to_dict()``, rebuilt and re-keyed on the worker: a
+  node whose fedlib computes another key for one is refused, so mixed versions cannot store a run under the wrong
+  key), the data root if the caller gave one (else the worker reads its own node's ``FEDLIB_DATA``, set where
+  ``ray start`` ran), and where snapshots would go.
+- task -> driver: each run's result as values -- per-round metrics (a DataFrame), per-client accuracy and loss
   arrays, client test sizes, traces, and meta (with ``ray_node``: the node that trained it). The driver writes them
   with ``Store.save`` (the atomic writer of the local backend: same keys, same files), so no shared filesystem is
   needed. A dataset missing on a worker fails that run with the usual ``DatasetNotFoundError`` naming the node.
 
 Resources: each task declares ``num_cpus`` (threads it trains with, default 1) and ``num_gpus`` (a fraction, so that
-several small runs share a GPU; default 0.25 when the cluster has GPUs, else 0). A run without a GPU share trains on
+several small units share a GPU; default 0.25 when the cluster has GPUs, else 0). A run without a GPU share trains on
 the CPU even where the node has a GPU.
 
 Faults: stored runs are skipped before anything is submitted. A task whose worker process or node dies is retried
-by Ray (``max_retries``, default 2), then reported by its config label; an exception raised by the run itself (bad
+by Ray (``max_retries``, default 2; its unit's runs continue from their snapshots), then reported by its configs'
+labels; an exception raised by the run itself (bad
 data, a bug) is not retried. The other runs go on: the grid ends with a ``RayGridError`` listing every failed config,
 with every finished run stored. Ctrl-C stores what has finished, cancels the rest, and re-raises.
 
@@ -130,8 +137,10 @@ def node_label() -> str:
     return f"{socket.gethostname()} ({ip}, node {ray.get_runtime_context().get_node_id()[:8]})"
 
 
-def _train_task(spec: dict) -> dict:
-    """One run on a worker (the body of the Ray task): train ``spec['config']`` and return the result as values."""
+def _train_task(spec: dict) -> list:
+    """One unit of runs on a worker (the body of the Ray task): ``spec['configs']``, one run alone or several trained
+    as one model (``runner.train_unit``). Returns, per run in order, its result as values or the exception that
+    ended it (a unit's other runs go on without it)."""
     import ray
 
     from . import runner
@@ -139,41 +148,70 @@ def _train_task(spec: dict) -> dict:
     from .data.readers import DatasetNotFoundError
     from .simulation import Checkpoint
 
-    cfg, node = from_dict(spec["config"]), node_label()
+    cfgs, node = [from_dict(c) for c in spec["configs"]], node_label()
+    keys = [c.key() for c in cfgs]
     if spec.get("tracker") is not None:
-        spec["tracker"].started.remote(spec["key"], node)
-    if cfg.key() != spec["key"]:
-        raise RuntimeError(
-            f"on Ray node {node}: the fedlib installed there gives config {cfg.label()} the key {cfg.key()}, the "
-            f"driver's gives {spec['key']}: install the driver's fedlib version on every node"
-        )
+        for key in keys:
+            spec["tracker"].started.remote(key, node)
+    for cfg, key in zip(cfgs, spec["keys"]):
+        if cfg.key() != key:
+            raise RuntimeError(
+                f"on Ray node {node}: the fedlib installed there gives config {cfg.label()} the key {cfg.key()}, the "
+                f"driver's gives {key}: install the driver's fedlib version on every node"
+            )
     node_id = ray.get_runtime_context().get_node_id()
     runner._worker_setup(spec["runs_per_node"].get(node_id, 1), threads=spec["threads"])
-    gpus = ray.get_gpu_ids()
-    device = "cuda" if gpus else "cpu"  # a run without a GPU share stays on the CPU, even on a GPU node
-    probe = spec["probe"]
-    checkpoint = Checkpoint(Path(spec["snapshot"]), spec["every"]) if probe and Path(probe).exists() else None
-    crash = spec.get("crash", "")
-    if crash.partition("=")[0] == spec["key"] and not Path(crash.partition("=")[2]).exists():
-        Path(crash.partition("=")[2]).touch()
-        if checkpoint is None:
+    device = "cuda" if ray.get_gpu_ids() else "cpu"  # a run without a GPU share stays on the CPU, even on a GPU node
+    shared = spec["probe"] and Path(spec["probe"]).exists()  # the driver's store is reachable here: snapshot
+    checkpoints = {k: Checkpoint(Path(p), spec["every"]) if shared else None for k, p in zip(keys, spec["snapshots"])}
+    crash, _, marker = spec.get("crash", "").partition("=")
+    if crash in checkpoints and not Path(marker).exists():
+        Path(marker).touch()
+        if checkpoints[crash] is None:
             os._exit(1)
-        save = checkpoint.save
-        checkpoint.save = lambda snap: (save(snap), os._exit(1))  # dies mid-run, its snapshot on disk
+        save = checkpoints[crash].save
+        checkpoints[crash].save = lambda snap: (save(snap), os._exit(1))  # dies mid-run, its snapshot on disk
+
+    def located(e: BaseException) -> BaseException:
+        if isinstance(e, DatasetNotFoundError):
+            hint = f"{e.hint} (on Ray node {node}, whose workers read the FEDLIB_DATA that `ray start` had there)"
+            return DatasetNotFoundError(e.dataset, e.root, e.expected, hint.strip())
+        return e
+
     try:
-        result = runner.train(cfg, progress=False, data_root=spec["data_root"], checkpoint=checkpoint, device=device)
+        if len(cfgs) == 1:
+            outcomes = [runner.train(cfgs[0], False, spec["data_root"], checkpoints[keys[0]], device=device)]
+        else:
+            outcomes = runner.train_unit(
+                cfgs, spec["data_root"], lambda c: checkpoints[c.key()], lambda c, r: None, False, device
+            )
     except DatasetNotFoundError as e:
-        hint = f"{e.hint} (on Ray node {node}, whose workers read the FEDLIB_DATA that `ray start` had there)".strip()
-        raise DatasetNotFoundError(e.dataset, e.root, e.expected, hint) from None
-    result.meta["ray_node"] = node
-    return {
-        "metrics": result.metrics,
-        "client_acc": result.client_acc,
-        "client_loss": result.client_loss,
-        "client_n": result.client_n,
-        "traces": result.traces,
-        "meta": result.meta,
-    }
+        raise located(e) from None
+    out = []
+    for res in outcomes:
+        if isinstance(res, BaseException):
+            out.append(located(res))
+            continue
+        res.meta["ray_node"] = node
+        out.append({
+            "metrics": res.metrics,
+            "client_acc": res.client_acc,
+            "client_loss": res.client_loss,
+            "client_n": res.client_n,
+            "traces": res.traces,
+            "meta": res.meta,
+        })  # fmt: skip
+    return out
+
+
+def _units(todo: list, batch: int, nodes: list, runs_per_node: dict) -> list:
+    """``todo`` cut into the tasks' units (``runner.batches``): at most ``batch`` runs each, within the memory Ray
+    gives one task on its smallest node, halved until every task slot of the cluster has a unit."""
+    from .runner import BATCH_MEMORY_SHARE, batches
+
+    per_task = [n["Resources"].get("memory", 0) / runs_per_node[n["NodeID"]] for n in nodes]
+    budget = min(per_task) * BATCH_MEMORY_SHARE if per_task and min(per_task) > 0 else None
+    return batches(todo, batch, jobs=sum(runs_per_node.values()), budget=budget)
 
 
 class _TrackerActor:
@@ -214,8 +252,10 @@ class RayBackend:
         if not isinstance(self.max_retries, int) or self.max_retries < 0:
             raise ValueError(f"max_retries={self.max_retries!r} must be an integer >= 0")
 
-    def run(self, todo: list, store, progress: bool = True, data_root=None) -> None:
-        """Train ``todo`` (configs not in ``store``) on the cluster and store each result as it arrives."""
+    def run(self, todo: list, store, progress: bool = True, data_root=None, batch: int = 1) -> None:
+        """Train ``todo`` (configs not in ``store``) on the cluster and store each result as it arrives. ``batch``:
+        runs that share data, model and method train up to that many as one model in one task (``runner.batches``,
+        each unit within the memory of its node's share)."""
         if not todo:
             return
         ray = import_ray()
@@ -224,7 +264,7 @@ class RayBackend:
         try:
             probe.parent.mkdir(parents=True, exist_ok=True)
             probe.touch()
-            self._run(ray, todo, store, progress, data_root, probe)
+            self._run(ray, todo, store, progress, data_root, probe, batch)
         finally:
             probe.unlink(missing_ok=True)
             try:
@@ -234,7 +274,7 @@ class RayBackend:
             if mine:
                 ray.shutdown()
 
-    def _run(self, ray, todo, store, progress, data_root, probe) -> None:
+    def _run(self, ray, todo, store, progress, data_root, probe, batch) -> None:
         from tqdm.auto import tqdm
 
         from .simulation import RunResult
@@ -257,22 +297,23 @@ class RayBackend:
         task = ray.remote(_train_task)
         crash = os.environ.get(CRASH_ENV, "")
         refs = {}
-        for cfg in todo:
+        for unit in _units(todo, batch, nodes, runs_per_node):
             spec = {
-                "config": cfg.to_dict(),
-                "key": cfg.key(),
+                "configs": [c.to_dict() for c in unit],
+                "keys": [c.key() for c in unit],
                 "data_root": None if data_root is None else str(data_root),
                 "runs_per_node": runs_per_node,
                 "threads": self.num_cpus,
                 "probe": str(probe),
-                "snapshot": str(store.checkpoint(cfg).path),
+                "snapshots": [str(store.checkpoint(c).path) for c in unit],
                 "every": store.checkpoint_seconds,
                 "tracker": tracker,
                 "crash": crash,
             }
-            gpus = {"cpu": 0, "cuda": gpu_share or DEFAULT_GPU_SHARE}.get(cfg.device, gpu_share)  # 'auto': the share
+            device = unit[0].device  # a unit's runs share their device (``runner.batch_key``)
+            gpus = {"cpu": 0, "cuda": gpu_share or DEFAULT_GPU_SHARE}.get(device, gpu_share)  # 'auto': the share
             opts = dict(num_cpus=self.num_cpus, num_gpus=gpus, max_retries=self.max_retries, retry_exceptions=False)
-            refs[task.options(**opts).remote(spec)] = cfg
+            refs[task.options(**opts).remote(spec)] = unit
         pending, failures, done = list(refs), [], 0
         started, board = {}, tracker.snapshot.remote()
         bar = tqdm(
@@ -283,17 +324,22 @@ class RayBackend:
         )
 
         def collect(ready):
+            """Store what the ``ready`` tasks brought back; a Ctrl-C while storing waits until all of it is stored."""
             nonlocal done
+            stopped = None
             for ref in ready:
-                cfg = refs[ref]
+                unit = refs[ref]
                 try:
-                    out = ray.get(ref)
-                except ray.exceptions.RayTaskError as e:  # the run itself raised: its own error, not Ray's wrapper
-                    cause = e.as_instanceof_cause()
-                    failures.append((cfg, getattr(e, "cause", None) or cause))
+                    outs = ray.get(ref)
+                except ray.exceptions.RayTaskError as e:  # the task itself raised: its own error, not Ray's wrapper
+                    cause = getattr(e, "cause", None) or e.as_instanceof_cause()
+                    outs = [cause] * len(unit)
                 except ray.exceptions.RayError as e:  # its worker or node died, max_retries times
-                    failures.append((cfg, f"{type(e).__name__} after {self.max_retries} retries: {e}"))
-                else:
+                    outs = [f"{type(e).__name__} after {self.max_retries} retries: {e}"] * len(unit)
+                for cfg, out in zip(unit, outs):
+                    if not isinstance(out, dict):
+                        failures.append((cfg, out))
+                        continue
                     res = RunResult(
                         out["metrics"],
                         out["client_acc"],
@@ -303,10 +349,15 @@ class RayBackend:
                         cfg,
                         traces=out["traces"],
                     )
-                    store.save(cfg, res)
-                    store.checkpoint(cfg).clear()
-                    done += 1
-                bar.update(1)
+                    try:
+                        store.save(cfg, res)
+                        store.checkpoint(cfg).clear()
+                        done += 1
+                    except KeyboardInterrupt as e:  # the finished runs that came back are stored first
+                        stopped = stopped or e
+                bar.update(len(unit))
+            if stopped is not None:
+                raise stopped
 
         try:
             while pending:
@@ -314,7 +365,7 @@ class RayBackend:
                 collect(ready)
                 if ray.wait([board], timeout=0)[0]:
                     started, board = ray.get(board), tracker.snapshot.remote()
-                going = [started[refs[r].key()] for r in pending if refs[r].key() in started]
+                going = [started[c.key()] for r in pending for c in refs[r] if c.key() in started]
                 text = f"done {done}, running {len(going)}, failed {len(failures)}"
                 if self.placement and going:
                     text += " | " + ", ".join(f"{n}: {k}" for n, k in sorted(Counter(going).items()))

@@ -159,17 +159,20 @@ def batch_key(cfg: RunConfig) -> tuple | None:
             loc.local_steps, loc.local_epochs, loc.batch_size)  # fmt: skip
 
 
-def batches(cfgs: list[RunConfig], most: int = BATCH, jobs: int = 1) -> list[list[RunConfig]]:
+def batches(
+    cfgs: list[RunConfig], most: int = BATCH, jobs: int = 1, budget: float | None = None
+) -> list[list[RunConfig]]:
     """``cfgs`` cut into units that train together (``batch_key``), in order of first appearance, each of at most
-    ``most`` runs whose estimated memory (``resources.estimate``; the data once) fits in ``BATCH_MEMORY_SHARE`` of
-    what is available, shared by ``jobs`` processes; with fewer units than ``jobs``, the largest are halved so that
-    every process has one."""
+    ``most`` runs whose estimated memory (``resources.estimate``; the data once) fits in ``budget`` bytes (default:
+    ``BATCH_MEMORY_SHARE`` of what this machine has available, shared by ``jobs`` processes; a Ray cluster passes
+    its nodes' own); with fewer units than ``jobs``, the largest are halved so that every process has one."""
     groups: dict = {}
     for i, c in enumerate(cfgs):
         k = batch_key(c) if most > 1 else None
         groups.setdefault(k if k is not None else ("alone", i), []).append(c)
-    avail = resources.available_bytes(cfgs[0].resolved_device()) if cfgs else None
-    budget = None if avail is None else avail * BATCH_MEMORY_SHARE / jobs
+    if budget is None:
+        avail = resources.available_bytes(cfgs[0].resolved_device()) if cfgs else None
+        budget = None if avail is None else avail * BATCH_MEMORY_SHARE / jobs
     units = []
     for group in groups.values():
         unit, used = [], 0.0
@@ -206,18 +209,40 @@ def train_together(cfgs: list[RunConfig], store: Store, progress: bool = True, d
     """Train ``cfgs`` (one unit of ``batches``) as one model (``fedlib.batching``), storing each run as soon as it
     finishes; each continues from its snapshot if it has one and snapshots while training. A run that fails does
     not stop the others: the failure is raised once all have ended (the finished ones stored)."""
+
+    def done(cfg, result):
+        store.save(cfg, result)
+        store.checkpoint(cfg).clear()
+
+    outcomes = train_unit(cfgs, data_root, store.checkpoint, done, progress)
+    failed = [(c, e) for c, e in zip(cfgs, outcomes) if isinstance(e, BaseException)]
+    if any(isinstance(e, KeyboardInterrupt) for _, e in failed):
+        raise KeyboardInterrupt(f"stopped: {len(cfgs) - len(failed)} of {len(cfgs)} batched runs stored, the rest "
+                                "snapshotted (run again to resume)")  # fmt: skip
+    if failed:
+        c, e = failed[0]
+        raise RuntimeError(f"{len(failed)} of {len(cfgs)} batched runs failed; first: {c.label()}: {e!r}") from e
+
+
+def train_unit(
+    cfgs: list[RunConfig], data_root, checkpoint, done, progress: bool = True, device: str | None = None
+) -> list:
+    """Train ``cfgs`` as one model with no store: the body of ``train_together`` and of a Ray task's unit
+    (``ray_backend``). ``checkpoint(cfg)``: the run's ``Checkpoint`` or None; ``done(cfg, result)`` is called in the
+    run's thread as soon as it finishes (to store it); ``device``: as ``train``'s. Returns each run's ``RunResult``,
+    or the exception that ended it."""
     from .batching import run_together
 
     first = cfgs[0]
     for c in cfgs:
         c.validate()
         resources.check(c)
-    device = first.resolved_device()
+    device = device if device is not None and first.device == "auto" else first.resolved_device()
     if device == "cpu":
         keep_freed_memory()
     data = load_federated(first, data_root).to(device, getattr(torch, first.dtype))
     model = build_model(first.model.name, data.input_shape, data.n_classes, first.model.hidden, seed=first.seed,
-                        dtype=getattr(torch, first.dtype), attention=first.model.attention)  # fmt: skip
+                        dtype=getattr(torch, first.dtype), attention=first.model.attention).to(device)  # fmt: skip
     executor = make_executor(first.executor, model, group_bytes=_GROUP_BYTES)
     bar = tqdm(total=sum(c.rounds for c in cfgs), desc=f"{len(cfgs)} runs as one model", disable=not progress)
     lock = threading.Lock()
@@ -228,23 +253,16 @@ def train_together(cfgs: list[RunConfig], store: Store, progress: bool = True, d
 
     def job(cfg):
         def fn(member, stop):
-            checkpoint = store.checkpoint(cfg)
-            result = train(cfg, False, data_root, checkpoint, together=_Together(data, member, stop, len(cfgs), tick))
-            store.save(cfg, result)
-            checkpoint.clear()
+            together = _Together(data, member, stop, len(cfgs), tick)
+            result = train(cfg, False, data_root, checkpoint(cfg), device, together=together)
+            done(cfg, result)
             return result
 
         return fn
 
     outcomes, _ = run_together([job(c) for c in cfgs], executor)
     bar.close()
-    failed = [(c, e) for c, e in zip(cfgs, outcomes) if isinstance(e, BaseException)]
-    if any(isinstance(e, KeyboardInterrupt) for _, e in failed):
-        raise KeyboardInterrupt(f"stopped: {len(cfgs) - len(failed)} of {len(cfgs)} batched runs stored, the rest "
-                                "snapshotted (run again to resume)")  # fmt: skip
-    if failed:
-        c, e = failed[0]
-        raise RuntimeError(f"{len(failed)} of {len(cfgs)} batched runs failed; first: {c.label()}: {e!r}") from e
+    return outcomes
 
 
 def expand(base: RunConfig, grid: dict | list[dict]) -> list[RunConfig]:
@@ -348,7 +366,7 @@ def run_configs(
     stopped = [c for c in todo if store.checkpoint(c).info() is not None]
     todo = stopped + [c for c in todo if c not in stopped]
     if cluster is not None:
-        cluster.run(todo, store, progress, data_root)
+        cluster.run(todo, store, progress, data_root, batch)
     else:
         units = batches(todo, batch, jobs)
         if jobs > 1 and len(units) > 1:

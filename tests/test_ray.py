@@ -103,6 +103,9 @@ def test_grid_on_ray_stores_what_the_local_backend_stores(cluster, tmp_path, mon
         assert "ray_node" in store.meta(c) and "ray_node" not in Store(tmp_path / "local").meta(c)
     _assert_same(_stored(store, cfgs), _stored(Store(tmp_path / "local"), cfgs))
     assert len(set(on_ray.best_acc)) > 1  # different runs, not one copied
+    # batched on Ray as locally: each method's two seeds as one model in one task, Local's run alone
+    batched = [store.meta(c).get("batched") for c in cfgs]
+    assert batched == [Store(tmp_path / "local").meta(c).get("batched") for c in cfgs] == [2, 2, 2, 2, None]
     monkeypatch.setattr(ray_backend, "import_ray", lambda: pytest.fail("stored runs are not submitted"))
     again = run_configs(cfgs, store, progress=False, backend="ray")
     pd.testing.assert_frame_equal(again, on_ray)
@@ -111,20 +114,90 @@ def test_grid_on_ray_stores_what_the_local_backend_stores(cluster, tmp_path, mon
 def test_a_killed_worker_is_retried_and_nothing_is_lost_or_duplicated(cluster, tmp_path, monkeypatch):
     """The worker training one config dies (``os._exit``) right after its first snapshot: Ray retries the task, the
     retry continues from the snapshot (the store is reachable from this machine's workers), and the grid ends with
-    every run stored once, with the numbers of an uninterrupted run."""
+    every run stored once, with the numbers of an uninterrupted run. ``batch=1``: a task per run (the batched
+    units are the next test's)."""
     cfgs = expand(TINY.replace(rounds=6), {"seed": [0, 1, 2]})
     victim, marker = cfgs[1], tmp_path / "killed"
     monkeypatch.setenv(ray_backend.CRASH_ENV, f"{victim.key()}={marker}")
     store = Store(tmp_path / "ray")
     store.checkpoint_seconds = 0.0  # a snapshot every round
-    run_configs(cfgs, store, progress=False, backend="ray")
+    run_configs(cfgs, store, progress=False, backend="ray", batch=1)
     assert marker.exists()  # the worker was killed
+    assert [store.meta(c).get("batched") for c in cfgs] == [None] * 3
     assert sorted(p.name for p in store.root.iterdir()) == sorted(c.key() for c in cfgs)  # no _tmp, no _partial
     resumed = store.meta(victim).get("resumed")
     assert resumed and resumed[0]["round"] == 1  # the retry continued from the snapshot of round 1
     assert [store.meta(c).get("resumed") for c in cfgs if c != victim] == [None, None]
     monkeypatch.delenv(ray_backend.CRASH_ENV)
     _assert_same(_stored(store, cfgs), _local(cfgs, tmp_path))
+
+
+def test_a_killed_unit_resumes_together_and_stores_its_solo_runs(cluster, tmp_path, monkeypatch):
+    """Four seeds in units of two (two task slots): the worker of one unit dies right after its victim's first
+    snapshot; the retried unit continues from its runs' snapshots, and every run is stored once, batched, with the
+    numbers of its uninterrupted solo run."""
+    cfgs = expand(TINY.replace(rounds=6), {"seed": [0, 1, 2, 3]})
+    victim, marker = cfgs[1], tmp_path / "killed"
+    monkeypatch.setenv(ray_backend.CRASH_ENV, f"{victim.key()}={marker}")
+    store = Store(tmp_path / "ray")
+    store.checkpoint_seconds = 0.0
+    run_configs(cfgs, store, progress=False, backend="ray")
+    assert marker.exists()
+    assert sorted(p.name for p in store.root.iterdir()) == sorted(c.key() for c in cfgs)
+    assert [store.meta(c).get("batched") for c in cfgs] == [2] * 4
+    assert store.meta(victim)["resumed"][0]["round"] == 1
+    assert [store.meta(c).get("resumed") for c in cfgs[2:]] == [None, None]  # the other unit went on untouched
+    monkeypatch.delenv(ray_backend.CRASH_ENV)
+    solo = Store(tmp_path / "solo")
+    run_configs(cfgs, solo, progress=False, batch=1)
+    _assert_same(_stored(store, cfgs), _stored(solo, cfgs))
+
+
+def test_a_run_failing_inside_a_unit_comes_back_alone(cluster, tmp_path, monkeypatch):
+    """The task body, in this process: in a unit of two, the run that raises comes back as its exception, the other
+    as its result (with the node that trained it)."""
+    import fedlib.runner as run_module
+
+    cfgs = expand(TINY, {"seed": [0, 1]})
+    build = run_module.build_algorithm
+
+    def fail_seed_1(cfg, **kw):
+        if cfg.seed == 1:
+            raise ValueError("seed 1 fails")
+        return build(cfg, **kw)
+
+    monkeypatch.setattr(run_module, "build_algorithm", fail_seed_1)
+    monkeypatch.setattr(run_module, "_worker_setup", lambda *a, **k: None)  # this process's threads stay as they are
+    store = Store(tmp_path / "s")
+    spec = {"configs": [c.to_dict() for c in cfgs], "keys": [c.key() for c in cfgs], "data_root": None,
+            "runs_per_node": {}, "threads": 1, "probe": "", "snapshots": [str(store.checkpoint(c).path) for c in cfgs],
+            "every": 1.0}  # fmt: skip
+    ok, failed = ray_backend._train_task(spec)
+    assert isinstance(failed, ValueError) and str(failed) == "seed 1 fails"
+    assert ok["meta"]["batched"] == 2 and ok["meta"]["ray_node"].startswith(socket.gethostname())
+    solo = run_module.train(cfgs[0], progress=False)
+    pd.testing.assert_frame_equal(ok["metrics"].drop(columns="seconds"), solo.metrics.drop(columns="seconds"))
+
+
+def test_units_fit_the_memory_ray_gives_a_task_on_the_smallest_node():
+    """``_units``: at most ``batch`` runs, within half the memory per task slot of the smallest node, halved until
+    every slot has one; no memory reported: this machine's."""
+    from fedlib import resources
+
+    cfgs = expand(TINY, {"seed": list(range(8))})
+    est = resources.estimate(cfgs[0])
+    three = est["data"] + 3 * (est["clients"] + est["training"])  # the data once and three runs
+
+    def nodes(*memory):
+        return [{"NodeID": f"n{i}", "Resources": {"CPU": 2.0, "memory": m}} for i, m in enumerate(memory)]
+
+    per_node = {"n0": 1, "n1": 2}
+    big, small = 1e12, 2 * three / 0.5  # small: two slots of ``three`` bytes at a 0.5 share
+    assert [len(u) for u in ray_backend._units(cfgs, 16, nodes(big, big), per_node)] == [2, 2, 4]  # 3 slots
+    assert [len(u) for u in ray_backend._units(cfgs, 16, nodes(big, small), per_node)] == [3, 3, 2]
+    assert [len(u) for u in ray_backend._units(cfgs, 2, nodes(big, big), per_node)] == [2, 2, 2, 2]
+    assert [len(u) for u in ray_backend._units(cfgs[:2], 16, nodes(big, big), {"n0": 1, "n1": 2})] == [1, 1]
+    assert [len(u) for u in ray_backend._units(cfgs, 1, nodes(0, 0), per_node)] == [1] * 8
 
 
 def _local(cfgs, tmp_path):
