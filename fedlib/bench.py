@@ -303,6 +303,15 @@ class ArithmeticLog(TorchDispatchMode):
             self.train[key] += self.in_train
         return func(*args, **kwargs)
 
+    @contextlib.contextmanager
+    def training(self):
+        """The calls made inside it count as local training's (``train``)."""
+        self.in_train = True
+        try:
+            yield
+        finally:
+            self.in_train = False
+
 
 def merged(calls: collections.Counter, runs: int) -> collections.Counter:
     """The training calls of a grid of ``runs`` runs (``calls``: theirs summed) as ``fedlib.batching`` merges them:
@@ -373,13 +382,8 @@ class _CountingExecutor:
 
     def train(self, model, params, plan, *args, **kwargs):
         self.rows.append(plan.index.numel() if plan.weight is None else plan.weight.sum())
-        if self.log is None:
+        with self.log.training() if self.log is not None else contextlib.nullcontext():
             return self.executor.train(model, params, plan, *args, **kwargs)
-        self.log.in_train = True
-        try:
-            return self.executor.train(model, params, plan, *args, **kwargs)
-        finally:
-            self.log.in_train = False
 
     def __getattr__(self, name):
         return getattr(self.executor, name)

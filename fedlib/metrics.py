@@ -52,13 +52,8 @@ def evaluate(
         c, lo = personal_chain(layers, one, split) if per_client else global_chain(layers, one, split, chunk)
         correct, loss = c[0], lo[0]
     elif not per_client:
-        owner = torch.repeat_interleave(torch.arange(n_clients, device=split.x.device), split.sizes)
-        for a in range(0, len(split.y), chunk):
-            x, y = split.x[a : a + chunk].to(dtype), split.y[a : a + chunk]
-            out = functional_call(model, params, (x,))
-            correct.index_add_(0, owner[a : a + chunk], (out.argmax(1) == y).to(torch.float64))
-            per = F.nll_loss(class_softmax(out, log=True), y, reduction="none")
-            loss.index_add_(0, owner[a : a + chunk], per.to(torch.float64))
+        c, lo = _global_sums(lambda x: functional_call(model, params, (x,)).unsqueeze(0), 1, split, chunk, dtype)
+        correct, loss = c[0], lo[0]
     else:
         for i in range(n_clients):
             x, y = split.client(i)
@@ -80,18 +75,28 @@ def global_chain(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(correct, loss_sum), each (R, N) float64: one Linear-chain model per run (``params[name]``: (R, ...); R = 1
     for one run) on every row of ``split``, in chunks of ``chunk`` rows: each run's forward over the chunk, then one
-    softmax and loss for all runs. A row's logits and loss do not depend on R (``executors.class_softmax``), and
-    each client's sums add its rows in the same order whatever R is."""
+    softmax and loss for all runs (``_global_sums``)."""
     first = next(iter(params.values()))
     runs, dtype = first.shape[0], first.dtype
+
+    def logits(x):
+        # run by run over the chunk's shared rows: a batched matmul over a run axis of expanded rows copies them R
+        # times first (16 runs of MNIST: 411 MB a chunk) for the same time
+        return torch.stack([chain_forward(layers, {n: t[r] for n, t in params.items()}, x)[-1] for r in range(runs)])
+
+    return _global_sums(logits, runs, split, chunk, dtype)
+
+
+def _global_sums(logits, runs: int, split: Split, chunk: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(correct, loss_sum), each (R, N) float64, of the R = ``runs`` models whose logits ``logits(x)`` gives,
+    (R, rows, classes), for each chunk ``x`` of ``split``'s rows, summed per client. A row's logits and loss do not
+    depend on R (``executors.class_softmax``), and each client's sums add its rows in the same order whatever R is."""
     owner = torch.repeat_interleave(torch.arange(len(split.sizes), device=split.x.device), split.sizes)
     correct = torch.zeros(runs, len(split.sizes), dtype=torch.float64, device=split.x.device)
     loss = torch.zeros_like(correct)
     for a in range(0, len(split.y), chunk):
         x, y, o = split.x[a : a + chunk].to(dtype), split.y[a : a + chunk], owner[a : a + chunk]
-        # run by run over the chunk's shared rows: a batched matmul over a run axis of expanded rows copies them R
-        # times first (16 runs of MNIST: 411 MB a chunk) for the same time
-        out = torch.stack([chain_forward(layers, {n: t[r] for n, t in params.items()}, x)[-1] for r in range(runs)])
+        out = logits(x)
         correct.index_add_(1, o, (out.argmax(2) == y).to(torch.float64))
         per = F.nll_loss(class_softmax(out, log=True).flatten(0, 1), y.repeat(runs), reduction="none")
         loss.index_add_(1, o, per.view(runs, -1).to(torch.float64))

@@ -88,6 +88,29 @@ def test_global_evaluation_in_chunks_equals_each_client_alone():
                             abs_tol=1e-12)  # fmt: skip
 
 
+def test_conv_global_evaluation_in_chunks_equals_each_client_alone():
+    """A conv net's one model on every client's rows (``_global_sums``, as ``global_chain``), in chunks that cut
+    through clients, one without rows (float64 reference)."""
+    from fedlib.data.federated import FederatedData
+
+    g = torch.Generator().manual_seed(0)
+    rows = (70, 0, 30, 45)
+    xs = [torch.randn(n + 4, 3, 28, 28, generator=g).numpy() for n in rows]
+    ys = [torch.randint(0, 10, (n + 4,), generator=g).numpy() for n in rows]
+    tests = [np.arange(4, n + 4) for n in rows]
+    data = FederatedData.from_clients("conv", xs, ys, [np.arange(4)] * 4, tests, 10).to("cpu", torch.float64)
+    model = build_model("lenet", (3, 28, 28), 10, seed=0, dtype=torch.float64, attention="se")
+    correct, loss, cnt = M.evaluate(model, dict(model.state_dict()), data.test, per_client=False, chunk=40)
+    assert list(cnt) == list(rows)
+    model.eval()  # BatchNorm's running statistics, as evaluate uses them
+    for i in range(4):
+        x, y = data.test.client(i)
+        out = model(x) if len(y) else torch.zeros(0, 10, dtype=torch.float64)
+        assert correct[i] == (out.argmax(1) == y).sum().item()
+        assert math.isclose(loss[i], torch.nn.functional.cross_entropy(out, y, reduction="sum").item(), rel_tol=1e-12,
+                            abs_tol=1e-12)  # fmt: skip
+
+
 def test_conv_evaluation_in_chunks_equals_one_pass(monkeypatch):
     """A conv net's clients are evaluated in chunks of ``CONV_ROWS`` rows: the same logits as one pass (float32, bit
     for bit), so the same accuracies and losses."""
