@@ -27,9 +27,9 @@ the CPU even where the node has a GPU.
 
 Faults: stored runs are skipped before anything is submitted. A task whose worker process or node dies is retried
 by Ray (``max_retries``, default 2; its unit's runs continue from their snapshots), then reported by its configs'
-labels; an exception raised by the run itself (bad
-data, a bug) is not retried. The other runs go on: the grid ends with a ``RayGridError`` listing every failed config,
-with every finished run stored. Ctrl-C stores what has finished, cancels the rest, and re-raises.
+labels; an exception raised by a run itself (bad data, a bug) is not retried. The other runs go on: the grid ends
+with a ``RayGridError`` listing every failed config, with every finished run stored. Ctrl-C stores what has come
+back (a whole unit, even if it came while storing the unit's first run), cancels the rest, and re-raises.
 
 Snapshots (``Store.checkpoint``, every 5 minutes of a run) are taken only where the driver's store is reachable
 from the worker at the same path (one machine, or a shared filesystem mounted alike everywhere): the driver leaves a
