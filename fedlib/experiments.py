@@ -15,7 +15,7 @@ snapshot (taken every 5 minutes), so the command resumes an interrupted grid.
 ``--jobs N`` trains N configs at a time, one single-threaded process each (on a CPU: N = the cores).
 ``--batch N`` (default 16): configs that share data, model and method (seeds, lr, sigma, ... differ) train up to N
 at a time as one model (``fedlib.batching``), each with its solo run's numbers; ``--batch 1`` trains one at a time.
-``--backend ray`` trains each config as a task on a Ray cluster: the one at ``--address HOST:PORT`` (else
+``--backend ray`` trains each unit of runs (``--batch``) as a task on a Ray cluster: the one at ``--address HOST:PORT`` (else
 ``RAY_ADDRESS``; neither: a Ray instance started on this machine); this process stores the results (README, "More
 than one machine"; ``fedlib.ray_backend``).
 Several experiments run as one queue, in the order named, a config shared by two of them once. An experiment with
@@ -173,7 +173,7 @@ def experiment(
     the store, unless ``inputs`` gives its output (``{'winners': ...}``). ``store``: a ``Store`` or its root (default:
     ``FEDLIB_RESULTS`` or results/); ``available``: the data sets to count as present (default: what is under the
     data root, ``profiles.Available.scan()``). ``backend``: ``'local'`` (this machine, ``jobs`` processes) or ``'ray'``
-    (each run a task on the Ray cluster at ``address``, else ``RAY_ADDRESS``, else a local Ray instance; or a
+    (each unit of runs a task on the Ray cluster at ``address``, else ``RAY_ADDRESS``, else a local Ray instance; or a
     ``ray_backend.RayBackend``); this process stores the results either way. ``batch``: runs that share data, model
     and method train up to that many at a time as one model, each with its solo run's numbers (``fedlib.batching``;
     1: one at a time)."""
@@ -273,19 +273,19 @@ def main(argv=None) -> int:
         "--backend",
         choices=["local", "ray"],
         default="local",
-        help="local: this machine, --jobs processes (default); ray: each config a task on a Ray cluster",
+        help="local: this machine, --jobs processes (default); ray: each unit of runs (--batch) a task on a Ray cluster",
     )
     ap.add_argument(
         "--address",
         default=None,
         help="with --backend ray: the Ray head, HOST:PORT (default: RAY_ADDRESS, else a Ray instance on this machine)",
     )
-    ap.add_argument("--cpus-per-run", type=int, default=None, help="with --backend ray: CPUs (threads) per run (1)")
+    ap.add_argument("--cpus-per-run", type=int, default=None, help="with --backend ray: CPUs (threads) per task (1)")
     ap.add_argument(
         "--gpus-per-run",
         type=float,
         default=None,
-        help="with --backend ray: a GPU's share per run (default 0.25 where the cluster has GPUs, else 0)",
+        help="with --backend ray: a GPU's share per task (default 0.25 where the cluster has GPUs, else 0)",
     )
     ap.add_argument(
         "--placement", action="store_true", help="with --backend ray: show how many runs each node is training"

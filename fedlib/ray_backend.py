@@ -232,9 +232,9 @@ class _TrackerActor:
 class RayBackend:
     """Train configs as Ray tasks (see the module docstring). ``address``: a Ray head's ``HOST:PORT``,
     ``ray://HOST:PORT`` or ``'auto'`` (else ``RAY_ADDRESS``; neither: a local instance, stopped afterwards);
-    ``num_cpus``: CPUs (and training threads) per run; ``num_gpus``: a GPU's share per run (None: 0.25 where the
-    cluster has GPUs, else 0); ``max_retries``: re-runs of a task whose worker died; ``placement``: show in the
-    progress bar how many runs each node is training."""
+    ``num_cpus``: CPUs (and training threads) per task, a run or a unit of runs; ``num_gpus``: a GPU's share per task
+    (None: 0.25 where the cluster has GPUs, else 0); ``max_retries``: re-runs of a task whose worker died;
+    ``placement``: show in the progress bar how many runs each node is training."""
 
     address: str | None = None
     num_cpus: int = 1
