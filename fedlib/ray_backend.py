@@ -7,7 +7,8 @@ fedlib without Ray keeps its local process pool (``runner.run_configs(jobs=N)``)
 Units: runs that share data, model and method (``runner.batch_key``) train up to ``batch`` at a time as one model in
 one task (``fedlib.batching``: each run gets its solo run's numbers), as the local backend batches them; the grid is
 cut with ``runner.batches``, within the memory Ray gives a task on the smallest node, and halved until every task slot
-has a unit. ``batch=1`` sends one run per task. A unit's runs come back together when its task ends; a run that fails
+has a unit (on a GPU, whose memory Ray does not report, the worker trains a unit too large for its share of the free
+GPU memory in parts, one after another). ``batch=1`` sends one run per task. A unit's runs come back together when its task ends; a run that fails
 inside a unit is reported alone, the unit's other runs are stored.
 
 What is sent where:
@@ -178,17 +179,20 @@ def _train_task(spec: dict) -> list:
             return DatasetNotFoundError(e.dataset, e.root, e.expected, hint.strip())
         return e
 
+    outcomes = {}
     try:
-        if len(cfgs) == 1:
-            outcomes = [runner.train(cfgs[0], False, spec["data_root"], checkpoints[keys[0]], device=device)]
-        else:
-            outcomes = runner.train_unit(
-                cfgs, spec["data_root"], lambda c: checkpoints[c.key()], lambda c, r: None, False, device
-            )
+        for part in _fit(cfgs, device, spec.get("gpu_share", 0)):
+            if len(part) == 1:
+                res = [runner.train(part[0], False, spec["data_root"], checkpoints[part[0].key()], device=device)]
+            else:
+                res = runner.train_unit(
+                    part, spec["data_root"], lambda c: checkpoints[c.key()], lambda c, r: None, False, device
+                )
+            outcomes.update(zip((c.key() for c in part), res))
     except DatasetNotFoundError as e:
         raise located(e) from None
     out = []
-    for res in outcomes:
+    for res in (outcomes[k] for k in keys):
         if isinstance(res, BaseException):
             out.append(located(res))
             continue
@@ -202,6 +206,19 @@ def _train_task(spec: dict) -> list:
             "meta": res.meta,
         })  # fmt: skip
     return out
+
+
+def _fit(cfgs: list, device: str, gpu_share: float) -> list:
+    """A unit as the parts a worker trains one after another: itself, except on a GPU, whose memory the driver could
+    not see (Ray reports none): there, parts within ``BATCH_MEMORY_SHARE`` of the task's share of the GPU's free
+    memory (``runner.batches``)."""
+    from . import resources
+    from .runner import BATCH_MEMORY_SHARE, batches
+
+    free = resources.available_bytes(device) if device == "cuda" else None
+    if free is None or len(cfgs) == 1:
+        return [cfgs]
+    return batches(cfgs, len(cfgs), budget=free * min(1.0, gpu_share or 1.0) * BATCH_MEMORY_SHARE)
 
 
 def _units(todo: list, batch: int, nodes: list, runs_per_node: dict) -> list:
@@ -312,6 +329,7 @@ class RayBackend:
             }
             device = unit[0].device  # a unit's runs share their device (``runner.batch_key``)
             gpus = {"cpu": 0, "cuda": gpu_share or DEFAULT_GPU_SHARE}.get(device, gpu_share)  # 'auto': the share
+            spec["gpu_share"] = gpus
             opts = dict(num_cpus=self.num_cpus, num_gpus=gpus, max_retries=self.max_retries, retry_exceptions=False)
             refs[task.options(**opts).remote(spec)] = unit
         pending, failures, done = list(refs), [], 0

@@ -200,6 +200,20 @@ def test_units_fit_the_memory_ray_gives_a_task_on_the_smallest_node():
     assert [len(u) for u in ray_backend._units(cfgs, 1, nodes(0, 0), per_node)] == [1] * 8
 
 
+def test_a_unit_too_large_for_its_gpu_share_trains_in_parts(monkeypatch):
+    """``_fit``: on a GPU (free memory as the worker sees it; Ray reports none) a unit is cut to its task's share of
+    it; on the CPU (cut by the driver already) and alone it stays whole."""
+    from fedlib import resources
+
+    cfgs = expand(TINY, {"seed": list(range(5))})
+    est = resources.estimate(cfgs[0])
+    two = est["data"] + 2 * (est["clients"] + est["training"])
+    monkeypatch.setattr(resources, "available_bytes", lambda device="cpu": 4 * two)  # a half share's half: two runs
+    assert [len(p) for p in ray_backend._fit(cfgs, "cuda", 0.5)] == [2, 2, 1]
+    assert [len(p) for p in ray_backend._fit(cfgs, "cuda", 0.25)] == [1] * 5  # not even the data and one run
+    assert ray_backend._fit(cfgs, "cpu", 0) == [cfgs] and ray_backend._fit(cfgs[:1], "cuda", 0.5) == [cfgs[:1]]
+
+
 def _local(cfgs, tmp_path):
     store = Store(tmp_path / "local")
     run_configs(cfgs, store, progress=False)
