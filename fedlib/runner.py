@@ -349,9 +349,9 @@ def run_configs(
     each trained pFedMe^+MCSA at 3.1 rounds/s, with one thread each at 8.7). Each run is stored as soon as
     it finishes, whichever process trained it. Runs stopped part-way (a snapshot in the store) go first.
 
-    ``backend='ray'`` (or a ``ray_backend.RayBackend``) trains each config not stored as a task on the Ray cluster at
-    ``address`` (else ``RAY_ADDRESS``; neither: a local Ray instance); the results come back to this process,
-    which stores them (see ``fedlib.ray_backend``).
+    ``backend='ray'`` (or a ``ray_backend.RayBackend``) trains the configs not stored on the Ray cluster at
+    ``address`` (else ``RAY_ADDRESS``; neither: a local Ray instance), each unit of up to ``batch`` runs as a task;
+    the results come back to this process, which stores them (see ``fedlib.ray_backend``).
     """
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs={jobs!r} must be an integer >= 1")
