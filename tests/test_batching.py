@@ -195,6 +195,10 @@ def test_batches_group_by_data_model_and_method_and_respect_the_caps(monkeypatch
     assert [len(u) for u in units] == [3, 2, 1, 1]
     assert units[0] == a[:3] and units[1] == a[3:] and units[2] == b and units[3] == c
     assert [len(u) for u in runner.batches(a, most=1)] == [1] * 5
+    many = [_synthetic(seed=s) for s in range(20)]
+    assert [len(u) for u in runner.batches(many, most=16)] == [10, 10]  # as many units as 16 + 4, of equal size
+    assert [len(u) for u in runner.batches(many, most=6)] == [5, 5, 5, 5]
+    assert sum(runner.batches(many, most=6), []) == many  # every run once, in order
     assert runner.batches(a[:3], most=16, jobs=2) == [a[:2], a[2:3]]  # two processes: a unit each
     assert [len(u) for u in runner.batches(a + b, most=16, jobs=4)] == [2, 1, 2, 1]
     est = runner.resources.estimate(a[0])
