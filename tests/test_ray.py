@@ -193,7 +193,7 @@ def test_units_fit_the_memory_ray_gives_a_task_on_the_smallest_node():
 
     per_node = {"n0": 1, "n1": 2}
     big, small = 1e12, 2 * three / 0.5  # small: two slots of ``three`` bytes at a 0.5 share
-    assert [len(u) for u in ray_backend._units(cfgs, 16, nodes(big, big), per_node)] == [2, 2, 4]  # 3 slots
+    assert [len(u) for u in ray_backend._units(cfgs, 16, nodes(big, big), per_node)] == [3, 3, 2]  # 3 slots
     assert [len(u) for u in ray_backend._units(cfgs, 16, nodes(big, small), per_node)] == [3, 3, 2]
     assert [len(u) for u in ray_backend._units(cfgs, 2, nodes(big, big), per_node)] == [2, 2, 2, 2]
     assert [len(u) for u in ray_backend._units(cfgs[:2], 16, nodes(big, big), {"n0": 1, "n1": 2})] == [1, 1]
