@@ -6,10 +6,11 @@ fedlib without Ray keeps its local process pool (``runner.run_configs(jobs=N)``)
 
 Units: runs that share data, model and method (``runner.batch_key``) train up to ``batch`` at a time as one model in
 one task (``fedlib.batching``: each run gets its solo run's numbers), as the local backend batches them; the grid is
-cut with ``runner.batches``, within the memory Ray gives a task on the smallest node, and halved until every task slot
-has a unit (on a GPU, whose memory Ray does not report, the worker trains a unit too large for its share of the free
-GPU memory in parts, one after another). ``batch=1`` sends one run per task. A unit's runs come back together when its task ends; a run that fails
-inside a unit is reported alone, the unit's other runs are stored.
+cut with ``runner.batches``, within the memory Ray gives a task on the smallest node, into units of equal size, cut
+further until every task slot has one (on a GPU, whose memory Ray does not report, the worker trains a unit too
+large for its share of the free GPU memory in parts, one after another). ``batch=1`` sends one run per task. A
+unit's runs come back together when its task ends; a run that fails inside a unit is reported alone, the unit's
+other runs are stored.
 
 What is sent where:
 
@@ -223,7 +224,7 @@ def _fit(cfgs: list, device: str, gpu_share: float) -> list:
 
 def _units(todo: list, batch: int, nodes: list, runs_per_node: dict) -> list:
     """``todo`` cut into the tasks' units (``runner.batches``): at most ``batch`` runs each, within the memory Ray
-    gives one task on its smallest node, halved until every task slot of the cluster has a unit."""
+    gives one task on its smallest node, of equal size, cut further until every task slot of the cluster has one."""
     from .runner import BATCH_MEMORY_SHARE, batches
 
     per_task = [n["Resources"].get("memory", 0) / runs_per_node[n["NodeID"]] for n in nodes]
