@@ -165,9 +165,8 @@ def batches(
     """``cfgs`` cut into units that train together (``batch_key``), in order of first appearance, each of at most
     ``most`` runs whose estimated memory (``resources.estimate``; the data once) fits in ``budget`` bytes (default:
     ``BATCH_MEMORY_SHARE`` of what this machine has available, shared by ``jobs`` processes; a Ray cluster passes
-    its nodes' own); a group cut into k units is cut into k of equal size instead (20 runs at most 16: 10 + 10, not
-    16 + 4, so that two processes finish together); with fewer units than ``jobs``, they are cut further into pieces
-    of equal size so that every process has one."""
+    its nodes' own) and of at most ``ceil(len(cfgs) / jobs)`` runs, so that the ``jobs`` processes share the work; a
+    group cut into k units is cut into k of equal size (20 runs at most 16: 10 + 10, not 16 + 4)."""
     groups: dict = {}
     for i, c in enumerate(cfgs):
         k = batch_key(c) if most > 1 else None
@@ -190,24 +189,14 @@ def batches(
             used += own
         return out + [unit]
 
+    # the processes share the work: no unit holds more than its share of the runs, ceil(runs / jobs) (a grid of 16
+    # runs of one kind and 2 of another on 2 processes: 8 + 8 + 2, not 16 + 2 with one process idle most of the time)
+    cap = min(most, -(-len(cfgs) // jobs))
     units = []
     for group in groups.values():
-        parts = cut(group, most)
+        parts = cut(group, cap)
         units += cut(group, -(-len(group) // len(parts))) if len(parts) > 1 else parts
-    # every process gets a unit: the units are cut into pieces, a piece more at a time to the one whose pieces are
-    # largest, each into pieces of equal size (8 runs for 3 processes: 3 + 3 + 2)
-    pieces = [1] * len(units)
-    while sum(pieces) < jobs and any(p < len(u) for p, u in zip(pieces, units)):
-        i = max((j for j in range(len(units)) if pieces[j] < len(units[j])), key=lambda j: len(units[j]) / pieces[j])
-        pieces[i] += 1
-    return [piece for u, p in zip(units, pieces) for piece in _equal_parts(u, p)]
-
-
-def _equal_parts(items: list, parts: int) -> list:
-    """``items`` in ``parts`` consecutive pieces whose sizes differ by at most one, the larger first."""
-    size, extra = divmod(len(items), parts)
-    bounds = [k * size + min(k, extra) for k in range(parts + 1)]
-    return [items[a:b] for a, b in zip(bounds, bounds[1:])]
+    return units
 
 
 @dataclass

@@ -199,6 +199,10 @@ def test_batches_group_by_data_model_and_method_and_respect_the_caps(monkeypatch
     assert [len(u) for u in runner.batches(many, most=16)] == [10, 10]  # as many units as 16 + 4, of equal size
     assert [len(u) for u in runner.batches(many, most=6)] == [5, 5, 5, 5]
     assert sum(runner.batches(many, most=6), []) == many  # every run once, in order
+    other = [_synthetic(seed=s, data_seed=1) for s in range(2)]
+    # two processes share the work: no unit above its share of the runs (16 + 2 would leave one idle most of the time)
+    assert [len(u) for u in runner.batches(many[:16] + other, most=16, jobs=2)] == [8, 8, 2]
+    assert [len(u) for u in runner.batches(many[:8], most=16, jobs=3)] == [3, 3, 2]
     assert runner.batches(a[:3], most=16, jobs=2) == [a[:2], a[2:3]]  # two processes: a unit each
     assert [len(u) for u in runner.batches(a + b, most=16, jobs=4)] == [2, 2, 1, 1]  # a's 5 runs in 3 pieces
     est = runner.resources.estimate(a[0])
