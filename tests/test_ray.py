@@ -180,8 +180,8 @@ def test_a_run_failing_inside_a_unit_comes_back_alone(cluster, tmp_path, monkeyp
 
 
 def test_units_fit_the_memory_ray_gives_a_task_on_the_smallest_node():
-    """``_units``: at most ``batch`` runs, within half the memory per task slot of the smallest node, halved until
-    every slot has one; no memory reported: this machine's."""
+    """``_units``: at most ``batch`` runs, within half the memory per task slot of the smallest node, none above its
+    share of the slots; no memory reported: this machine's."""
     from fedlib import resources
 
     cfgs = expand(TINY, {"seed": list(range(8))})
