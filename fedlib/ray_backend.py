@@ -42,6 +42,7 @@ from round 1.
 from __future__ import annotations
 
 import os
+import pickle
 import socket
 import uuid
 from collections import Counter
@@ -195,7 +196,7 @@ def _train_task(spec: dict) -> list:
     out = []
     for res in (outcomes[k] for k in keys):
         if isinstance(res, BaseException):
-            out.append(located(res))
+            out.append(_portable(located(res)))
             continue
         res.meta["ray_node"] = node
         out.append({
@@ -207,6 +208,17 @@ def _train_task(spec: dict) -> list:
             "meta": res.meta,
         })  # fmt: skip
     return out
+
+
+def _portable(e: BaseException) -> BaseException:
+    """``e``, or a ``RuntimeError`` naming its type and message where ``e`` does not survive pickling (an exception
+    whose ``__init__`` takes other arguments than its message): a run's failure returned as a value must reach the
+    driver without taking its unit's other results down with it."""
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:
+        return RuntimeError(f"{type(e).__name__}: {e}")
 
 
 def _fit(cfgs: list, device: str, gpu_share: float) -> list:

@@ -179,6 +179,23 @@ def test_a_run_failing_inside_a_unit_comes_back_alone(cluster, tmp_path, monkeyp
     pd.testing.assert_frame_equal(ok["metrics"].drop(columns="seconds"), solo.metrics.drop(columns="seconds"))
 
 
+class _TwoArgError(Exception):
+    def __init__(self, what, why):
+        super().__init__(f"{what}: {why}")
+
+
+def test_a_failure_that_does_not_pickle_comes_back_as_its_text():
+    """A run's exception returned as a value must pickle (or its whole unit's results are lost on the way back):
+    one whose ``__init__`` takes other arguments comes back as a RuntimeError naming its type and message."""
+    import pickle
+
+    e = ray_backend._portable(_TwoArgError("seed 1", "diverged"))
+    assert type(e) is RuntimeError and str(e) == "_TwoArgError: seed 1: diverged"
+    assert type(pickle.loads(pickle.dumps(e))) is RuntimeError
+    same = ValueError("bad")
+    assert ray_backend._portable(same) is same
+
+
 def test_units_fit_the_memory_ray_gives_a_task_on_the_smallest_node():
     """``_units``: at most ``batch`` runs, within half the memory per task slot of the smallest node, none above its
     share of the slots; no memory reported: this machine's."""
