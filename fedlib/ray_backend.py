@@ -185,7 +185,12 @@ def _train_task(spec: dict) -> list:
     try:
         for part in _fit(cfgs, device, spec.get("gpu_share", 0)):
             if len(part) == 1:
-                res = [runner.train(part[0], False, spec["data_root"], checkpoints[part[0].key()], device=device)]
+                try:
+                    res = [runner.train(part[0], False, spec["data_root"], checkpoints[part[0].key()], device=device)]
+                except DatasetNotFoundError:
+                    raise
+                except Exception as e:  # this run's failure, as a unit's (its other parts' results go back too)
+                    res = [e]
             else:
                 res = runner.train_unit(
                     part, spec["data_root"], lambda c: checkpoints[c.key()], lambda c, r: None, False, device
@@ -236,7 +241,7 @@ def _fit(cfgs: list, device: str, gpu_share: float) -> list:
 
 def _units(todo: list, batch: int, nodes: list, runs_per_node: dict) -> list:
     """``todo`` cut into the tasks' units (``runner.batches``): at most ``batch`` runs each, within the memory Ray
-    gives one task on its smallest node, of equal size, cut further until every task slot of the cluster has one."""
+    gives one task on its smallest node, of equal size, none above its share of the cluster's task slots."""
     from .runner import BATCH_MEMORY_SHARE, batches
 
     per_task = [n["Resources"].get("memory", 0) / runs_per_node[n["NodeID"]] for n in nodes]

@@ -155,7 +155,7 @@ def test_a_killed_unit_resumes_together_and_stores_its_solo_runs(cluster, tmp_pa
 
 def test_a_run_failing_inside_a_unit_comes_back_alone(cluster, tmp_path, monkeypatch):
     """The task body, in this process: in a unit of two, the run that raises comes back as its exception, the other
-    as its result (with the node that trained it)."""
+    as its result (with the node that trained it); alone, it comes back the same way."""
     import fedlib.runner as run_module
 
     cfgs = expand(TINY, {"seed": [0, 1]})
@@ -174,6 +174,9 @@ def test_a_run_failing_inside_a_unit_comes_back_alone(cluster, tmp_path, monkeyp
             "every": 1.0}  # fmt: skip
     ok, failed = ray_backend._train_task(spec)
     assert isinstance(failed, ValueError) and str(failed) == "seed 1 fails"
+    alone = {**spec, "configs": spec["configs"][1:], "keys": spec["keys"][1:], "snapshots": spec["snapshots"][1:]}
+    [failed_alone] = ray_backend._train_task(alone)  # a task of one run returns its failure the same way
+    assert isinstance(failed_alone, ValueError) and str(failed_alone) == "seed 1 fails"
     assert ok["meta"]["batched"] == 2 and ok["meta"]["ray_node"].startswith(socket.gethostname())
     solo = run_module.train(cfgs[0], progress=False)
     pd.testing.assert_frame_equal(ok["metrics"].drop(columns="seconds"), solo.metrics.drop(columns="seconds"))
