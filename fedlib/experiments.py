@@ -15,9 +15,9 @@ snapshot (taken every 5 minutes), so the command resumes an interrupted grid.
 ``--jobs N`` trains N configs at a time, one single-threaded process each (on a CPU: N = the cores).
 ``--batch N`` (default 16): configs that share data, model and method (seeds, lr, sigma, ... differ) train up to N
 at a time as one model (``fedlib.batching``), each with its solo run's numbers; ``--batch 1`` trains one at a time.
-``--backend ray`` trains each unit of runs (``--batch``) as a task on a Ray cluster: the one at ``--address HOST:PORT`` (else
-``RAY_ADDRESS``; neither: a Ray instance started on this machine); this process stores the results (README, "More
-than one machine"; ``fedlib.ray_backend``).
+``--backend ray`` trains each unit of runs (``--batch``) as a task on a Ray cluster: the one at ``--address
+HOST:PORT`` (else ``RAY_ADDRESS``; neither: a Ray instance started on this machine); this process stores the results
+(README, "More than one machine"; ``fedlib.ray_backend``).
 Several experiments run as one queue, in the order named, a config shared by two of them once. An experiment with
 a step (FedMCSA Table 1's winners) queues the experiment the step reads first, trains the queue so far, runs the
 step on the stored results, then queues its own configs.
@@ -273,7 +273,8 @@ def main(argv=None) -> int:
         "--backend",
         choices=["local", "ray"],
         default="local",
-        help="local: this machine, --jobs processes (default); ray: each unit of runs (--batch) a task on a Ray cluster",
+        help="local: this machine, --jobs processes (default); ray: each unit of runs (--batch) a task on a Ray "
+        "cluster",
     )
     ap.add_argument(
         "--address",

@@ -156,11 +156,11 @@ def _train_task(spec: dict) -> list:
     if spec.get("tracker") is not None:
         for key in keys:
             spec["tracker"].started.remote(key, node)
-    for cfg, key in zip(cfgs, spec["keys"]):
-        if cfg.key() != key:
+    for cfg, mine, theirs in zip(cfgs, keys, spec["keys"]):
+        if mine != theirs:
             raise RuntimeError(
-                f"on Ray node {node}: the fedlib installed there gives config {cfg.label()} the key {cfg.key()}, the "
-                f"driver's gives {key}: install the driver's fedlib version on every node"
+                f"on Ray node {node}: the fedlib installed there gives config {cfg.label()} the key {mine}, the "
+                f"driver's gives {theirs}: install the driver's fedlib version on every node"
             )
     node_id = ray.get_runtime_context().get_node_id()
     runner._worker_setup(spec["runs_per_node"].get(node_id, 1), threads=spec["threads"])
