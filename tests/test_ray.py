@@ -258,7 +258,9 @@ def test_ctrl_c_keeps_finished_runs_and_cancels_the_rest(cluster, tmp_path, monk
     stored and the other tasks are cancelled: the cluster's CPUs are free again, nothing is half-written, and the
     next call trains only what is missing. The grid is two units (two task slots): the short runs' unit comes back
     first and is stored whole, though the Ctrl-C came while storing its first run."""
-    cfgs = expand(TINY.replace(rounds=10), {"seed": [0, 1, 2]}) + expand(TINY.replace(rounds=60), {"seed": [3, 4]})
+    # the long unit must still be running when the short one comes back (1,000 rounds: ~5 s here; with 60, ~0.05 s
+    # apart, both came back in one wait under CI's load, and all five were stored, rightly)
+    cfgs = expand(TINY.replace(rounds=10), {"seed": [0, 1, 2]}) + expand(TINY.replace(rounds=1000), {"seed": [3, 4]})
     store = Store(tmp_path / "ray")
     save, calls = Store.save, []
 
