@@ -8,8 +8,11 @@ until every live run of the gang has made its next call, and then run as one cal
 
 - ``train``: the runs' client stacks concatenated on the client axis (run r's K_r clients after run r-1's) through
   the real executor once, and split back. Calls merge when they ask the same arithmetic of different rows: same
-  model shapes, data split, optimiser (``LocalSGD``: lr, momentum, weight decay, mu), objective, plan shape
-  (steps, batch, padding) and the same generic terms; others run one by one (correct, only not batched).
+  model shapes, data split, objective, plan shape (steps, batch, padding) and the same generic terms; others run
+  one by one (correct, only not batched). Each run keeps its own optimiser numbers (``LocalSGD``: lr, momentum,
+  weight decay, mu): when they differ, the call takes a ``executors.sgd.RunsSGD``, whose update runs per run on
+  the CPU (each run's slice, its solo arithmetic) and per row elsewhere. On the CPU, runs of different optimisers
+  do not merge on plans with idle steps (epochs of unequal clients), whose shrinking stacks interleave the runs.
 - ``evaluate``: the runs' models stacked on a run axis, per block of clients (``metrics.personal_chain``; the
   blocks' forwards run by run over the block's shared rows, one softmax and loss reduction for all runs) or per
   chunk of rows for a global model (``metrics.global_chain``). Linear chains; other models are evaluated one run
@@ -19,8 +22,8 @@ No result depends on which calls merged: every client's matmuls have the shapes 
 arithmetic is the solo one slice by slice (on this CPU, float32 included: a batched matmul's slices do not depend on
 how many there are, ``executors.class_softmax`` gives a row the same values wherever it sits, and losses are summed
 per run). ``tests/test_batching.py`` checks batched = solo exactly, in float32 and float64, for every method
-registered. Calls of different arithmetic (another learning rate, FedMix's per-run objective) run one after
-another: a grid over the learning rate batches its evaluation but not its training.
+registered, and for grids over lr, mu and momentum. Calls of different arithmetic (FedMix's per-run objective, other
+plan shapes) run one after another.
 
 Why threads and a barrier rather than a run axis written into the round loop: every method's client procedure
 (pFedMe's inner loop, Per-FedAvg's three steps, SCAFFOLD's drift, Ditto's two models) is a sequence of
@@ -42,6 +45,7 @@ import torch
 from . import metrics as M
 from .data.federated import BatchPlan
 from .executors.objectives import CrossEntropy
+from .executors.sgd import RunsSGD
 from .models import linear_chain
 
 
@@ -163,8 +167,12 @@ def _shapes(params) -> tuple:
 def _train_key(model, params, plan: BatchPlan, data, opt, anchor, drift, objective) -> tuple | None:
     if objective is not None and type(objective) is not CrossEntropy:
         return None  # objectives with per-call context (FedMix's pairs and means) run alone
+    # runs of different optimisers (lr, mu, momentum, weight decay) merge with their own numbers (``RunsSGD``), but
+    # not on the CPU's shrinking stacks: they sort the clients by step count, which interleaves the runs, and the
+    # per-run update would become a call per client
+    per_run = plan.active is None or next(iter(params.values())).device.type != "cpu"
     return (
-        type(model), _shapes(params), id(data), opt, anchor is None, drift is None,
+        type(model), _shapes(params), id(data), None if per_run else opt, anchor is None, drift is None,
         plan.steps, tuple(plan.index.shape[2:]), plan.weight is None, plan.active is None,
     )  # fmt: skip
 
@@ -185,9 +193,13 @@ def merged_train(executor, calls: list[_Call]) -> list:
     if len(calls) == 1:
         c = calls[0]
         return [executor.train(*c.args, **c.kwargs)]
-    model, _, _, data, opt, _, _ = calls[0].args
+    model, _, _, data, _, _, _ = calls[0].args
     params = _cat([c.args[1] for c in calls])
     plans = [c.args[2] for c in calls]
+    # one LocalSGD when the runs share it; else each run its own: per-run slices on the CPU (each run's solo
+    # arithmetic), per-row columns elsewhere (one kernel for all runs)
+    per_row = next(iter(params.values())).device.type != "cpu"
+    opt = RunsSGD.of([p.index.shape[1] for p in plans], [c.args[4] for c in calls], per_row=per_row)
     cat = lambda ts: None if ts[0] is None else torch.cat(ts, dim=1)
     plan = BatchPlan(cat([p.index for p in plans]), cat([p.weight for p in plans]), cat([p.active for p in plans]))
     out = executor.train(

@@ -29,7 +29,9 @@ logged at their shapes and strides (``ArithmeticLog``) and replayed alone, the f
 (``replay``), per round; against the same limit, and the timed round over it ("round / floor"). A target below the
 floor cannot be met with these kernels at these shapes, whatever the code around them does. ``W6c``: batching's
 ceiling, the grid one by one (W6w) over its floor with the runs' training calls merged as ``fedlib.batching`` merges
-them (``merged``): the speed-up batching would give if everything but the arithmetic vanished.
+them (``merged``): the speed-up batching would give if everything but the arithmetic vanished. ``W6l``: the same
+grid over the learning rate instead of sigma (3 seeds x 4 lr), batched vs one by one: its runs train as one call,
+each with its own lr (``executors.sgd.RunsSGD``).
 
 Both executors run with ``fedlib.malloc.keep_freed_memory`` as training runs do (``FEDLIB_MALLOC=default``
 leaves glibc's allocator as it is, to compare).
@@ -241,12 +243,13 @@ def _w_configs(tiny: bool = False) -> dict[str, tuple[str, list]]:
         for seed in (0, 1, 2)
         for sigma in (1.0, 10.0, 50.0, 100.0)
     ]
+    w6l = [w.replace(sigma=w6[0].sigma, lr=lr) for w, lr in zip(w6, [0.005, 0.01, 0.03, 0.05] * 3)]
     if tiny:
         w1 = w1.replace(n_clients=4, clients_per_round=4)
         w2 = w2.replace(n_clients=10, shard_size=30, local_epochs=1)
         w3, w4 = (w.replace(n_clients=6, clients_per_round=3, local_steps=3) for w in (w3, w4))
         w5 = w5.replace(domain_percent=0.01)
-        w6 = [w.replace(n_clients=6, clients_per_round=3, local_steps=3) for w in w6[:2]]
+        w6, w6l = ([w.replace(n_clients=6, clients_per_round=3, local_steps=3) for w in ws[:2]] for ws in (w6, w6l))
     return {
         "W1": ("FedAvg MNIST Dir(0.1) N=20 all, DNN 784-100-10, E=1 B=20", [w1]),
         "W2": ("AdaFL MNIST shards N=100 C=0.1, MLP 784-200-200-10, E=5 B=10", [w2]),
@@ -254,6 +257,7 @@ def _w_configs(tiny: bool = False) -> dict[str, tuple[str, list]]:
         "W4": ("pFedMe Synthetic N=100 S=20, MLR, R=20 K=5 B=20", [w4]),
         "W5": ("FedBN+SE digits (LeNet-BN), E=1 B=32", [w5]),
         "W6": (f"FedMCSA Synthetic MLR grid, {len(w6)} runs one by one", w6),
+        "W6l": ("the same grid over lr", w6l),  # not a workload of its own: W6's lr-grid line
     }
 
 
@@ -449,7 +453,7 @@ def bench_e2e(device: str, rate: float, only=None, rounds: int | None = None, ti
     )
     results = {}
     for name, (what, cfgs) in work.items():
-        if only and name not in only:
+        if (only and name not in only) or name == "W6l":
             continue
         if rounds is not None:
             cfgs = [c.replace(rounds=max(2, rounds)) for c in cfgs]
@@ -466,6 +470,11 @@ def bench_e2e(device: str, rate: float, only=None, rounds: int | None = None, ti
         _floor_line(name, cfgs, device, out, results)
         if name == "W6":
             _grid_lines(cfgs, device, rate, out, results)
+            lr_grid = [c.replace(rounds=cfgs[0].rounds) for c in work["W6l"][1]]
+            speed = _speed_up(lr_grid, device)[0]
+            results["W6l"] = speed
+            what = "  the grid over lr (3 seeds x 4 lr, each run its own lr): batched vs one by one"
+            out(f"{'W6l':4}{what:70} {'':8} {speed:>7.2f}x")
     return results
 
 
@@ -528,22 +537,27 @@ def _floor_line(name: str, cfgs: list, device: str, out, results: dict) -> None:
     )
 
 
+def _speed_up(cfgs, device: str) -> tuple[float, dict]:
+    """The grid ``cfgs`` one by one and batched, alternating, twice each: (the medians' ratio, the times)."""
+    times = {"one by one": [], "batched": []}
+    for _ in range(2):
+        for how in times:
+            times[how].append(time_grid(cfgs, device, how == "batched"))
+    return statistics.median(times["one by one"]) / statistics.median(times["batched"]), times
+
+
 def _grid_lines(cfgs, device: str, rate: float, out, results: dict) -> None:
     """W6 side by side in this process: the grid's whole runs one by one (W6w), then batched as one model (W6b), then
     once more each (the medians are printed), as seconds per round of the whole grid and against the FLOP limit;
     W6x: the speed-up."""
     rounds = cfgs[0].rounds
-    times = {"one by one": [], "batched": []}
-    for _ in range(2):
-        for how in times:
-            times[how].append(time_grid(cfgs, device, how == "batched"))
+    speed, times = _speed_up(cfgs, device)
     flops = results["W6"]["flops"]
     for tag, (how, ts) in zip(("W6w", "W6b"), times.items()):
         sec = statistics.median(ts) / rounds
         results[tag] = {"seconds": sec, "flops": flops, "limit": flops / rate, "ratio": sec * rate / flops}
         what = f"  whole runs ({len(cfgs)} x {rounds} rounds, round 1 included), {how}"
         out(f"{tag:4}{what:70} {'':8} {sec:>8.4f} {flops / 1e9:>7.2f} {flops / rate:>8.4f} {sec * rate / flops:>6.1f}")
-    speed = statistics.median(times["one by one"]) / statistics.median(times["batched"])
     results["W6x"] = speed
     out(f"{'W6x':4}{'  batched vs one by one (medians of 2, alternating; target >= 5x)':70} {'':8} {speed:>7.2f}x")
     # batching's ceiling: the grid's floor with its runs' training calls merged as the gang merges them

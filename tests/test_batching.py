@@ -45,8 +45,10 @@ OWN_OBJECTIVE = {"fedmix", "naivemix"}
 
 
 def _grid(algorithm):
-    """Three runs whose local training merges (seeds), one with another lr (its training runs apart)."""
-    return [_cfg(algorithm, seed=s) for s in (0, 1, 2)] + [_cfg(algorithm, seed=0, lr=0.05)]
+    """Three seeds, and a run with another lr (and mu, where the method has one): all four train as one call, the
+    fourth with its own numbers (``RunsSGD``)."""
+    other = {"lr": 0.05, **({"mu": 0.3} if "mu" in ALGORITHMS[algorithm].option_names() else {})}
+    return [_cfg(algorithm, seed=s) for s in (0, 1, 2)] + [_cfg(algorithm, seed=0, **other)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
@@ -65,7 +67,7 @@ def test_batched_runs_equal_their_solo_runs(algorithm, dtype):
     if algorithm in OWN_OBJECTIVE:  # per-run context (FedMix's means and pairs): trained one run at a time
         assert merged == calls
     else:
-        assert merged < calls  # the three seeds' training really ran as one call
+        assert merged * len(cfgs) == calls  # the four runs' training really ran as one call, other lr included
     calls, merged = gang.merged["evaluate"]
     assert merged < calls
 
@@ -139,9 +141,9 @@ def test_a_stop_snapshots_every_run_and_they_resume_to_their_solo_results(tmp_pa
 
 
 def test_gang_runs_unmergeable_calls_one_by_one():
-    """Calls whose arithmetic differs (here: the learning rate) are not merged, each still gets its own result."""
+    """Calls whose arithmetic differs (here: the batch size) are not merged, each still gets its own result."""
     data = small_synthetic(n_clients=5, rows=80)
-    cfgs = [_cfg("fedavg", seed=0), _cfg("fedavg", seed=0, lr=0.05)]
+    cfgs = [_cfg("fedavg", seed=0), _cfg("fedavg", seed=0, batch_size=4)]
     outs, gang = _together(cfgs, data)
     calls, merged = gang.merged["train"]
     assert calls == merged == 2 * cfgs[0].rounds

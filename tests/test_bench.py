@@ -78,6 +78,8 @@ def test_e2e_prints_every_workload_with_its_breakdown(capsys):
         assert sec > 0 and gflop == pytest.approx(float(rows["W6"].split()[-(3 + len(STAGES))]), rel=0.01)
         assert ratio == pytest.approx(sec / limit, rel=0.05 + 5e-5 / limit, abs=0.1)
     assert float(whole["W6x"].split()[-1].rstrip("x")) > 0
+    lr_grid = next(line for line in out if line.startswith("W6l"))  # the grid over lr, each run its own lr
+    assert "over lr" in lr_grid and float(lr_grid.split()[-1].rstrip("x")) > 0
     # each workload's floor (its matmuls alone, replayed) against the same limit, and the round over it
     floors = {line.split()[0]: line for line in out if line.startswith(("W3f", "W4f", "W6f"))}
     assert set(floors) == {"W3f", "W4f", "W6f"}

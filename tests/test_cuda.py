@@ -16,7 +16,7 @@ from fedlib.config import RunConfig
 from fedlib.data.federated import sample_epochs
 from fedlib.executors import LocalSGD, LoopExecutor, StackedExecutor
 from fedlib.models import MODELS, build_model
-from fedlib.runner import train
+from fedlib.runner import train, train_unit
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -76,3 +76,20 @@ def test_run_on_cuda_equals_cpu_float64(name):
     assert gpu.meta["device"] == "cuda" and cpu.meta["device"] == "cpu"
     for col in ("test_loss", "test_acc", "uploads"):
         assert np.allclose(gpu.metrics[col], cpu.metrics[col], rtol=0, atol=1e-9), col
+
+
+def test_a_grid_over_lr_and_mu_batched_on_cuda_equals_its_solo_runs_float64():
+    """Runs of other lr and mu train as one call on the GPU, each run's numbers as per-row columns (``RunsSGD``,
+    ``per_row``): each run gets its solo CPU numbers (float64)."""
+    base = dict(dataset="synthetic", n_clients=10, clients_per_round=4, rounds=4, local_steps=5, batch_size=10)
+    cfgs = [
+        RunConfig(**base, model="dnn", hidden=(8,), algorithm="fedprox", lr=lr, mu=mu, dtype="float64", device="cuda")
+        for lr, mu in ((0.05, 0.1), (0.02, 0.5), (0.05, 0.0))
+    ]
+    outs = train_unit(cfgs, None, lambda c: None, lambda c, r: None, progress=False)
+    for c, o in zip(cfgs, outs):
+        assert not isinstance(o, BaseException), o
+        assert o.meta["batched"] == len(cfgs) and o.meta["device"] == "cuda"
+        cpu = train(c.replace(device="cpu"), progress=False)
+        for col in ("test_loss", "test_acc"):
+            assert np.allclose(o.metrics[col], cpu.metrics[col], rtol=0, atol=1e-9), col

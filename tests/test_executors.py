@@ -17,6 +17,7 @@ from fedlib.executors import (
     fast_path,
     make_executor,
 )
+from fedlib.executors.sgd import RunsSGD, _segments, restrict
 from fedlib.models import MODELS, build_model, linear_chain
 
 OPTS = {
@@ -373,3 +374,82 @@ def test_batchnorm_net_stays_on_the_loop_unless_asked():
     assert StackedExecutor(kernel="vmap").kernel_for(lenet) == "vmap-buffers"
     with pytest.raises(NotImplementedError, match="kernel='vmap'"):
         StackedExecutor().kernel_for(lenet)
+
+
+# -- per-run optimisers: several runs' clients side by side, each run its own LocalSGD (issue 21, item 5) -------------
+RUNS = [(2, OPTS["sgd"]), (1, OPTS["all"]), (3, LocalSGD(lr=0.03, momentum=0.5, mu=0.1)), (1, OPTS["all"])]
+
+
+def _per_run(ex, model, start, plan, data, anchor, drift):
+    """Each run alone: its clients' slice of the call, trained with its own ``LocalSGD``; concatenated back."""
+    outs, a = [], 0
+    for n, opt in RUNS:
+        sl = slice(a, a + n)
+        cut = lambda d: None if d is None else {k: t[sl] for k, t in d.items()}
+        outs.append(ex.train(model, cut(start), plan.clients(sl), data, opt, cut(anchor), cut(drift)))
+        a += n
+    return {k: torch.cat([o[k] for o in outs]) for k in outs[0]}
+
+
+def _runs_case(dtype, sampler):
+    data = _unequal(dtype=dtype)  # 7 clients of 1 to 90 rows: epoch plans shrink and sort them across the runs
+    model = build_model("dnn", (12,), 5, hidden=(8,), seed=1, dtype=dtype)
+    k = data.n_clients
+    start, anchor = _params(model, k), _params(model, k, seed=7)
+    drift = {n: 0.01 * torch.randn(t.shape, generator=torch.Generator().manual_seed(2), dtype=t.dtype)
+             for n, t in start.items()}  # fmt: skip
+    gen = torch.Generator().manual_seed(3)
+    clients = torch.arange(k)
+    plan = (
+        sample_steps(data.train, clients, 5, 6, gen)
+        if sampler == "steps"
+        else sample_epochs(data.train, clients, 2, 8, gen)
+    )
+    return data, model, start, anchor, drift, plan
+
+
+def test_runs_sgd_parts_and_restriction():
+    opt = RunsSGD.of([n for n, _ in RUNS], [o for _, o in RUNS])
+    assert [(a, b) for a, b, _ in opt.parts] == [(0, 2), (2, 3), (3, 6), (6, 7)]
+    assert (opt.momentum, opt.mu, opt.weight_decay) == (0.9, 1.0, 0.001)  # "does any run need it"
+    assert not hasattr(opt, "lr")  # no single value: a path that reads it would be wrong
+    assert [s for s, _ in opt.slices(4)] == [slice(0, 2), slice(2, 3), slice(3, 4)]  # a shrinking step's first 4
+    assert restrict(opt, slice(3, 6)) == RUNS[2][1]  # a group inside one run: the scalar path
+    picked = restrict(opt, torch.tensor([6, 2, 0, 1, 4]))  # clients sorted by step count, across the runs
+    assert picked.parts == ((0, 2, OPTS["all"]), (2, 4, OPTS["sgd"]), (4, 5, RUNS[2][1]))  # equal ones: one stretch
+    assert RunsSGD.of([2, 3], [OPTS["sgd"], OPTS["sgd"]]) == OPTS["sgd"]  # one optimiser: unchanged
+    assert restrict(opt, slice(0, 0)) is opt  # no clients: nothing to cut (nothing trains)
+    with pytest.raises(ValueError, match="no clients"):
+        _segments([], False)
+
+
+@pytest.mark.parametrize("sampler", ["steps", "epochs"])
+@pytest.mark.parametrize("ex", ["chain", "chain-groups-of-2", "vmap", "loop"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_per_run_optimisers_give_each_run_its_solo_training_bit_for_bit(sampler, ex, dtype):
+    """``RunsSGD`` per run (the CPU's way): every run's clients get what the run alone gets, float32 included, with
+    momentum, weight decay, the proximal term and the drift differing between runs, on lock-step plans and on
+    shrinking stacks (which sort the clients across the runs)."""
+    data, model, start, anchor, drift, plan = _runs_case(dtype, sampler)
+    kw = {"chain": {"kernel": "chain"}, "chain-groups-of-2": {"max_group": 2}, "vmap": {"kernel": "vmap"}}
+    executor = LoopExecutor() if ex == "loop" else StackedExecutor(**kw[ex])
+    opt = RunsSGD.of([n for n, _ in RUNS], [o for _, o in RUNS])
+    for d in (None, drift):
+        alone = _per_run(executor, model, start, plan, data.train, anchor, d)
+        together = executor.train(model, start, plan, data.train, opt, anchor, d)
+        assert _maxdiff(alone, start) > 1e-3
+        for n in alone:
+            assert torch.equal(together[n], alone[n]), n
+
+
+@pytest.mark.parametrize("sampler", ["steps", "epochs"])
+@pytest.mark.parametrize("ex", ["chain", "vmap"])
+def test_per_row_optimisers_equal_each_runs_solo_training_float64(sampler, ex):
+    """``RunsSGD`` per row (other devices' way: one operation for all runs): each run's numbers as columns, the
+    same training in float64 (float32 differs in the last bits: products rounded apart, -lr applied to dz first)."""
+    data, model, start, anchor, drift, plan = _runs_case(torch.float64, sampler)
+    executor = StackedExecutor(kernel=ex)
+    opt = RunsSGD.of([n for n, _ in RUNS], [o for _, o in RUNS], per_row=True)
+    for d in (None, drift):
+        alone = _per_run(executor, model, start, plan, data.train, anchor, d)
+        assert _maxdiff(executor.train(model, start, plan, data.train, opt, anchor, d), alone) < 1e-10

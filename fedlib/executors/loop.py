@@ -9,7 +9,7 @@ from torch import nn
 
 from ..data.federated import BatchPlan, Split
 from .objectives import CrossEntropy, Objective
-from .sgd import LocalSGD, Params, _check
+from .sgd import LocalSGD, Params, RunsSGD, _check, client_opt
 
 
 class ModuleForward:
@@ -46,7 +46,7 @@ class LoopExecutor:
         params: Params,
         plan: BatchPlan,
         data: Split,
-        opt: LocalSGD,
+        opt: LocalSGD | RunsSGD,
         anchor: Params | None = None,
         drift: Params | None = None,
         *,
@@ -54,7 +54,7 @@ class LoopExecutor:
     ) -> Params:
         """Client i minimises ``objective`` (default: mean cross-entropy) plus the generic terms: weight decay and
         momentum (``torch.optim.SGD``), mu/2 ||w - anchor_i||^2 (``opt.mu``) and <drift_i, w> (the constant
-        drift_i added to every gradient: SCAFFOLD's c - c_i)."""
+        drift_i added to every gradient: SCAFFOLD's c - c_i). ``opt`` a ``RunsSGD``: client i takes its run's."""
         _check(params, plan, anchor, opt)
         objective = CrossEntropy() if objective is None else objective
         dtype = next(model.parameters()).dtype  # load_state_dict copies into these tensors: their dtype stays
@@ -67,8 +67,9 @@ class LoopExecutor:
                 rows = rows[keep]
                 ctx = {n: t[keep] for n, t in ctx.items()}
             loss = objective.loss(forward, trainable, _as_inputs(data.x[rows], dtype), data.y[rows], None, ctx)
-            if opt.mu:
-                loss = loss + opt.mu / 2 * sum(((p - anchor[n][i]) ** 2).sum() for n, p in trainable.items())
+            mu = client_opt(opt, i).mu
+            if mu:
+                loss = loss + mu / 2 * sum(((p - anchor[n][i]) ** 2).sum() for n, p in trainable.items())
             if drift is not None:  # <c, w>: adds the constant c to the gradient (SCAFFOLD's c - c_i)
                 loss = loss + sum((p * drift[n][i]).sum() for n, p in trainable.items() if n in drift)
             return loss
@@ -76,7 +77,7 @@ class LoopExecutor:
         return self.each_client(model, params, plan, opt, step_loss)
 
     @staticmethod
-    def each_client(model: nn.Module, params: Params, plan: BatchPlan, opt: LocalSGD, step_loss) -> Params:
+    def each_client(model: nn.Module, params: Params, plan: BatchPlan, opt: LocalSGD | RunsSGD, step_loss) -> Params:
         """The loop itself: client i loads its row of ``params`` into ``model`` and takes the plan's steps with
         ``torch.optim.SGD`` on ``step_loss(module, trainable, s, i, keep)``; ``keep`` masks the padded rows of
         step s (None: no padding)."""
@@ -85,7 +86,8 @@ class LoopExecutor:
         for i in range(plan.index.shape[1]):
             module.load_state_dict({n: t[i] for n, t in params.items()})
             trainable = dict(module.named_parameters())
-            sgd = torch.optim.SGD(trainable.values(), lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
+            o = client_opt(opt, i)
+            sgd = torch.optim.SGD(trainable.values(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
             for s in range(plan.steps):
                 if plan.active is not None and not bool(plan.active[s, i]):
                     continue  # this client has finished its epochs: it does not step
