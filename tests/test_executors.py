@@ -198,6 +198,23 @@ def test_forced_kernels_and_group_bytes():
     assert make_executor("auto", mlp, group_bytes=8 << 20).group_size(mlp, 50, None, opt, "cpu") == 3
 
 
+def test_a_chains_group_keeps_one_steps_inputs_within_l2():
+    """Twelve batched Synthetic runs' 1,200 MLR clients go in groups of 200, not in one (the byte budget alone):
+    1 MiB over 20 rows of 60 float32 inputs is 218 clients, cut into equal groups. AdaFL's MLP stays bounded by its
+    parameters, and a GPU takes every client at once."""
+    from fedlib.data.federated import BatchPlan
+
+    mlr = build_model("mlr", (60,), 10, seed=0)
+    plan = BatchPlan(torch.zeros(20, 1200, 20, dtype=torch.long))
+    opt = LocalSGD(0.01, mu=0.001)
+    assert StackedExecutor().group_bytes // (610 * 4 * 3) > 1200  # the byte budget alone would take all of them
+    assert StackedExecutor().group_size(mlr, 1200, plan, opt, "cpu") == 200
+    assert StackedExecutor().group_size(mlr, 1200, plan, opt, "cuda") == 1200
+    mlp = build_model("mlp", (784,), 10, (200, 200), seed=0)
+    plan = BatchPlan(torch.zeros(60, 10, 10, dtype=torch.long))  # B = 10: 33 clients' inputs fit in 1 MiB
+    assert StackedExecutor().group_size(mlp, 10, plan, LocalSGD(0.01, momentum=0.5, mu=0.001), "cpu") == 5
+
+
 def test_chain_forward_is_the_models_forward():
     """One forward for the chain kernels and evaluation: one model (addmm) and a group (batched), with the
     tangent rows beside the primal ones equal to the Jacobian-vector product."""
