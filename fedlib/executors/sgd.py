@@ -240,16 +240,21 @@ def _fused_weight_step(
     W.baddbmm_(dzT, hin, alpha=-opt.lr)
 
 
-def _sgd_update_rows(p, g, buf, a, opt: RunsSGD, act, c) -> None:
-    """``_sgd_update`` with each run's numbers as per-row columns (``RunsSGD``, ``per_row``). Runs without momentum
-    take buf = 0 buf + g = g; runs without mu multiply p - a by 0."""
-    col = lambda value: opt.column(value, p)
+def _generic_terms_rows(g, p, a, c, opt: RunsSGD, col) -> None:
+    """g += c + wd p + mu (p - a), each run's wd and mu a column (``col``)."""
     if c is not None:
         g.add_(c)
     if opt.weight_decay:
         g.addcmul_(p, col(_WD))
     if opt.mu:
         g.addcmul_(p - a, col(_MU))
+
+
+def _sgd_update_rows(p, g, buf, a, opt: RunsSGD, act, c) -> None:
+    """``_sgd_update`` with each run's numbers as per-row columns (``RunsSGD``, ``per_row``). Runs without momentum
+    take buf = 0 buf + g = g; runs without mu multiply p - a by 0."""
+    col = lambda value: opt.column(value, p)
+    _generic_terms_rows(g, p, a, c, opt, col)
     if act is not None:
         m = act.view(-1, *([1] * (p.dim() - 1)))
         if buf is not None:
@@ -268,12 +273,7 @@ def _fused_weight_step_rows(W, dzT, hin, buf, a, opt: RunsSGD, c) -> None:
     col = lambda value: opt.column(value, W)
     if buf is not None:
         buf.mul_(col(_MOMENTUM)).baddbmm_(dzT, hin)
-        if c is not None:
-            buf.add_(c)
-        if opt.weight_decay:
-            buf.addcmul_(W, col(_WD))
-        if opt.mu:
-            buf.addcmul_(W - a, col(_MU))
+        _generic_terms_rows(buf, W, a, c, opt, col)
         W.addcmul_(buf, col(_NEG_LR))
         return
     if opt.weight_decay or opt.mu:
