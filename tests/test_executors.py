@@ -338,19 +338,15 @@ def test_shrinking_stack_keeps_per_step_context(kernel, taylor):
 
 
 # -- every model stacked: BatchNorm nets with per-client buffers (issue 21, item 4) ------------------------------------
-@pytest.mark.parametrize("attention", ["none", "se", "eca", "ca", "hybrid"])
-@pytest.mark.parametrize("sampler", ["steps", "epochs"])
-@pytest.mark.parametrize("opt_name", ["sgd", "all"])
-def test_batchnorm_net_stacked_equals_loop_float64(attention, sampler, opt_name):
-    """pFedLA's LeNet-BN (with each attention kind; CA holds a BatchNorm of its own) on the stacked executor's vmap
-    path with explicit per-client buffers: parameters and running statistics (mean, var, num_batches_tracked) as
-    the loop's, on full batches and on an epoch plan of unequal clients with short last batches."""
+def _bn_case(attention: str, sampler: str):
+    """Four clients of LeNet-BN (float64) of 13, 40, 7 and 27 images: with B = 8, epoch plans have short last batches
+    of 5, 7 and 3 rows (BatchNorm needs 2 or more)."""
     import numpy as np
 
     from fedlib.data.federated import FederatedData
 
     rng = np.random.default_rng(0)
-    sizes = (13, 40, 7, 27)  # B = 8: short last batches of 5, 7 and 3 rows (BatchNorm needs 2 or more)
+    sizes = (13, 40, 7, 27)
     xs = [0.5 * rng.standard_normal((s, 3, 28, 28)) for s in sizes]
     ys = [rng.integers(0, 10, s) for s in sizes]
     parts = [np.arange(s) for s in sizes]
@@ -370,6 +366,17 @@ def test_batchnorm_net_stacked_equals_loop_float64(attention, sampler, opt_name)
         if sampler == "steps"
         else sample_epochs(data.train, torch.arange(k), 2, 8, gen)
     )
+    return data, model, start, anchor, plan
+
+
+@pytest.mark.parametrize("attention", ["none", "se", "eca", "ca", "hybrid"])
+@pytest.mark.parametrize("sampler", ["steps", "epochs"])
+@pytest.mark.parametrize("opt_name", ["sgd", "all"])
+def test_batchnorm_net_stacked_equals_loop_float64(attention, sampler, opt_name):
+    """pFedLA's LeNet-BN (with each attention kind; CA holds a BatchNorm of its own) on the stacked executor's vmap
+    path with explicit per-client buffers: parameters and running statistics (mean, var, num_batches_tracked) as
+    the loop's, on full batches and on an epoch plan of unequal clients with short last batches."""
+    data, model, start, anchor, plan = _bn_case(attention, sampler)
     opt = {"sgd": LocalSGD(0.01), "all": LocalSGD(0.01, momentum=0.5, weight_decay=1e-3, mu=0.1)}[opt_name]
     loop = LoopExecutor().train(model, start, plan, data.train, opt, anchor)
     stacked = StackedExecutor(kernel="vmap", max_group=3).train(model, start, plan, data.train, opt, anchor)
@@ -470,3 +477,23 @@ def test_per_row_optimisers_equal_each_runs_solo_training_float64(sampler, ex):
     for d in (None, drift):
         alone = _per_run(executor, model, start, plan, data.train, anchor, d)
         assert _maxdiff(executor.train(model, start, plan, data.train, opt, anchor, d), alone) < 1e-10
+
+
+@pytest.mark.parametrize("sampler", ["steps", "epochs"])
+def test_per_run_optimisers_on_a_batchnorm_net(sampler):
+    """``RunsSGD`` on LeNet-BN with per-client buffers (kernel='vmap'), where the clients of a short last batch step
+    apart (an index of clients, not a slice): each run gets what it gets alone, statistics included (float64: a
+    vmapped convolution's sums depend on its group, so not bit for bit; these nets train on the loop by default)."""
+    data, model, start, anchor, plan = _bn_case("se", sampler)
+    runs = [(1, LocalSGD(0.01)), (2, LocalSGD(0.01, momentum=0.5, weight_decay=1e-3, mu=0.1)), (1, LocalSGD(0.03))]
+    ex = StackedExecutor(kernel="vmap", max_group=3)
+    alone, a = [], 0
+    for n, opt in runs:
+        sl = slice(a, a + n)
+        cut = lambda d: {k: t[sl] for k, t in d.items()}
+        alone.append(ex.train(model, cut(start), plan.clients(sl), data.train, opt, cut(anchor)))
+        a += n
+    together = ex.train(model, start, plan, data.train, RunsSGD.of([n for n, _ in runs], [o for _, o in runs]), anchor)
+    assert max((together[n] - start[n]).abs().max().item() for n in start if start[n].is_floating_point()) > 1e-3
+    for name in start:
+        assert torch.allclose(together[name], torch.cat([r[name] for r in alone]), rtol=0, atol=1e-12), name
