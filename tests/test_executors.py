@@ -40,6 +40,15 @@ def _maxdiff(a, b):
     return max((a[n] - b[n]).abs().max().item() for n in a)
 
 
+def _plan(split, k: int, sampler: str, steps: tuple, epochs: tuple, seed: int = 3):
+    """Clients 0..k-1's plan: ``steps`` = (steps, B) of ``sample_steps``, or ``epochs`` = (epochs, B) of
+    ``sample_epochs``."""
+    gen, clients = torch.Generator().manual_seed(seed), torch.arange(k)
+    if sampler == "steps":
+        return sample_steps(split, clients, *steps, gen)
+    return sample_epochs(split, clients, *epochs, gen)
+
+
 @pytest.mark.parametrize("model_name", [n for n in sorted(MODELS) if MODELS[n].kernel == "chain"])  # the Linear chains
 @pytest.mark.parametrize("opt_name", sorted(OPTS))
 @pytest.mark.parametrize("sampler", ["steps", "epochs"])
@@ -50,13 +59,7 @@ def test_stacked_equals_loop_float64(model_name, opt_name, sampler, group):
     k = data.n_clients
     start = _params(model, k)
     anchor = _params(model, k, seed=7)  # a different anchor than the start, to test the prox direction
-    gen = torch.Generator().manual_seed(3)
-    clients = torch.arange(k)
-    plan = (
-        sample_steps(data.train, clients, 6, 7, gen)
-        if sampler == "steps"
-        else sample_epochs(data.train, clients, 2, 16, gen)
-    )
+    plan = _plan(data.train, k, sampler, (6, 7), (2, 16))
     opt = OPTS[opt_name]
     loop = LoopExecutor().train(model, start, plan, data.train, opt, anchor=anchor)
     stacked = StackedExecutor(max_group=group).train(model, start, plan, data.train, opt, anchor=anchor)
@@ -163,12 +166,7 @@ def test_any_objective_on_every_executor_with_the_generic_terms(sampler):
         n: 0.01 * torch.randn(t.shape, generator=torch.Generator().manual_seed(2), dtype=t.dtype)
         for n, t in start.items()
     }
-    gen = torch.Generator().manual_seed(3)
-    plan = (
-        sample_steps(data.train, torch.arange(4), 5, 7, gen)
-        if sampler == "steps"
-        else sample_epochs(data.train, torch.arange(4), 2, 16, gen)
-    )
+    plan = _plan(data.train, 4, sampler, (5, 7), (2, 16))
     opt, obj = OPTS["all"], _SmoothedCE()
     assert fast_path("chain", obj) is None and fast_path("chain", _SubclassedCE()) is None
     assert fast_path("chain", CrossEntropy()) is not None
@@ -360,12 +358,7 @@ def _bn_case(attention: str, sampler: str):
         for n, t in model.state_dict().items()
     }
     anchor = {n: t + 0.01 if t.is_floating_point() else t for n, t in start.items()}
-    gen = torch.Generator().manual_seed(2)
-    plan = (
-        sample_steps(data.train, torch.arange(k), 3, 6, gen)
-        if sampler == "steps"
-        else sample_epochs(data.train, torch.arange(k), 2, 8, gen)
-    )
+    plan = _plan(data.train, k, sampler, (3, 6), (2, 8), seed=2)
     return data, model, start, anchor, plan
 
 
@@ -422,13 +415,7 @@ def _runs_case(dtype, sampler):
     start, anchor = _params(model, k), _params(model, k, seed=7)
     drift = {n: 0.01 * torch.randn(t.shape, generator=torch.Generator().manual_seed(2), dtype=t.dtype)
              for n, t in start.items()}  # fmt: skip
-    gen = torch.Generator().manual_seed(3)
-    clients = torch.arange(k)
-    plan = (
-        sample_steps(data.train, clients, 5, 6, gen)
-        if sampler == "steps"
-        else sample_epochs(data.train, clients, 2, 8, gen)
-    )
+    plan = _plan(data.train, k, sampler, (5, 6), (2, 8))
     return data, model, start, anchor, drift, plan
 
 
