@@ -22,8 +22,9 @@ No result depends on which calls merged: every client's matmuls have the shapes 
 arithmetic is the solo one slice by slice (on this CPU, float32 included: a batched matmul's slices do not depend on
 how many there are, ``executors.class_softmax`` gives a row the same values wherever it sits, and losses are summed
 per run). ``tests/test_batching.py`` checks batched = solo exactly, in float32 and float64, for every method
-registered, and for grids over lr, mu and momentum. Calls of different arithmetic (FedMix's per-run objective, other
-plan shapes) run one after another.
+registered, with runs of another lr and mu among them. The one exception is off the CPU: runs of different optimiser
+numbers merged per row (``RunsSGD``) differ from their solo runs in float32's last bits (float64: < 1e-10). Calls of
+different arithmetic (FedMix's per-run objective, other plan shapes) run one after another.
 
 Why threads and a barrier rather than a run axis written into the round loop: every method's client procedure
 (pFedMe's inner loop, Per-FedAvg's three steps, SCAFFOLD's drift, Ditto's two models) is a sequence of
