@@ -3,7 +3,8 @@
 
 Every executor takes the clients' models as a state dict whose tensors carry a leading client axis
 (``params[name]: (K, *shape)``), a ``BatchPlan`` (the rows of every client's mini-batch at every step), a
-``LocalSGD`` (the optimiser and the generic terms) and an ``objective`` (``objectives.Objective``; default
+``LocalSGD`` (the optimiser and the generic terms; or a ``RunsSGD``, one ``LocalSGD`` per run, when several runs'
+clients train side by side, ``fedlib.batching``) and an ``objective`` (``objectives.Objective``; default
 ``CrossEntropy``), and returns the trained state dict:
 
     executor.train(model, params, plan, split, opt, anchor=None, drift=None, *, objective=None) -> params
@@ -20,7 +21,7 @@ Modules:
 - ``chain``: ``chain_forward`` (the one Linear/ReLU-chain forward pass, also used by ``metrics.evaluate``) and the
   hand-written chain fast paths for (chain, CrossEntropy) and (chain, FedMixObjective / NaiveMixObjective).
 - ``kernels``: the fast-path registry, keyed by (``models.kernel_of(model)``, objective type).
-- ``sgd``: ``LocalSGD`` and the in-place SGD updates of the stacked paths (private to this package).
+- ``sgd``: ``LocalSGD``, ``RunsSGD`` and the in-place SGD updates of the stacked paths (private to this package).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from .chain import chain_forward, class_softmax
 from .kernels import FAST_PATHS, fast_path, register_fast_path
 from .loop import LoopExecutor
 from .objectives import CrossEntropy, FedMixObjective, MixupObjective, NaiveMixObjective, Objective
-from .sgd import LocalSGD, Params
+from .sgd import LocalSGD, Params, RunsSGD
 from .stacked import PROCESS_CACHE_BYTES, StackedExecutor
 
 EXECUTORS = {"stacked": StackedExecutor, "loop": LoopExecutor}
@@ -54,6 +55,7 @@ def make_executor(name: str, model: nn.Module, *, group_bytes: int | None = None
 
 __all__ = [
     "LocalSGD",
+    "RunsSGD",
     "LoopExecutor",
     "StackedExecutor",
     "make_executor",
