@@ -220,6 +220,7 @@ def bench_fedmix(repeats: int = 5, device: str = "cpu", clients: int = 10, steps
 # padding not counted) and the rows evaluated; the limit is that many FLOPs at the large-matmul rate.
 STAGES = ("selection", "start", "plan", "training", "aggregation", "evaluation", "other")
 E2E_ROUNDS = {"W1": 5, "W2": 5, "W3": 21, "W4": 21, "W5": 3, "W6": 6}
+W6_LRS = (0.005, 0.01, 0.03, 0.05)  # W6l: W6's grid over lr, each seed's four runs at these
 
 
 def _w_configs(tiny: bool = False) -> dict[str, tuple[str, list]]:
@@ -243,13 +244,12 @@ def _w_configs(tiny: bool = False) -> dict[str, tuple[str, list]]:
         for seed in (0, 1, 2)
         for sigma in (1.0, 10.0, 50.0, 100.0)
     ]
-    w6l = [w.replace(sigma=w6[0].sigma, lr=lr) for w, lr in zip(w6, [0.005, 0.01, 0.03, 0.05] * 3)]
     if tiny:
         w1 = w1.replace(n_clients=4, clients_per_round=4)
         w2 = w2.replace(n_clients=10, shard_size=30, local_epochs=1)
         w3, w4 = (w.replace(n_clients=6, clients_per_round=3, local_steps=3) for w in (w3, w4))
         w5 = w5.replace(domain_percent=0.01)
-        w6, w6l = ([w.replace(n_clients=6, clients_per_round=3, local_steps=3) for w in ws[:2]] for ws in (w6, w6l))
+        w6 = [w.replace(n_clients=6, clients_per_round=3, local_steps=3) for w in w6[:2]]
     return {
         "W1": ("FedAvg MNIST Dir(0.1) N=20 all, DNN 784-100-10, E=1 B=20", [w1]),
         "W2": ("AdaFL MNIST shards N=100 C=0.1, MLP 784-200-200-10, E=5 B=10", [w2]),
@@ -257,7 +257,6 @@ def _w_configs(tiny: bool = False) -> dict[str, tuple[str, list]]:
         "W4": ("pFedMe Synthetic N=100 S=20, MLR, R=20 K=5 B=20", [w4]),
         "W5": ("FedBN+SE digits (LeNet-BN), E=1 B=32", [w5]),
         "W6": (f"FedMCSA Synthetic MLR grid, {len(w6)} runs one by one", w6),
-        "W6l": ("the same grid over lr", w6l),  # not a workload of its own: W6's lr-grid line
     }
 
 
@@ -453,7 +452,7 @@ def bench_e2e(device: str, rate: float, only=None, rounds: int | None = None, ti
     )
     results = {}
     for name, (what, cfgs) in work.items():
-        if (only and name not in only) or name == "W6l":
+        if only and name not in only:
             continue
         if rounds is not None:
             cfgs = [c.replace(rounds=max(2, rounds)) for c in cfgs]
@@ -470,11 +469,6 @@ def bench_e2e(device: str, rate: float, only=None, rounds: int | None = None, ti
         _floor_line(name, cfgs, device, out, results)
         if name == "W6":
             _grid_lines(cfgs, device, rate, out, results)
-            lr_grid = [c.replace(rounds=cfgs[0].rounds) for c in work["W6l"][1]]
-            speed = _speed_up(lr_grid, device)[0]
-            results["W6l"] = speed
-            what = "  the grid over lr (3 seeds x 4 lr, each run its own lr): batched vs one by one"
-            out(f"{'W6l':4}{what:70} {'':8} {speed:>7.2f}x")
     return results
 
 
@@ -549,7 +543,8 @@ def _speed_up(cfgs, device: str) -> tuple[float, dict]:
 def _grid_lines(cfgs, device: str, rate: float, out, results: dict) -> None:
     """W6 side by side in this process: the grid's whole runs one by one (W6w), then batched as one model (W6b), then
     once more each (the medians are printed), as seconds per round of the whole grid and against the FLOP limit;
-    W6x: the speed-up."""
+    W6x: the speed-up; W6c: batching's ceiling; W6l: the same grid over lr (each seed's runs at ``W6_LRS`` instead of
+    its sigmas), batched vs one by one."""
     rounds = cfgs[0].rounds
     speed, times = _speed_up(cfgs, device)
     flops = results["W6"]["flops"]
@@ -569,6 +564,10 @@ def _grid_lines(cfgs, device: str, rate: float, out, results: dict) -> None:
     results["W6c"] = {"floor": floor, "ceiling": ceiling}
     what = "  ceiling: one by one over the batched grid's floor (training merged)"
     out(f"{'W6c':4}{what:70} {'':8} {ceiling:>7.2f}x   (batched floor {floor:.4f} s/round)")
+    over_lr = [c.replace(sigma=cfgs[0].sigma, lr=lr) for c, lr in zip(cfgs, W6_LRS * len(cfgs))]
+    results["W6l"] = speed = _speed_up(over_lr, device)[0]
+    what = "  the grid over lr (3 seeds x 4 lr, each run its own lr): batched vs one by one"
+    out(f"{'W6l':4}{what:70} {'':8} {speed:>7.2f}x")
 
 
 def _e2e_line(name: str, what: str, runs: list, rate: float, out, results: dict) -> None:
