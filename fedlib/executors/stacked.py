@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ..data.federated import BatchPlan, ShrinkingPlan, Split, gather_rows
-from ..models import kernel_of
+from ..models import kernel_of, linear_chain
 from .kernels import fast_path
 from .objectives import CrossEntropy, Objective
 from .sgd import LocalSGD, Params, RunsSGD, _check, _sgd_update, restrict
@@ -106,7 +106,7 @@ class StackedExecutor:
         copies = 2 + (opt.momentum > 0) + (opt.mu > 0)  # params, grads/update, momentum, anchor
         g = max(1, min(k, self.group_bytes // max(1, per_client * copies)))
         if plan is not None and kernel_of(model) == "chain":
-            first = next(p for p in model.parameters() if p.dim() == 2)  # the first Linear's (out, in) weight
+            first = model.get_submodule(linear_chain(model)[0]).weight  # (out, in)
             g = max(1, min(g, CORE_CACHE_BYTES // (plan.index.shape[2] * first.shape[1] * first.element_size())))
         n_groups = -(-k // g)
         return -(-k // n_groups)  # equal groups: 20 clients as 10 + 10, not 17 + 3 (a thin group is slow)
