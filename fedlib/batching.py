@@ -165,15 +165,21 @@ def _shapes(params) -> tuple:
     return tuple((n, tuple(t.shape[1:]), t.dtype, t.device.type) for n, t in params.items())
 
 
+def _per_row(params) -> bool:
+    """How a merged call applies its runs' different optimisers (``RunsSGD``): per-row columns off the CPU (one
+    kernel for all runs), per-run slices on it (each run's solo arithmetic)."""
+    return next(iter(params.values())).device.type != "cpu"
+
+
 def _train_key(model, params, plan: BatchPlan, data, opt, anchor, drift, objective) -> tuple | None:
     if objective is not None and type(objective) is not CrossEntropy:
         return None  # objectives with per-call context (FedMix's pairs and means) run alone
     # runs of different optimisers (lr, mu, momentum, weight decay) merge with their own numbers (``RunsSGD``), but
     # not on the CPU's shrinking stacks: they sort the clients by step count, which interleaves the runs, and the
     # per-run update would become a call per client
-    per_run = plan.active is None or next(iter(params.values())).device.type != "cpu"
+    merge_opts = plan.active is None or _per_row(params)
     return (
-        type(model), _shapes(params), id(data), None if per_run else opt, anchor is None, drift is None,
+        type(model), _shapes(params), id(data), None if merge_opts else opt, anchor is None, drift is None,
         plan.steps, tuple(plan.index.shape[2:]), plan.weight is None, plan.active is None,
     )  # fmt: skip
 
@@ -197,10 +203,8 @@ def merged_train(executor, calls: list[_Call]) -> list:
     model, _, _, data, _, _, _ = calls[0].args
     params = _cat([c.args[1] for c in calls])
     plans = [c.args[2] for c in calls]
-    # one LocalSGD when the runs share it; else each run its own: per-run slices on the CPU (each run's solo
-    # arithmetic), per-row columns elsewhere (one kernel for all runs)
-    per_row = next(iter(params.values())).device.type != "cpu"
-    opt = RunsSGD.of([p.index.shape[1] for p in plans], [c.args[4] for c in calls], per_row=per_row)
+    # one LocalSGD when the runs share it; else each run its own (``_per_row``)
+    opt = RunsSGD.of([p.index.shape[1] for p in plans], [c.args[4] for c in calls], per_row=_per_row(params))
     cat = lambda ts: None if ts[0] is None else torch.cat(ts, dim=1)
     plan = BatchPlan(cat([p.index for p in plans]), cat([p.weight for p in plans]), cat([p.active for p in plans]))
     out = executor.train(
