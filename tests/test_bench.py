@@ -150,8 +150,8 @@ def test_e2e_skips_workloads_whose_data_is_absent(capsys, tmp_path, monkeypatch)
 # -- the floor (issue 21): a round's matmuls logged at their shapes and replayed alone ----------------------------
 def test_arithmetic_log_sees_each_steps_matmuls():
     """A stacked step of a 2-layer chain (no momentum, no proximal term) is, by hand: two forward baddbmm (bias +
-    x W^T), one bmm for the hidden layer's input gradient, two weight updates fused into baddbmm_; all of them
-    local training's, at the group's shapes."""
+    x W^T, then the logits by class, bias + W h^T), one bmm for the hidden layer's input gradient, two weight
+    updates fused into baddbmm_; all of them local training's, at the group's shapes."""
     from conftest import small_synthetic
 
     from fedlib.bench import ArithmeticLog, _CountingExecutor
@@ -171,7 +171,7 @@ def test_arithmetic_log_sees_each_steps_matmuls():
     assert ops == {"baddbmm": 2 * 4, "bmm": 4, "baddbmm_": 2 * 4}
     assert log.train == log.calls and not log.in_train
     shapes = {args[1][1] for (func, args, _) in log.calls if func.overloadpacket.__name__ == "baddbmm"}
-    assert shapes == {(3, 5, 60), (3, 5, 8)}  # x (clients, batch, 60) and the hidden layer's (clients, batch, 8)
+    assert shapes == {(3, 5, 60), (3, 10, 8)}  # x (clients, batch, 60), the last layer's W (clients, classes, 8)
 
 
 def test_merged_puts_equal_calls_of_the_runs_side_by_side():

@@ -235,6 +235,55 @@ def test_chain_forward_is_the_models_forward():
         assert torch.allclose(ht[-1][i, 8:], jvp, rtol=0, atol=1e-13)
 
 
+@pytest.mark.parametrize("model_name", ["mlr", "dnn", "mlp"])
+@pytest.mark.parametrize("sampler", ["steps", "epochs"])
+@pytest.mark.parametrize("opt_name", ["sgd", "all"])
+def test_by_class_training_equals_loop_float64(monkeypatch, model_name, sampler, opt_name):
+    """The cross-entropy path's float32 layout (the last layer's logits by class, ``chain.trains_by_class``),
+    forced on in float64: the loop's numbers, on lock-step plans and on the shrinking stacks of unequal clients.
+    By default it is on in float32 on the CPU only."""
+    import fedlib.executors.chain as chain
+
+    assert chain.trains_by_class(torch.zeros(1)) and not chain.trains_by_class(torch.zeros(1, dtype=torch.float64))
+    data = _unequal()
+    model = build_model(model_name, (12,), 5, hidden=(8, 6), seed=1, dtype=torch.float64)
+    k, gen = data.n_clients, torch.Generator().manual_seed(3)
+    start, anchor = _params(model, k), _params(model, k, seed=7)
+    if sampler == "steps":
+        plan = sample_steps(data.train, torch.arange(k), 6, 4, gen)
+    else:
+        plan = sample_epochs(data.train, torch.arange(k), 2, 8, gen)
+    loop = LoopExecutor().train(model, start, plan, data.train, OPTS[opt_name], anchor)
+    asked = []
+    monkeypatch.setattr(chain, "trains_by_class", lambda W: asked.append(W.dtype) or True)
+    stacked = StackedExecutor(kernel="chain").train(model, start, plan, data.train, OPTS[opt_name], anchor)
+    assert asked and _maxdiff(loop, start) > 1e-3
+    assert _maxdiff(stacked, loop) < 1e-10
+
+
+def test_repeated_steps_gather_their_rows_once(monkeypatch):
+    """pFedMe's inner steps repeat a local step's mini-batch (``BatchPlan.at_steps``): the chain path gathers each
+    run of equal steps' rows once, and trains as the loop does (float64, rows first and by class)."""
+    import fedlib.executors.chain as chain
+
+    data = small_synthetic(n_clients=4, rows=80)
+    model = build_model("dnn", (60,), 10, hidden=(8,), seed=1, dtype=torch.float64)
+    k = data.n_clients
+    plan = sample_steps(data.train, torch.arange(k), 3, 5, torch.Generator().manual_seed(0))
+    plan = plan.at_steps(torch.tensor([0, 0, 0, 1, 2, 2]))  # 6 steps, 3 distinct batches
+    start, anchor = _params(model, k), _params(model, k, seed=7)
+    loop = LoopExecutor().train(model, start, plan, data.train, OPTS["all"], anchor)
+    gathers, gather = [], chain.gather_rows
+    monkeypatch.setattr(chain, "gather_rows", lambda t, rows: gathers.append(rows.shape) or gather(t, rows))
+    for by_class in (False, True):
+        monkeypatch.setattr(chain, "trains_by_class", lambda W: by_class)
+        gathers.clear()
+        stacked = StackedExecutor(kernel="chain").train(model, start, plan, data.train, OPTS["all"], anchor)
+        assert len(gathers) == 2 * 3  # x and y of the 3 distinct batches
+        assert _maxdiff(loop, start) > 1e-3
+        assert _maxdiff(stacked, loop) < 1e-10
+
+
 # -- no padding waste: epoch plans of unequal clients (issue 21, item 2) -----------------------------------------
 def _unequal(sizes=(3, 41, 17, 90, 1, 60, 8), dtype=torch.float64):
     """Clients of very unequal sizes (the smallest finish their epoch in one step, the largest in twelve)."""
