@@ -20,8 +20,9 @@ until every live run of the gang has made its next call, and then run as one cal
 
 No result depends on which calls merged: every client's matmuls have the shapes they have alone, and the merged
 arithmetic is the solo one slice by slice (on this CPU, float32 included: a batched matmul's slices do not depend on
-how many there are, ``executors.class_softmax`` gives a row the same values wherever it sits, and losses are summed
-per run). ``tests/test_batching.py`` checks batched = solo exactly, in float32 and float64, for every method
+how many there are, a softmax over the classes gives a client's rows the same values whatever the other clients
+and runs (by class, along the rows; ``executors.class_softmax`` where the logits come rows first), and losses are
+summed per run). ``tests/test_batching.py`` checks batched = solo exactly, in float32 and float64, for every method
 registered, with runs of another lr and mu among them. The one exception is off the CPU: runs of different optimiser
 numbers merged per row (``RunsSGD``) differ from their solo runs in float32's last bits (float64: < 1e-10). Calls of
 different arithmetic (FedMix's per-run objective, other plan shapes) run one after another.

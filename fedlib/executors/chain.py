@@ -31,7 +31,11 @@ def class_softmax(z: torch.Tensor, log: bool = False) -> torch.Tensor:
     for bit. The classes are summed in another order than ``torch.softmax``'s, so results differ from it in the last
     bit; runs stored before this change were made with torch's last-dimension kernel. float64 (the precision the
     executors are checked against each other in, to 1e-10, through Per-FedAvg HF's finite differences, which magnify
-    a last-bit difference to ~2e-10) and other devices keep torch's kernel."""
+    a last-bit difference to ~2e-10) and other devices keep torch's kernel.
+
+    Used where the logits come rows first: FedMix's chain path and a conv net's evaluation. The cross-entropy chain
+    path in float32 and the Linear chains' evaluation compute the logits by class instead, where torch's softmax over
+    the classes already runs along the rows (``chain_forward(..., by_class=True)``)."""
     if z.device.type != "cpu" or z.dtype != torch.float32:
         return torch.log_softmax(z, -1) if log else torch.softmax(z, -1)
     n_classes, shape = z.shape[-1], z.shape
