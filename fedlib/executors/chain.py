@@ -195,8 +195,8 @@ def trains_by_class(W: torch.Tensor) -> bool:
 def _repeated_steps(plan: BatchPlan) -> list[bool]:
     """Per step s: whether its rows are step s - 1's, for every client. pFedMe's K inner steps repeat a local step's
     mini-batch (``BatchPlan.at_steps``), and gathering it once saves 4 of 5 gathers of rows read from memory (W4
-    of ``python -m fedlib.bench --e2e``, one thread: 37 us of ~570 a step). On the CPU only: elsewhere the gather is
-    cheap and the comparison's answer would be a device sync."""
+    of ``python -m fedlib.bench --e2e``, one thread: a gather ~37 us of a ~300 us training step). On the CPU only:
+    elsewhere the gather is cheap and the comparison's answer would be a device sync."""
     if plan.steps < 2 or plan.index.device.type != "cpu":
         return [False] * plan.steps
     return [False] + (plan.index[1:] == plan.index[:-1]).flatten(1).all(1).tolist()
