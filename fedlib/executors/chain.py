@@ -86,8 +86,12 @@ def chain_forward(
                 z[..., n:, :].mul_(z[..., :n, :] > 0)  # the primal ReLU mask, for the tangent rows
                 z[..., :n, :].relu_()
         elif by_class and j == last:
-            h = hs[-1]
-            z = torch.baddbmm(b.unsqueeze(2), W, h.transpose(1, 2)) if W.dim() == 3 else torch.addmm(b[:, None], W, h.T)
+            hin = hs[-1]
+            z = (
+                torch.baddbmm(b.unsqueeze(2), W, hin.transpose(1, 2))
+                if W.dim() == 3
+                else torch.addmm(b[:, None], W, hin.T)
+            )
         else:
             if W.dim() == 3:
                 z = torch.baddbmm(b.unsqueeze(1), hs[-1], W.transpose(1, 2))
