@@ -154,16 +154,16 @@ def _backward_step(
     ``_sgd_update``'s masked update."""
     for j in range(len(W) - 1, -1, -1):
         hin = hs[j]
-        dzT = dz if by_class else dz.transpose(1, 2)  # (G, out, N)
+        top_by_class = by_class and j == len(W) - 1  # the layers below get dh: rows first
+        dzT = dz if top_by_class else dz.transpose(1, 2)  # (G, out, N)
         dh = torch.bmm(dzT.transpose(1, 2), W[j]) if j > 0 else None  # uses W before this step's update
         (bw, bb), (aw, ab), (cw, cb) = bufs[j], anchors[j], drifts[j]
         if act is None:
             _fused_weight_step(W[j], dzT, hin, bw, aw, opt, cw)
         else:
             _sgd_update(W[j], torch.bmm(dzT, hin), bw, aw, opt, act, cw)
-        db = dz.sum(2) if by_class else (dz[:, :n] if tangent else dz).sum(1)
+        db = dz.sum(2) if top_by_class else (dz[:, :n] if tangent else dz).sum(1)
         _sgd_update(b[j], db, bb, ab, opt, act, cb)
-        by_class = False  # the layers below get dh: rows first
         if dh is None:
             continue
         if tangent:  # both halves through the primal ReLU mask (hin's primal rows are > 0 where it passed)
