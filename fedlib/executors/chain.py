@@ -104,14 +104,17 @@ def chain_forward(
 
 
 def chain_logits_by_class(layers: list[str], params: Params, x: torch.Tensor) -> torch.Tensor:
-    """The logits of the chain ``layers`` for a group of G models, (G, classes, N): ``params`` (G, out, in) weights,
-    ``x`` (G, N, *input). Each layer runs as W h^T, features by rows (evaluation: N in the thousands), where the
-    rows-first x W^T of ``chain_forward`` is a thin matmul, as wide as the layer's outputs (Synthetic's DNN over a
-    block of 3 x 6,453 rows on the 2-core CPU: 0.76 ms against 1.70 ms; the same logits, summed in another order)."""
-    h = x.flatten(2).transpose(1, 2)
+    """The logits of the chain ``layers``, by class: (G, classes, N) for a group of G models (``params`` (G, out, in)
+    weights, ``x`` (G, N, *input)), (classes, N) for one model (``params`` (out, in), ``x`` (N, *input)). Each layer
+    runs as W h^T, features by rows (evaluation: N in the thousands), where the rows-first x W^T of ``chain_forward``
+    is a thin matmul, as wide as the layer's outputs (Synthetic's DNN over a block of 3 x 6,453 rows on the 2-core
+    CPU: 0.76 ms against 1.70 ms; the same logits, summed in another order)."""
+    group = params[f"{layers[0]}.weight"].dim() == 3
+    h = x.flatten(2).transpose(1, 2) if group else x.flatten(1).T
     last = len(layers) - 1
     for j, name in enumerate(layers):
-        h = torch.baddbmm(params[f"{name}.bias"].unsqueeze(2), params[f"{name}.weight"], h)
+        W, b = params[f"{name}.weight"], params[f"{name}.bias"]
+        h = torch.baddbmm(b.unsqueeze(2), W, h) if group else torch.addmm(b[:, None], W, h)
         if j < last:
             h.relu_()
     return h
