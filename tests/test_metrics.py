@@ -74,6 +74,19 @@ def test_personal_evaluation_in_blocks_equals_each_client_alone():
         assert cnt[i] == len(y)
 
 
+def test_personal_evaluation_without_test_rows_is_zero():
+    """No client has test rows (no block): zero correct, zero loss, zero rows, for one run and for batched runs."""
+    data = _uneven(rows=(0, 0, 0))
+    model = build_model("dnn", (60,), 10, (20,), seed=0, dtype=torch.float64)
+    params = {k: v.unsqueeze(0).repeat(3, *[1] * v.dim()) for k, v in model.state_dict().items()}
+    assert data.test.blocks == []
+    for out in M.evaluate(model, params, data.test, per_client=True):
+        assert np.array_equal(out, np.zeros(3))
+    c, lo = M.personal_chain(linear_chain(model), {k: v.unsqueeze(0).repeat(2, 1, *[1] * (v.dim() - 1))
+                                                    for k, v in params.items()}, data.test)  # fmt: skip
+    assert c.shape == lo.shape == (2, 3) and not c.any() and not lo.any()
+
+
 def test_global_evaluation_in_chunks_equals_each_client_alone():
     """``global_chain``: one model on every client's rows, in chunks that cut through clients (float64 reference)."""
     data = _uneven()
