@@ -78,6 +78,26 @@ def test_sample_epochs_visits_every_row_once_per_epoch(sizes, batch, epochs, see
             assert act.sum() == -(-n // batch) and act[: -(-n // batch)].all()
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=6), st.integers(1, 9), st.integers(1, 3), st.integers(0, 99))
+def test_plans_sorted_through_numpy_are_torchs(sizes, batch, steps, seed):
+    """``_sort_rows`` (numpy's sort on the CPU) draws the very plans torch's sort drew: a seed's mini-batches, and so
+    the stored runs, do not depend on it."""
+    from fedlib.data import federated
+
+    split, clients = _layout(sizes), torch.arange(len(sizes))
+    plans = []
+    for sort in (federated._sort_rows, lambda rows: rows.sort(dim=-1).values):
+        federated._sort_rows, saved = sort, federated._sort_rows
+        try:
+            plans.append([sample_steps(split, clients, steps, batch, torch.Generator().manual_seed(seed)),
+                          sample_epochs(split, clients, steps, batch, torch.Generator().manual_seed(seed))])  # fmt: skip
+        finally:
+            federated._sort_rows = saved
+    for a, b in zip(*plans):
+        assert torch.equal(a.index, b.index) and a.index.dtype == b.index.dtype == torch.int64
+
+
 def test_sample_steps_subset_of_clients():
     split = _layout([5, 100, 7])
     plan = sample_steps(split, torch.tensor([2, 0]), 3, 4, torch.Generator().manual_seed(0))
