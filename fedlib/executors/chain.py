@@ -1,7 +1,8 @@
 """Flatten/Linear/ReLU chains (MLR, DNN, MLP): one forward pass for every user, and the stacked executor's
 hand-written fast paths for the cross-entropy and the MAFL objectives (FedMix / NaiveMix).
 
-``chain_forward`` is the chain's forward pass, used by both fast paths here and by ``fedlib.metrics.evaluate``.
+``chain_forward`` is the chain's forward pass, used by both fast paths here; ``chain_logits_by_class`` is the one
+``fedlib.metrics.evaluate`` uses (every layer by feature).
 The fast paths run a client group's local steps as batched matmuls (``torch.baddbmm``) with the SGD update
 fused in place; they compute what the loop executor computes on the same objective (float64, < 1e-10, tested).
 """
