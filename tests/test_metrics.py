@@ -151,6 +151,8 @@ def test_class_argmax_is_torch_argmax_ties_and_nans_included(dtype):
     z[0, 0, 4, :5] = math.nan
     z[1, 2, 7, 3] = z[1, 2, 2, 3] = math.nan
     z[0, 1, :, 6] = math.inf
+    z[1, 0, :, 8] = -math.inf  # a row of -inf only: the first class
+    z[1, 1, 3:, 9] = -math.inf
     assert torch.equal(M.class_argmax(z, 2), z.argmax(2))
     assert torch.equal(M.class_argmax(z, -2), z.argmax(2))
     assert torch.equal(M.class_argmax(z[0, 0], 0), z[0, 0].argmax(0))
