@@ -75,9 +75,10 @@ def global_chain(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(correct, loss_sum), each (R, N) float64: one Linear-chain model per run (``params[name]``: (R, ...); R = 1
     for one run) on every row of ``split``, in chunks of ``chunk`` rows: each run's forward over the chunk with every
-    layer as W h^T (``chain_logits_by_class``: one thread, 2026-11-24, W1's DNN over MNIST's 15,008 test rows 34-37
-    against 40-42 ms rows first; Synthetic's MLR and DNN over 51,481 rows 10% less), then one softmax and loss for
-    all runs (``_global_sums``)."""
+    layer as W h^T (``chain_logits_by_class``, the personal evaluation's forward), then one softmax and loss for all
+    runs (``_global_sums``). Against the rows-first layers with the last one by class (one thread, 2026-11-24, 25
+    calls of each interleaved, twice): the same numbers bit for bit, W1's DNN over MNIST's 15,008 test rows 7-9%
+    faster, Synthetic's MLR and DNN over 51,481 rows 1-3%, AdaFL's MLP over 10,000 rows 6-8% slower."""
     first = next(iter(params.values()))
     runs, dtype = first.shape[0], first.dtype
 
