@@ -65,11 +65,12 @@ def chain_forward(
     biases, through the primal pass's ReLU masks), as N more rows beside the primal ones: every h_j then has
     2N rows, the primal rows first. Both passes share the weights, so they cost one pass at twice the rows.
 
-    ``by_class`` (no ``tangent``): the logits by class, (G, classes, N) or (classes, N), as W h^T. The rows-first
-    h W^T is a matmul as thin as the classes; by class it runs 1.6-2.4x faster for 10 classes at every training
-    shape timed (one thread, 2026-11-24: MLR on Synthetic, 100 clients x 20 rows x 60 features, 147 against
-    90 us; W1's 20 x 20 x 100, 44 against 24 us; never slower), and the softmax over the classes vectorises along
-    the rows without a transposed copy (``chain_cross_entropy``).
+    ``by_class`` (no ``tangent``; a group of G models, as training has): the last layer's logits by class,
+    (G, classes, N), as W h^T (evaluation takes every layer so: ``chain_logits_by_class``). The rows-first h W^T is
+    a matmul as thin as the classes; by class it runs 1.6-2.4x faster for 10 classes at every training shape timed
+    (one thread, 2026-11-24: MLR on Synthetic, 100 clients x 20 rows x 60 features, 147 against 90 us; W1's
+    20 x 20 x 100, 44 against 24 us; never slower), and the softmax over the classes vectorises along the rows
+    without a transposed copy (``chain_cross_entropy``).
     """
     W0 = params[f"{layers[0]}.weight"]
     h = x.flatten(W0.dim() - 1)
@@ -87,12 +88,7 @@ def chain_forward(
                 z[..., n:, :].mul_(z[..., :n, :] > 0)  # the primal ReLU mask, for the tangent rows
                 z[..., :n, :].relu_()
         elif by_class and j == last:
-            hin = hs[-1]
-            z = (
-                torch.baddbmm(b.unsqueeze(2), W, hin.transpose(1, 2))
-                if W.dim() == 3
-                else torch.addmm(b[:, None], W, hin.T)
-            )
+            z = torch.baddbmm(b.unsqueeze(2), W, hs[-1].transpose(1, 2))
         else:
             if W.dim() == 3:
                 z = torch.baddbmm(b.unsqueeze(1), hs[-1], W.transpose(1, 2))
