@@ -12,7 +12,8 @@
 ``--where FIELD=VALUE`` (repeatable; FIELD flat, ``mu``, or dotted, ``method.mu``) keeps the configs that match, e.g.
 one seed of every cell before the others. Stored runs are skipped and a run that was stopped continues from its last
 snapshot (taken every 5 minutes), so the command resumes an interrupted grid.
-``--jobs N`` trains N configs at a time, one single-threaded process each (on a CPU: N = the cores).
+``--jobs N`` trains N configs at a time, one single-threaded process each (on a CPU: N = the cores; ``--jobs auto``:
+one per core, as many as the memory holds, ``runner.default_jobs``).
 ``--batch N`` (default 16): configs that share data, model and method (seeds, lr, sigma, ... differ) train up to N
 at a time as one model (``fedlib.batching``), each with its solo run's numbers; ``--batch 1`` trains one at a time.
 ``--backend ray`` trains each unit of runs (``--batch``) as a task on a Ray cluster: the one at ``--address
@@ -80,7 +81,12 @@ class Experiment:
         return list(dict.fromkeys(["algorithm", "seed"] + [k for cell in self.grid for k in cell]))
 
     def train(
-        self, jobs: int = 1, progress: bool = True, backend="local", address: str | None = None, batch: int = BATCH
+        self,
+        jobs: int | None = 1,
+        progress: bool = True,
+        backend="local",
+        address: str | None = None,
+        batch: int = BATCH,
     ) -> "Experiment":
         """Train the configs not yet stored (``jobs`` at a time, up to ``batch`` runs as one model, or on a Ray
         cluster: ``backend='ray'``, ``address``; see ``runner.run_configs``) and keep the summary table."""
@@ -155,7 +161,7 @@ def experiment(
     stored_only: bool = False,
     where: dict | None = None,
     fields: dict | None = None,
-    jobs: int = 1,
+    jobs: int | None = 1,
     progress: bool = True,
     inputs: dict | None = None,
     store: Store | str | None = None,
@@ -165,8 +171,8 @@ def experiment(
     batch: int = BATCH,
 ) -> Experiment:
     """Experiment ``name`` at ``profile`` (explicit beats env FEDLIB_PROFILE; default 'quick') over the data sets present:
-    trained where not stored (``jobs`` at a time), or with ``stored_only`` read from the store only (nothing trains;
-    ``missing_runs`` lists the rest). ``seeds``: only these seeds (every cell's); ``where``: ``{field: value or
+    trained where not stored (``jobs`` at a time; None: one process per core, ``runner.default_jobs``), or with
+    ``stored_only`` read from the store only (nothing trains; ``missing_runs`` lists the rest). ``seeds``: only these seeds (every cell's); ``where``: ``{field: value or
     [values]}``, fields flat or dotted (``method.mu``); ``fields``: values set in every cell (e.g. ``{'data_seed': 1}``;
     a list is an axis, as in grids). An experiment with a step (``profiles.STEPS``: FedMCSA Table
     1's winners) first gets the experiment the step reads (trained unless ``stored_only``), then runs the step on
@@ -260,7 +266,11 @@ def main(argv=None) -> int:
         help="smoke | quick | paper (beats FEDLIB_PROFILE; default: FEDLIB_PROFILE or quick)",
     )
     ap.add_argument("--where", action="append", default=[], help="FIELD=VALUE filter, e.g. seed=0 or method.mu=0.1")
-    ap.add_argument("--jobs", type=int, default=1, help="configs trained at a time, one process each (default 1)")
+    ap.add_argument(
+        "--jobs",
+        default="1",
+        help="configs trained at a time, one process each (default 1; auto: one per core, within the memory)",
+    )
     ap.add_argument(
         "--batch",
         type=int,
@@ -292,8 +302,12 @@ def main(argv=None) -> int:
         "--placement", action="store_true", help="with --backend ray: show how many runs each node is training"
     )
     args = ap.parse_args(argv)
-    if args.jobs < 1:
-        ap.error(f"--jobs={args.jobs} must be an integer >= 1")
+    if args.jobs == "auto":
+        args.jobs = None
+    elif not args.jobs.isdigit() or int(args.jobs) < 1:
+        ap.error(f"--jobs={args.jobs} must be an integer >= 1 or auto (one process per core)")
+    else:
+        args.jobs = int(args.jobs)
     if args.batch < 1:
         ap.error(f"--batch={args.batch} must be an integer >= 1 (1: one run at a time)")
     backend = "local"

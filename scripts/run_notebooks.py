@@ -1,13 +1,14 @@
 """The main job: execute every notebook headlessly with papermill, drawing the stored paper-profile results.
 
     python scripts/run_notebooks.py [--profile paper] [--stored-only] [--plan] [--only 00,10] [-p NAME=V1,V2 ...]
-                                    [--out build/notebooks]
+                                    [--jobs N] [--out build/notebooks]
 
 By default every notebook runs at the paper profile, whose runs are in the committed store (``results/``): it draws
 them and trains only what is missing. Before anything runs the job prints, per notebook, its experiments' runs stored
 and to train (with an estimate from the stored runs' wall times), and while a notebook runs it prints which cell is
-executing and how many of its runs are trained, with an ETA (``--plan`` prints the plan and stops). ``--stored-only`` passes ``STORED_ONLY=True``: nothing
-trains. ``--profile quick`` (or smoke) explores; its results go to ``results/_explore/`` (git-ignored), not to the
+executing and how many of its runs are trained, with an ETA (``--plan`` prints the plan and stops).
+``--stored-only`` passes ``STORED_ONLY=True``: nothing trains. The notebooks train the runs they miss side by side,
+one process per core (their ``JOBS = None``); ``--jobs N`` passes ``JOBS=N`` (``--jobs 1``: one at a time). ``--profile quick`` (or smoke) explores; its results go to ``results/_explore/`` (git-ignored), not to the
 committed store, unless ``FEDLIB_RESULTS`` says otherwise. An explicit ``--profile`` (or ``-p PROFILE=...``) wins
 over the environment's ``FEDLIB_PROFILE`` (with a warning naming both).
 
@@ -60,12 +61,14 @@ def _grid(params: list[str]) -> list[dict]:
 def tag(params: dict) -> str:
     """The name suffix of a parametrised run: ``DATA_SEED-1_X-a`` (empty for the default run). Values become safe file
     name parts (a "/" in a value made the executed copy's path point into a folder that does not exist); parameters
-    that do not change the results (PROFILE goes into the name anyway, STORED_ONLY, BACKEND) are left out."""
+    that do not change the results (PROFILE goes into the name anyway, STORED_ONLY, BACKEND, JOBS) are left out."""
 
     def safe(v) -> str:
         return re.sub(r"[^A-Za-z0-9.=+-]+", "_", str(v)).strip("_") or "_"
 
-    return "_".join(f"{safe(k)}-{safe(v)}" for k, v in params.items() if k not in ("PROFILE", "STORED_ONLY", "BACKEND"))
+    return "_".join(
+        f"{safe(k)}-{safe(v)}" for k, v in params.items() if k not in ("PROFILE", "STORED_ONLY", "BACKEND", "JOBS")
+    )
 
 
 def choose_profile(explicit: str | None, env: str | None) -> tuple[str, str | None]:
@@ -229,6 +232,11 @@ def main(argv=None) -> int:
     ap.add_argument("-p", "--param", action="append", default=[], help="papermill parameter NAME=VALUE[,VALUE...]")
     ap.add_argument("--out", default=str(ROOT / "build" / "notebooks"))
     ap.add_argument("--dir", default=str(ROOT / "notebooks"), help="folder of the numbered notebooks")
+    ap.add_argument(
+        "--jobs",
+        default=None,
+        help="runs trained side by side, one process each: passes JOBS (default: the notebooks' own, one per core)",
+    )
     ap.add_argument("--plan", action="store_true", help="print the plan (runs stored / to train, estimates) and stop")
     ap.add_argument("--every", type=float, default=20.0, help="seconds between progress lines (default 20)")
     args = ap.parse_args(argv)
@@ -236,8 +244,13 @@ def main(argv=None) -> int:
     import papermill as pm
 
     from fedlib.data import readers
+    from fedlib.runner import default_jobs
     from fedlib.store import Store
 
+    if args.jobs is not None:
+        if args.jobs != "auto" and (not args.jobs.isdigit() or int(args.jobs) < 1):
+            raise SystemExit(f"--jobs={args.jobs}: expected an integer >= 1 or auto (one process per core)")
+        args.param.append(f"JOBS={None if args.jobs == 'auto' else int(args.jobs)}")
     grid = _grid(args.param)
     explicit = args.profile
     profiles_in_grid = {p["PROFILE"] for p in grid if "PROFILE" in p}
@@ -290,9 +303,12 @@ def main(argv=None) -> int:
         est = [seconds_for(c, known) for c in todo]
         if total:
             known_est = sum(e for e in est if e is not None)
+            jobs = {p.get("JOBS") for p in grid}
+            jobs = default_jobs(todo) if jobs <= {None} else max(jobs)
             print(
-                f" (about {fmt_seconds(known_est)} of training from the stored runs' times"
+                f" (about {fmt_seconds(known_est)} of training from the stored runs' times, one after another"
                 + (", plus runs of kinds not stored yet" if None in est else "")
+                + (f"; {jobs} processes side by side" if jobs > 1 else "")
                 + ("; nothing trains: --stored-only" if args.stored_only else "")
                 + ")",
                 end="",

@@ -367,6 +367,15 @@ def test_cli_where_matching_nothing_is_an_error_listing_the_values():
     assert "where={'seed': 7} matches none of the" in out.stderr and "seed in {0" in out.stderr
 
 
+def test_cli_jobs_is_a_count_or_auto():
+    """``--jobs auto``: one process per core (``runner.default_jobs``); anything else but a count is refused."""
+    for bad in ("0", "two", "-1"):
+        out = _cli("fedmcsa_sigma", "--profile", "smoke", "--jobs", bad, "--dry-run")
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        assert f"--jobs={bad} must be an integer >= 1 or auto (one process per core)" in out.stderr
+    assert _cli("fedmcsa_sigma", "--profile", "smoke", "--jobs", "auto", "--dry-run").returncode == 0
+
+
 def test_cli_unknown_profile_is_a_one_line_error():
     """It was a traceback."""
     out = _cli("fedmcsa_sigma", "--profile", "bogus", "--dry-run")

@@ -119,6 +119,39 @@ def test_parallel_jobs_store_what_one_process_stores(tmp_path, monkeypatch):
     assert len(set(par.best_acc)) > 1  # the seeds differ: the rows are not one run copied
 
 
+def test_jobs_none_is_a_process_per_core_within_the_units_and_the_memory(tmp_path, monkeypatch):
+    """``jobs=None`` (the notebooks' default, ``--jobs auto``): one process per core this process may use, no more
+    than the units the runs to train make, no more than fit side by side in the memory; nothing to train: one."""
+    from fedlib import resources
+    from fedlib.runner import BATCH_MEMORY_SHARE, default_jobs, run_configs
+
+    cfgs = expand(TINY, {"seed": list(range(8))})  # one batch key: 8 runs cut into a unit per process
+    monkeypatch.setattr(run_module.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(resources, "available_bytes", lambda device="cpu": 1 << 40)
+    assert default_jobs(cfgs) == 4
+    assert default_jobs(cfgs[:3]) == 3  # three runs: three units at most
+    assert default_jobs(cfgs, batch=8) == 4  # one unit of 8 would idle three cores: cut in four
+    assert default_jobs([]) == 1
+    largest = sum(resources.estimate(TINY).values())
+    monkeypatch.setattr(resources, "available_bytes", lambda device="cpu": 2.5 * largest / BATCH_MEMORY_SHARE)
+    assert default_jobs(cfgs) == 2  # memory for two runs side by side
+    monkeypatch.setattr(resources, "available_bytes", lambda device="cpu": largest / 10)
+    assert default_jobs(cfgs) == 1  # not even one: one (resources.check refuses it before training)
+    monkeypatch.setattr(run_module.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(resources, "available_bytes", lambda device="cpu": 1 << 40)
+    assert default_jobs(cfgs) == 1
+    # run_configs resolves None with the runs it has to train (the stored one left out)
+    store = Store(tmp_path / "r")
+    run(cfgs[0], store, progress=False)
+    asked = []
+    monkeypatch.setattr(run_module, "default_jobs", lambda todo, batch: asked.append(list(todo)) or 1)
+    run_configs(cfgs[:3], store, progress=False, jobs=None)
+    assert asked == [cfgs[1:3]] and all(store.has(c) for c in cfgs[:3])
+    for bad in (0, True, 1.5, "2"):
+        with pytest.raises(ValueError, match=r"must be an integer >= 1, or None \(one process per core"):
+            run_configs(cfgs, store, progress=False, jobs=bad)
+
+
 def test_parallel_failure_raises_and_keeps_finished_runs(tmp_path):
     """A config that fails in a worker raises in the caller; the runs that did finish stay stored."""
     from fedlib.runner import run_configs

@@ -108,7 +108,7 @@ def test_explicit_profile_wins_and_grid_figures_carry_their_parameters(tmp_path,
 def test_parameter_values_become_safe_file_names():
     """Issue 20: ``-p`` with a "/" in a value put it into a file name and failed with FileNotFoundError."""
     assert runner.tag({"ROOT": "/data/x y", "SEEDS": [0, 1]}) == "ROOT-data_x_y_SEEDS-0_1"
-    assert runner.tag({"PROFILE": "quick", "STORED_ONLY": True, "BACKEND": "ray"}) == ""  # same results, same names
+    assert runner.tag({"PROFILE": "quick", "STORED_ONLY": True, "BACKEND": "ray", "JOBS": 2}) == ""  # same results
 
 
 def test_every_notebook_that_trains_takes_a_backend():
@@ -121,6 +121,33 @@ def test_every_notebook_that_trains_takes_a_backend():
             params = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
             assert 'BACKEND = "local"' in "".join(params["source"]), path.name
             assert sum(src.count("backend=BACKEND") for src in code) == calls, path.name
+            # and trains what it misses side by side (run_notebooks --jobs)
+            assert "\nJOBS = None  #" in "".join(params["source"]), path.name
+            assert sum(src.count("backend=BACKEND, jobs=JOBS") for src in code) == calls, path.name
+
+
+def test_jobs_reaches_the_notebooks_and_the_plan(tmp_path, monkeypatch, capsys):
+    """The notebooks train the runs they miss side by side (their ``JOBS = None``: one process per core);
+    ``--jobs N`` passes ``JOBS=N`` (``auto``: None), leaves the file names alone, and the plan says how many
+    processes will share the training."""
+    nbs, out = tmp_path / "nbs", tmp_path / "out"
+    nbs.mkdir()
+    _notebook(nbs / "01_jobs.ipynb", "open('jobs.txt', 'w').write(repr(globals().get('JOBS', 'its own')))")
+    for argv, expected in [([], "'its own'"), (["--jobs", "3"], "3"), (["--jobs", "auto"], "None")]:
+        assert runner.main(["--dir", str(nbs), "--out", str(out), "--profile", "smoke", *argv]) == 0
+        assert (nbs / "jobs.txt").read_text() == expected
+    assert sorted(p.name for p in out.iterdir()) == ["01_jobs.smoke.ipynb"]
+    with pytest.raises(SystemExit, match="--jobs=0: expected an integer >= 1 or auto"):
+        runner.main(["--dir", str(nbs), "--out", str(out), "--profile", "smoke", "--jobs", "0"])
+    plan = tmp_path / "plan"
+    plan.mkdir()
+    _notebook(plan / "10_fig3.ipynb", "pass", experiments=["fedmcsa_fig3"])
+    monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "empty-root"))
+    capsys.readouterr()
+    for jobs, says in [("3", "; 3 processes side by side)"), ("1", "one after another)")]:
+        assert runner.main(["--dir", str(plan), "--out", str(out), "--profile", "paper", "--plan", "--jobs", jobs]) == 0
+        line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("plan: "))
+        assert "to train (about " in line and line.endswith(says), line
 
 
 def test_exploratory_profiles_use_the_ignored_store(tmp_path, monkeypatch):

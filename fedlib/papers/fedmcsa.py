@@ -385,18 +385,24 @@ def method_frame(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def figure_3_4(
-    model: str, profile: str | None = None, *, stored_only: bool = False, progress: bool = True, backend="local"
+    model: str,
+    profile: str | None = None,
+    *,
+    stored_only: bool = False,
+    progress: bool = True,
+    backend="local",
+    jobs: int | None = 1,
 ):
     """Figure 3 (``model='mlr'``) or 4 (``'dnn'``), the call notebooks 10 and 11 share: the experiment (trained or
     read from the store), its curves and best accuracies (``method_frame``), the figure and the name to save it under.
-    ``backend``: where runs not stored train (``fedlib.experiment``). Returns a
+    ``backend``, ``jobs``: where and how runs not stored train (``fedlib.experiment``). Returns a
     ``types.SimpleNamespace(experiment, frame, best, fig, name)``."""
     from types import SimpleNamespace
 
     from ..experiments import experiment
 
     name, what, fig_name = FIGURES[model]
-    ex = experiment(name, profile, stored_only=stored_only, progress=progress, backend=backend)
+    ex = experiment(name, profile, stored_only=stored_only, progress=progress, backend=backend, jobs=jobs)
     frame, best_ = method_frame(ex.frame) if ex.runs else (pd.DataFrame(), pd.DataFrame())
     fig = plot_method_curves(frame, title=f"FedMCSA {what}, {ex.profile} profile") if len(frame) else None
     return SimpleNamespace(experiment=ex, frame=frame, best=best_, fig=fig, name=fig_name)
