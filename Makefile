@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PROFILE ?=
+JOBS ?=
 # the venv's bin first on PATH, so papermill's "python3" kernel is the venv's interpreter
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
@@ -19,9 +20,11 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	touch $@
 
 ## main job: execute every notebook with papermill, drawing the stored paper-profile results (training only what is
-## missing). PROFILE=quick|smoke explores (results in the git-ignored results/_explore/); STORED_ONLY=1 trains nothing.
+## missing). PROFILE=quick|smoke explores (results in the git-ignored results/_explore/); STORED_ONLY=1 trains nothing;
+## what trains runs one process per core unless JOBS=N says how many.
 notebooks: env
-	$(BIN)/python scripts/run_notebooks.py $(if $(PROFILE),--profile $(PROFILE)) $(if $(filter 1 true True yes,$(STORED_ONLY)),--stored-only)
+	$(BIN)/python scripts/run_notebooks.py $(if $(PROFILE),--profile $(PROFILE)) \
+	  $(if $(filter 1 true True yes,$(STORED_ONLY)),--stored-only) $(if $(JOBS),--jobs $(JOBS))
 
 ## tests: lint and format check (ruff); unit tests plus every notebook executed at the smoke profile (papermill, scratch
 ## store); then nbval re-executes the committed notebooks from the committed paper-profile store and compares their

@@ -172,17 +172,17 @@ def experiment(
 ) -> Experiment:
     """Experiment ``name`` at ``profile`` (explicit beats env FEDLIB_PROFILE; default 'quick') over the data sets present:
     trained where not stored (``jobs`` at a time; None: one process per core, ``runner.default_jobs``), or with
-    ``stored_only`` read from the store only (nothing trains; ``missing_runs`` lists the rest). ``seeds``: only these seeds (every cell's); ``where``: ``{field: value or
-    [values]}``, fields flat or dotted (``method.mu``); ``fields``: values set in every cell (e.g. ``{'data_seed': 1}``;
-    a list is an axis, as in grids). An experiment with a step (``profiles.STEPS``: FedMCSA Table
-    1's winners) first gets the experiment the step reads (trained unless ``stored_only``), then runs the step on
-    the store, unless ``inputs`` gives its output (``{'winners': ...}``). ``store``: a ``Store`` or its root (default:
-    ``FEDLIB_RESULTS`` or results/); ``available``: the data sets to count as present (default: what is under the
-    data root, ``profiles.Available.scan()``). ``backend``: ``'local'`` (this machine, ``jobs`` processes) or ``'ray'``
-    (each unit of runs a task on the Ray cluster at ``address``, else ``RAY_ADDRESS``, else a local Ray instance; or a
-    ``ray_backend.RayBackend``); this process stores the results either way. ``batch``: runs that share data, model
-    and method train up to that many at a time as one model, each with its solo run's numbers (``fedlib.batching``;
-    1: one at a time)."""
+    ``stored_only`` read from the store only (nothing trains; ``missing_runs`` lists the rest). ``seeds``: only these
+    seeds (every cell's); ``where``: ``{field: value or [values]}``, fields flat or dotted (``method.mu``); ``fields``:
+    values set in every cell (e.g. ``{'data_seed': 1}``; a list is an axis, as in grids). An experiment with a step
+    (``profiles.STEPS``: FedMCSA Table 1's winners) first gets the experiment the step reads (trained unless
+    ``stored_only``), then runs the step on the store, unless ``inputs`` gives its output (``{'winners': ...}``).
+    ``store``: a ``Store`` or its root (default: ``FEDLIB_RESULTS`` or results/); ``available``: the data sets to
+    count as present (default: what is under the data root, ``profiles.Available.scan()``). ``backend``: ``'local'``
+    (this machine, ``jobs`` processes) or ``'ray'`` (each unit of runs a task on the Ray cluster at ``address``, else
+    ``RAY_ADDRESS``, else a local Ray instance; or a ``ray_backend.RayBackend``); this process stores the results
+    either way. ``batch``: runs that share data, model and method train up to that many at a time as one model, each
+    with its solo run's numbers (``fedlib.batching``; 1: one at a time)."""
     profile = resolve_profile(profile)
     runner.ray_backend(backend, address, jobs)  # bad values fail here, before any training
     store = store if isinstance(store, Store) else Store(store)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+from pathlib import Path
 
 import torch
 
@@ -116,6 +117,24 @@ def available_bytes(device: str = "cpu") -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def cores(cgroup: str = "/sys/fs/cgroup") -> int:
+    """The CPUs this process may keep busy: the cores it may run on (``os.sched_getaffinity``), fewer where a cgroup
+    quota caps its CPU time (a container started with ``--cpus 2`` on a 64-core host sees 64 cores; cgroup v2
+    ``cpu.max``, v1 ``cpu/cpu.cfs_quota_us``), rounded up; at least 1."""
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    for quota_file, period_file in (("cpu.max", None), ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")):
+        try:
+            fields = Path(cgroup, quota_file).read_text().split()
+            if period_file is not None:
+                fields.append(Path(cgroup, period_file).read_text().strip())
+            quota, period = float(fields[0]), float(fields[1])  # "max 100000" (no quota) fails here
+        except (OSError, ValueError, IndexError):
+            continue
+        if quota > 0 and period > 0:
+            n = min(n, math.ceil(quota / period))
+    return max(1, n)
 
 
 def check(cfg, limit: int | None = None) -> dict[str, float]:

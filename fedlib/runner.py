@@ -309,14 +309,14 @@ def run_grid(
 
 
 def default_jobs(cfgs: list[RunConfig], batch: int = BATCH) -> int:
-    """The processes ``run_configs(jobs=None)`` trains the runs ``cfgs`` in: one per core this process may use, no
-    more than the units they make (``batches``), and no more than fit side by side in ``BATCH_MEMORY_SHARE`` of the
-    memory available (each process loads its own data: the largest run's ``resources.estimate`` each). On the
-    2-core machine two processes trained pFedLA's five FedAvg digit runs (quick profile) in 64 s against 109 s for
-    one, with the same numbers (2026-11-25)."""
+    """The processes ``run_configs(jobs=None)`` trains the runs ``cfgs`` in: one per core this process may use
+    (``resources.cores``), no more than the units they make (``batches``), and no more than fit side by side in
+    ``BATCH_MEMORY_SHARE`` of the memory available (each process loads its own data: the largest run's
+    ``resources.estimate`` each). On the 2-core machine two processes trained pFedLA's five FedAvg digit runs
+    (quick profile) in 64 s against 109 s for one, with the same numbers (2026-11-25)."""
     if not cfgs:
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = resources.cores()
     jobs = min(cores, len(batches(cfgs, batch, cores)))
     avail = resources.available_bytes(cfgs[0].resolved_device())
     if avail is not None:

@@ -8,8 +8,9 @@ them and trains only what is missing. Before anything runs the job prints, per n
 and to train (with an estimate from the stored runs' wall times), and while a notebook runs it prints which cell is
 executing and how many of its runs are trained, with an ETA (``--plan`` prints the plan and stops).
 ``--stored-only`` passes ``STORED_ONLY=True``: nothing trains. The notebooks train the runs they miss side by side,
-one process per core (their ``JOBS = None``); ``--jobs N`` passes ``JOBS=N`` (``--jobs 1``: one at a time). ``--profile quick`` (or smoke) explores; its results go to ``results/_explore/`` (git-ignored), not to the
-committed store, unless ``FEDLIB_RESULTS`` says otherwise. An explicit ``--profile`` (or ``-p PROFILE=...``) wins
+one process per core (their ``JOBS = None``); ``--jobs N`` passes ``JOBS=N`` (``--jobs 1``: one at a time).
+``--profile quick`` (or smoke) explores; its results go to ``results/_explore/`` (git-ignored), not to the committed
+store, unless ``FEDLIB_RESULTS`` says otherwise. An explicit ``--profile`` (or ``-p PROFILE=...``) wins
 over the environment's ``FEDLIB_PROFILE`` (with a warning naming both).
 
 Executed copies go to ``build/notebooks/`` (a copy appears there only once its notebook has finished, failed or not);

@@ -126,7 +126,7 @@ def test_jobs_none_is_a_process_per_core_within_the_units_and_the_memory(tmp_pat
     from fedlib.runner import BATCH_MEMORY_SHARE, default_jobs, run_configs
 
     cfgs = expand(TINY, {"seed": list(range(8))})  # one batch key: 8 runs cut into a unit per process
-    monkeypatch.setattr(run_module.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(resources, "cores", lambda: 4)
     monkeypatch.setattr(resources, "available_bytes", lambda device="cpu": 1 << 40)
     assert default_jobs(cfgs) == 4
     assert default_jobs(cfgs[:3]) == 3  # three runs: three units at most
@@ -137,7 +137,7 @@ def test_jobs_none_is_a_process_per_core_within_the_units_and_the_memory(tmp_pat
     assert default_jobs(cfgs) == 2  # memory for two runs side by side
     monkeypatch.setattr(resources, "available_bytes", lambda device="cpu": largest / 10)
     assert default_jobs(cfgs) == 1  # not even one: one (resources.check refuses it before training)
-    monkeypatch.setattr(run_module.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(resources, "cores", lambda: 1)
     monkeypatch.setattr(resources, "available_bytes", lambda device="cpu": 1 << 40)
     assert default_jobs(cfgs) == 1
     # run_configs resolves None with the runs it has to train (the stored one left out)
@@ -150,6 +150,27 @@ def test_jobs_none_is_a_process_per_core_within_the_units_and_the_memory(tmp_pat
     for bad in (0, True, 1.5, "2"):
         with pytest.raises(ValueError, match=r"must be an integer >= 1, or None \(one process per core"):
             run_configs(cfgs, store, progress=False, jobs=bad)
+
+
+def test_cores_are_the_affinity_capped_by_a_cgroup_quota(tmp_path, monkeypatch):
+    """A container's CPU quota caps the processes ``jobs=None`` starts: 64 cores visible, ``--cpus 2``: 2."""
+    from fedlib import resources
+
+    monkeypatch.setattr(resources.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert resources.cores(str(tmp_path)) == 64  # no cgroup files: the affinity
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert resources.cores(str(tmp_path)) == 64  # v2, no quota
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert resources.cores(str(tmp_path)) == 2  # 1.5 CPUs: two processes, rounded up
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("400000\n")
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert resources.cores(str(tmp_path)) == 4  # v1
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert resources.cores(str(tmp_path)) == 64  # v1, no quota
+    monkeypatch.setattr(resources.os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    assert resources.cores(str(tmp_path)) == 1
 
 
 def test_parallel_failure_raises_and_keeps_finished_runs(tmp_path):
