@@ -104,7 +104,7 @@ def train(
         lr_decay=cfg.lr_decay,
         checkpoint=checkpoint,
         stop=together.stop if together is not None else None,
-        on_round=together.tick if together is not None else None,
+        on_round=together.tick if together is not None else _ROUNDS.tick if _ROUNDS is not None else None,
     )
     resumed, diverged = result.meta.get("resumed", []), dict(result.meta)
     before = resumed[-1]["elapsed"] if resumed else 0.0  # wall time of the interrupted part(s)
@@ -255,6 +255,8 @@ def train_unit(
     def tick(*_):
         with lock:
             bar.update(1)
+        if _ROUNDS is not None:
+            _ROUNDS.tick()
 
     def job(cfg):
         def fn(member, stop):
@@ -413,6 +415,41 @@ def run_configs(
 _GROUP_BYTES: int | None = None  # this process's cache budget for client groups (None: the one-process default)
 
 
+class _RoundReport:
+    """A pool worker's rounds trained, sent to the parent's bar (``_run_parallel``) as (unit, rounds): the workers
+    train with their own bars off, and the parent's would otherwise move only when a whole unit ends (hours, at the
+    paper profile). At most one message every ``every`` seconds, so that rounds of milliseconds pay no pipe write
+    each; batched runs tick from their own threads."""
+
+    def __init__(self, queue, every: float = 0.5):
+        self.queue, self.every = queue, every
+        self.unit, self.count, self.last = None, 0, time.monotonic()
+        self.lock = threading.Lock()
+
+    def tick(self, *_) -> None:
+        with self.lock:
+            self.count += 1
+            if time.monotonic() - self.last >= self.every:
+                self._send()
+
+    def start(self, unit: int) -> None:
+        with self.lock:
+            self.unit, self.count, self.last = unit, 0, time.monotonic()
+
+    def flush(self) -> None:
+        with self.lock:
+            self._send()
+
+    def _send(self) -> None:
+        if self.count:
+            self.queue.put((self.unit, self.count))
+            self.count = 0
+        self.last = time.monotonic()
+
+
+_ROUNDS: _RoundReport | None = None  # a pool worker's report of its rounds (None: not a pool worker)
+
+
 def _worker_setup(jobs: int, threads: int = 1) -> None:
     """Start of one of ``jobs`` worker processes training side by side: ``threads`` threads (one in the local pool;
     a Ray task's ``num_cpus``), and a share of the cache for the stacked executor's client groups (the processes
@@ -424,12 +461,18 @@ def _worker_setup(jobs: int, threads: int = 1) -> None:
     _GROUP_BYTES = PROCESS_CACHE_BYTES // jobs  # a value handed to each executor this process makes
 
 
-def _pool_worker_setup(jobs: int) -> None:
+def _pool_worker_setup(jobs: int, rounds=None) -> None:
     """``_worker_setup`` for a process of the local pool, which also follows its parent: Ctrl-C in the terminal
     reaches every process of the group, so an idle worker ignores it (the parent stops the grid) and a training one
     snapshots at the end of its round and stops (``simulation.DeferredInterrupt``); and it stops when its parent
-    dies."""
+    dies. ``rounds``: the queue its rounds go to (``_RoundReport``)."""
+    global _ROUNDS
     _worker_setup(jobs)
+    if rounds is not None:
+        # a worker that exits while its parent no longer reads (a grid stopped by a failure) must not wait on a
+        # full pipe to flush progress nobody will show
+        rounds.cancel_join_thread()
+        _ROUNDS = _RoundReport(rounds)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, daemon=True, name="fedlib-parent").start()
 
@@ -449,11 +492,46 @@ def _exit_with_parent(grace: float = 20.0) -> None:
     os._exit(1)
 
 
-def _run_in_worker(unit: list[RunConfig], root: str, data_root) -> None:
-    if len(unit) > 1:
-        train_together(unit, Store(root), progress=False, data_root=data_root)
-    else:
-        run(unit[0], Store(root), progress=False, data_root=data_root)
+class _RoundsBar:
+    """``_run_parallel``'s bar: the rounds its workers report per unit (``_RoundReport``), each unit topped up to
+    its rounds when it ends (a resumed run trains fewer, a diverged one stops early) and deaf to its reports after;
+    the postfix counts the runs stored."""
+
+    def __init__(self, units: list[list[RunConfig]], desc: str, progress: bool = True):
+        self.units, self.stored = units, 0
+        self.left = {i: sum(c.rounds for c in u) for i, u in enumerate(units)}
+        self.bar = tqdm(total=sum(self.left.values()), desc=desc, unit="round", disable=not progress)
+
+    def add(self, i: int, n: int) -> None:
+        n = min(n, self.left.get(i, 0))
+        if n:
+            self.left[i] -= n
+            self.bar.update(n)
+
+    def end(self, i: int) -> None:
+        self.add(i, self.left[i])
+        u = self.units[i]
+        self.stored += len(u)
+        more = f" and {len(u) - 1} more as one model" if len(u) > 1 else ""
+        self.bar.set_postfix_str(
+            f"{self.stored}/{sum(map(len, self.units))} runs stored, the last {u[0].label()}{more}"
+        )
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _run_in_worker(unit: list[RunConfig], root: str, data_root, uid: int = 0) -> None:
+    if _ROUNDS is not None:
+        _ROUNDS.start(uid)
+    try:
+        if len(unit) > 1:
+            train_together(unit, Store(root), progress=False, data_root=data_root)
+        else:
+            run(unit[0], Store(root), progress=False, data_root=data_root)
+    finally:
+        if _ROUNDS is not None:
+            _ROUNDS.flush()
 
 
 def _run_parallel(units: list[list[RunConfig]], store: Store, jobs: int, progress: bool, data_root) -> None:
@@ -461,22 +539,27 @@ def _run_parallel(units: list[list[RunConfig]], store: Store, jobs: int, progres
     torch state). A failed (or interrupted) unit raises once the units already going have finished and been stored;
     those not started are dropped."""
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    import queue
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     ctx = multiprocessing.get_context("spawn")
     todo = [c for u in units for c in u]
+    reports = ctx.Queue()  # (unit, rounds) from the workers (_RoundReport)
     with ProcessPoolExecutor(
-        max_workers=min(jobs, len(units)), mp_context=ctx, initializer=_pool_worker_setup, initargs=(jobs,)
+        max_workers=min(jobs, len(units)), mp_context=ctx, initializer=_pool_worker_setup, initargs=(jobs, reports)
     ) as pool:
-        futures = {pool.submit(_run_in_worker, u, str(store.root), data_root): u for u in units}
-        bar = tqdm(total=len(todo), desc=f"training ({jobs} processes)", disable=not progress)
+        futures = {pool.submit(_run_in_worker, u, str(store.root), data_root, i): i for i, u in enumerate(units)}
+        bar = _RoundsBar(units, f"training ({jobs} processes)", progress)
         try:
-            for f in as_completed(futures):
-                u = futures[f]
-                f.result()
-                bar.update(len(u))
-                c = u[0]
-                bar.set_postfix_str(f"{c.label()}" + (f" and {len(u) - 1} more as one model" if len(u) > 1 else ""))
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                with contextlib.suppress(queue.Empty):
+                    while True:
+                        bar.add(*reports.get_nowait())
+                for f in finished:
+                    f.result()
+                    bar.end(futures[f])
         except KeyboardInterrupt:
             for f in futures:  # units not yet started are dropped; those running snapshot their last round and stop
                 f.cancel()

@@ -173,6 +173,47 @@ def test_cores_are_the_affinity_capped_by_a_cgroup_quota(tmp_path, monkeypatch):
     assert resources.cores(str(tmp_path)) == 1
 
 
+def test_pool_workers_report_the_rounds_they_train(tmp_path, monkeypatch):
+    """A jobs > 1 grid's bar moved only when a whole unit ended (hours at the paper profile): a pool worker now
+    sends (unit, rounds) as it trains, a run alone or a batch of runs, at most every ``every`` seconds."""
+    import queue
+
+    from fedlib.runner import _RoundReport, _run_in_worker
+
+    q = queue.Queue()
+    monkeypatch.setattr(run_module, "_ROUNDS", _RoundReport(q, every=0.0))  # every round sent at once
+    _run_in_worker([TINY], str(tmp_path / "r"), None, 7)
+    assert [q.get_nowait() for _ in range(q.qsize())] == [(7, 1), (7, 1), (7, 1)]
+    pair = expand(TINY, {"seed": [1, 2]})
+    _run_in_worker(pair, str(tmp_path / "r"), None, 8)
+    sent = [q.get_nowait() for _ in range(q.qsize())]
+    assert {u for u, _ in sent} == {8} and sum(n for _, n in sent) == 6 and Store(tmp_path / "r").has(pair[1])
+    monkeypatch.setattr(run_module, "_ROUNDS", _RoundReport(q, every=3600.0))  # rounds of milliseconds: one message
+    _run_in_worker(expand(TINY, {"seed": [3]}), str(tmp_path / "r"), None, 9)
+    assert [q.get_nowait() for _ in range(q.qsize())] == [(9, 3)]
+
+
+def test_parallel_bar_counts_rounds_and_runs_stored(tmp_path, capfd):
+    """The parent's bar of a jobs=2 grid: every round of every run, and the runs stored. A unit that ends is
+    counted whole (a resumed run trains fewer rounds, a diverged one stops early), its late reports not again."""
+    from fedlib.runner import _RoundsBar, run_configs
+
+    run_configs(expand(TINY, {"seed": [0, 1, 2]}), Store(tmp_path / "r"), progress=True, jobs=2, batch=1)
+    err = capfd.readouterr().err
+    assert "training (2 processes)" in err and "9/9" in err and "3/3 runs stored, the last" in err
+    units = [expand(TINY, {"seed": [0, 1]}), [TINY.replace(seed=2, rounds=5)]]  # 6 and 5 rounds
+    bar = _RoundsBar(units, "t")
+    bar.add(0, 2)
+    bar.add(1, 4)
+    assert bar.bar.n == 6
+    bar.end(1)  # a run resumed from round 2 reported 4 of its 5
+    bar.add(1, 1)  # late: not counted again
+    assert bar.bar.n == 7 and "1/3 runs stored" in str(bar.bar)
+    bar.end(0)
+    assert bar.bar.n == 11 == bar.bar.total and "3/3 runs stored, the last" in str(bar.bar)
+    bar.close()
+
+
 def test_parallel_failure_raises_and_keeps_finished_runs(tmp_path):
     """A config that fails in a worker raises in the caller; the runs that did finish stay stored."""
     from fedlib.runner import run_configs
