@@ -314,13 +314,21 @@ def default_jobs(cfgs: list[RunConfig], batch: int = BATCH) -> int:
     """The processes ``run_configs(jobs=None)`` trains the runs ``cfgs`` in: one per core this process may use
     (``resources.cores``), no more than the units they make (``batches``), and no more than fit side by side in
     ``BATCH_MEMORY_SHARE`` of the memory available (each process loads its own data: the largest run's
-    ``resources.estimate`` each). On the 2-core machine two processes trained pFedLA's five FedAvg digit runs
-    (quick profile) in 64 s against 109 s for one, with the same numbers (2026-11-25)."""
+    ``resources.estimate`` each). On CUDA, also no more than 1 / ``ray_backend.DEFAULT_GPU_SHARE`` processes per
+    GPU, the share a run gets on a Ray cluster (not timed here: no GPU was lent; the batches, which merge runs' kernel
+    launches, shrink as processes are added). On the 2-core machine two processes trained pFedLA's five FedAvg digit
+    runs (quick profile) in 64 s against 109 s for one, with the same numbers (2026-11-25)."""
+    from .ray_backend import DEFAULT_GPU_SHARE
+
     if not cfgs:
         return 1
+    device = cfgs[0].resolved_device()
     cores = resources.cores()
+    if device == "cuda":
+        cores = min(cores, round(torch.cuda.device_count() / DEFAULT_GPU_SHARE))
+    cores = max(1, cores)
     jobs = min(cores, len(batches(cfgs, batch, cores)))
-    avail = resources.available_bytes(cfgs[0].resolved_device())
+    avail = resources.available_bytes(device)
     if avail is not None:
         largest = max(sum(resources.estimate(c).values()) for c in cfgs)
         jobs = min(jobs, int(avail * BATCH_MEMORY_SHARE // largest))

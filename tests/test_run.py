@@ -140,6 +140,10 @@ def test_jobs_none_is_a_process_per_core_within_the_units_and_the_memory(tmp_pat
     monkeypatch.setattr(resources, "cores", lambda: 1)
     monkeypatch.setattr(resources, "available_bytes", lambda device="cpu": 1 << 40)
     assert default_jobs(cfgs) == 1
+    # on CUDA: four processes a GPU at most (the Ray backend's quarter of a GPU a run)
+    monkeypatch.setattr(resources, "cores", lambda: 16)
+    monkeypatch.setattr(run_module.torch.cuda, "device_count", lambda: 1)
+    assert default_jobs([c.replace(device="cuda") for c in cfgs]) == 4 and default_jobs(cfgs) == 8
     # run_configs resolves None with the runs it has to train (the stored one left out)
     store = Store(tmp_path / "r")
     run(cfgs[0], store, progress=False)
