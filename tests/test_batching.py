@@ -202,8 +202,14 @@ def test_batches_group_by_data_model_and_method_and_respect_the_caps(monkeypatch
     assert [len(u) for u in runner.batches(many, most=6)] == [5, 5, 5, 5]
     assert sum(runner.batches(many, most=6), []) == many  # every run once, in order
     other = [_synthetic(seed=s, data_seed=1) for s in range(2)]
-    # two processes share the work: no unit above its share of the runs (16 + 2 would leave one idle most of the time)
-    assert [len(u) for u in runner.batches(many[:16] + other, most=16, jobs=2)] == [8, 8, 2]
+    # two processes share the work: no unit above its share of the runs (16 + 2 would leave one idle most of the time),
+    # and a unit is cut where that ends the grid sooner (8 + 8 + 2: 10 runs' time; 8 + 8 + 1 + 1: 9)
+    assert [len(u) for u in runner.batches(many[:16] + other, most=16, jobs=2)] == [8, 8, 1, 1]
+    trio = [_synthetic(seed=s, data_seed=d) for d in range(3) for s in range(3)]  # three kinds of three runs
+    assert [len(u) for u in runner.batches(trio, most=16, jobs=2)] == [2, 1, 3, 3]  # 5 runs' time, not 6
+    assert sum(runner.batches(trio, most=16, jobs=2), []) == trio  # every run once, in order
+    longer = [c.replace(rounds=c.rounds * 4) for c in other]  # the span counts rounds, not runs
+    assert [len(u) for u in runner.batches(many[:4] + longer, most=16, jobs=2)] == [2, 2, 1, 1]
     assert [len(u) for u in runner.batches(many[:8], most=16, jobs=3)] == [3, 3, 2]
     assert runner.batches(a[:3], most=16, jobs=2) == [a[:2], a[2:3]]  # two processes: a unit each
     assert [len(u) for u in runner.batches(a + b, most=16, jobs=4)] == [2, 2, 1, 1]  # a's 5 runs in 3 pieces
