@@ -484,6 +484,7 @@ class _RoundReport:
 
 
 _ROUNDS: _RoundReport | None = None  # a pool worker's report of its rounds (None: not a pool worker)
+_STOP = None  # a pool worker's view of its parent's "start no more units" (a multiprocessing Event)
 
 
 def _worker_setup(jobs: int, threads: int = 1) -> None:
@@ -497,13 +498,16 @@ def _worker_setup(jobs: int, threads: int = 1) -> None:
     _GROUP_BYTES = PROCESS_CACHE_BYTES // jobs  # a value handed to each executor this process makes
 
 
-def _pool_worker_setup(jobs: int, rounds=None) -> None:
+def _pool_worker_setup(jobs: int, rounds=None, stop=None) -> None:
     """``_worker_setup`` for a process of the local pool, which also follows its parent: Ctrl-C in the terminal
     reaches every process of the group, so an idle worker ignores it (the parent stops the grid) and a training one
     snapshots at the end of its round and stops (``simulation.DeferredInterrupt``); and it stops when its parent
-    dies. ``rounds``: the queue its rounds go to (``_RoundReport``)."""
-    global _ROUNDS
+    dies. ``rounds``: the queue its rounds go to (``_RoundReport``); ``stop``: set when the parent stops the grid.
+    The pool hands a worker its next unit before the parent can cancel it, so a worker checks ``stop`` before it
+    starts one (a Ctrl-C of a grid on two processes trained a third, queued run to its end)."""
+    global _ROUNDS, _STOP
     _worker_setup(jobs)
+    _STOP = stop
     if rounds is not None:
         # a worker that exits while its parent no longer reads (a grid stopped by a failure) must not wait on a
         # full pipe to flush progress nobody will show
@@ -558,6 +562,8 @@ class _RoundsBar:
 
 
 def _run_in_worker(unit: list[RunConfig], root: str, data_root, uid: int = 0) -> None:
+    if _STOP is not None and _STOP.is_set():  # the grid stopped while this unit waited in the pool's queue
+        return
     if _ROUNDS is not None:
         _ROUNDS.start(uid)
     try:
@@ -580,9 +586,12 @@ def _run_parallel(units: list[list[RunConfig]], store: Store, jobs: int, progres
 
     ctx = multiprocessing.get_context("spawn")
     todo = [c for u in units for c in u]
-    reports = ctx.Queue()  # (unit, rounds) from the workers (_RoundReport)
+    reports, stop = ctx.Queue(), ctx.Event()  # (unit, rounds) from the workers (_RoundReport); no more units
     with ProcessPoolExecutor(
-        max_workers=min(jobs, len(units)), mp_context=ctx, initializer=_pool_worker_setup, initargs=(jobs, reports)
+        max_workers=min(jobs, len(units)),
+        mp_context=ctx,
+        initializer=_pool_worker_setup,
+        initargs=(jobs, reports, stop),
     ) as pool:
         futures = {pool.submit(_run_in_worker, u, str(store.root), data_root, i): i for i, u in enumerate(units)}
         bar = _RoundsBar(units, f"training ({jobs} processes)", progress)
@@ -597,6 +606,7 @@ def _run_parallel(units: list[list[RunConfig]], store: Store, jobs: int, progres
                     f.result()
                     bar.end(futures[f])
         except KeyboardInterrupt:
+            stop.set()
             for f in futures:  # units not yet started are dropped; those running snapshot their last round and stop
                 f.cancel()
             for p in list(getattr(pool, "_processes", {}).values()):  # also when only this process got the signal
@@ -608,6 +618,7 @@ def _run_parallel(units: list[list[RunConfig]], store: Store, jobs: int, progres
             print(f"interrupted: {stored} of {len(todo)} runs stored, {kept} snapshots kept (run again to resume)")
             raise
         except BaseException:
+            stop.set()
             for f in futures:  # units not yet started are dropped; those running finish and are stored
                 f.cancel()
             raise

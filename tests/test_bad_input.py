@@ -389,3 +389,47 @@ def test_cli_explicit_profile_beats_the_environment():
     smoke = _cli("fedmcsa_sigma", "--profile", "smoke", "--dry-run")
     assert out.returncode == 0 and smoke.returncode == 0
     assert out.stdout.splitlines()[0] != smoke.stdout.splitlines()[0]  # the paper grid, not the smoke one
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_ctrl_c_of_a_grid_on_two_processes_stops_it_without_starting_another_run(tmp_path):
+    """Ctrl-C in a --jobs 2 grid's parent only (Jupyter's "interrupt the kernel" signals the kernel, not its
+    workers): the parent did not react while it waited for a unit (``as_completed``); when it did, the pool had
+    already handed a third run to a worker, which trained it to its end before the grid stopped. Now the two runs
+    going snapshot their round, the queued one does not start, and the parent returns within seconds."""
+    script = (
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "from fedlib import RunConfig, Store; from fedlib.runner import run_configs\n"
+        "if __name__ == '__main__':\n"
+        "    cfgs = [RunConfig(n_clients=20, clients_per_round=20, rounds=100000, local_steps=20, model='dnn', seed=s)"
+        " for s in range(4)]\n"
+        f"    run_configs(cfgs, Store({str(tmp_path)!r}), progress=False, jobs=2, batch=1)\n"
+    )
+    (tmp_path / "grid.py").write_text(script)
+    parent = subprocess.Popen(
+        [sys.executable, str(tmp_path / "grid.py")],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 120
+        workers = []
+        while time.time() < deadline and len(workers) < 2:
+            time.sleep(0.5)
+            workers = [p for p in _children(parent.pid) if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(workers) >= 2, "the grid's workers did not start"
+        while time.time() < deadline + 120 and min(_cpu_seconds(p) for p in workers) < 7:
+            time.sleep(0.5)  # until both are training (imports and data take ~5 s of CPU)
+        parent.send_signal(signal.SIGINT)
+        out, _ = parent.communicate(timeout=90)  # the two runs end their round; a third would train 100,000
+    finally:
+        for p in _children(parent.pid):
+            os.kill(p, signal.SIGKILL)
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    assert "interrupted: 0 of 4 runs stored, 2 snapshots kept (run again to resume)" in out, out[-2000:]
+    assert len(list((tmp_path / "_partial").glob("*.json"))) == 2
+    assert not any(Path(f"/proc/{p}").exists() for p in workers)
