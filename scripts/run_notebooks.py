@@ -304,8 +304,8 @@ def main(argv=None) -> int:
         est = [seconds_for(c, known) for c in todo]
         if total:
             known_est = sum(e for e in est if e is not None)
-            jobs = {p.get("JOBS") for p in grid}
-            jobs = default_jobs(todo) if jobs <= {None} else max(jobs)
+            given = [p["JOBS"] for p in grid if isinstance(p.get("JOBS"), int)]  # else the notebooks' own: None
+            jobs = max(given) if given else default_jobs(todo)
             print(
                 f" (about {fmt_seconds(known_est)} of training from the stored runs' times, one after another"
                 + (", plus runs of kinds not stored yet" if None in est else "")
