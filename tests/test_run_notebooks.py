@@ -144,8 +144,12 @@ def test_jobs_reaches_the_notebooks_and_the_plan(tmp_path, monkeypatch, capsys):
     _notebook(plan / "10_fig3.ipynb", "pass", experiments=["fedmcsa_fig3"])
     monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "empty-root"))
     capsys.readouterr()
-    for jobs, says in [("3", "; 3 processes side by side)"), ("1", "one after another)")]:
-        assert runner.main(["--dir", str(plan), "--out", str(out), "--profile", "paper", "--plan", "--jobs", jobs]) == 0
+    for args, says in [
+        (["--jobs", "3"], "; 3 processes side by side)"),
+        (["--jobs", "1"], "one after another)"),
+        (["-p", "JOBS=None,2"], "; 2 processes side by side)"),  # a grid over JOBS: its largest (max() of None failed)
+    ]:
+        assert runner.main(["--dir", str(plan), "--out", str(out), "--profile", "paper", "--plan", *args]) == 0
         line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("plan: "))
         assert "to train (about " in line and line.endswith(says), line
 
