@@ -313,6 +313,19 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _two_workers_training(parent: subprocess.Popen) -> list[int]:
+    """The pool workers of a --jobs 2 grid started by ``parent``, once both are training."""
+    deadline = time.time() + 120
+    workers = []
+    while time.time() < deadline and len(workers) < 2:
+        time.sleep(0.5)
+        workers = [p for p in _children(parent.pid) if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(workers) >= 2, "the grid's workers did not start"
+    while time.time() < deadline + 120 and min(_cpu_seconds(p) for p in workers) < 7:
+        time.sleep(0.5)  # until both are training (imports and data take ~5 s of CPU)
+    return workers
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_grid_workers_stop_when_the_parent_is_killed(tmp_path):
     """`kill -9` of the parent of a --jobs 2 grid orphaned its workers: they stored 5 more runs, then hung."""
@@ -324,14 +337,7 @@ def test_grid_workers_stop_when_the_parent_is_killed(tmp_path):
     )
     parent = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
-        deadline = time.time() + 120
-        workers = []
-        while time.time() < deadline and len(workers) < 2:
-            time.sleep(0.5)
-            workers = [p for p in _children(parent.pid) if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
-        assert len(workers) >= 2, "the grid's workers did not start"
-        while time.time() < deadline + 120 and min(_cpu_seconds(p) for p in workers) < 7:
-            time.sleep(0.5)  # until both are training (imports and data take ~5 s of CPU)
+        workers = _two_workers_training(parent)
         parent.kill()
         parent.wait()
         deadline = time.time() + 90  # they stop at the end of their round, or 20 s after the parent died
@@ -414,14 +420,7 @@ def test_ctrl_c_of_a_grid_on_two_processes_stops_it_without_starting_another_run
         text=True,
     )
     try:
-        deadline = time.time() + 120
-        workers = []
-        while time.time() < deadline and len(workers) < 2:
-            time.sleep(0.5)
-            workers = [p for p in _children(parent.pid) if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
-        assert len(workers) >= 2, "the grid's workers did not start"
-        while time.time() < deadline + 120 and min(_cpu_seconds(p) for p in workers) < 7:
-            time.sleep(0.5)  # until both are training (imports and data take ~5 s of CPU)
+        workers = _two_workers_training(parent)
         parent.send_signal(signal.SIGINT)
         out, _ = parent.communicate(timeout=90)  # the two runs end their round; a third would train 100,000
     finally:
