@@ -302,12 +302,10 @@ def main(argv=None) -> int:
         "--placement", action="store_true", help="with --backend ray: show how many runs each node is training"
     )
     args = ap.parse_args(argv)
-    if args.jobs == "auto":
-        args.jobs = None
-    elif not args.jobs.isdigit() or int(args.jobs) < 1:
-        ap.error(f"--jobs={args.jobs} must be an integer >= 1 or auto (one process per core)")
-    else:
-        args.jobs = int(args.jobs)
+    try:
+        args.jobs = runner.jobs_arg(args.jobs)
+    except ValueError as e:
+        ap.error(str(e))
     if args.batch < 1:
         ap.error(f"--batch={args.batch} must be an integer >= 1 (1: one run at a time)")
     backend = "local"

@@ -363,6 +363,16 @@ def default_jobs(cfgs: list[RunConfig], batch: int = BATCH) -> int:
     return max(1, jobs)
 
 
+def jobs_arg(text: str) -> int | None:
+    """A ``--jobs`` value on a command line (``python -m fedlib.experiments``, ``scripts/run_notebooks.py``): a
+    count >= 1, or ``auto`` (None: ``default_jobs``); else a ValueError naming the flag."""
+    if text == "auto":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"--jobs={text} must be an integer >= 1 or auto (one process per core)")
+    return int(text)
+
+
 def ray_backend(backend="local", address: str | None = None, jobs: int | None = 1):
     """The ``RayBackend`` that ``backend``/``address`` ask for, or None for the local one; bad values are a
     ValueError naming the parameter."""

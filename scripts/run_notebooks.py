@@ -245,13 +245,14 @@ def main(argv=None) -> int:
     import papermill as pm
 
     from fedlib.data import readers
-    from fedlib.runner import default_jobs
+    from fedlib.runner import default_jobs, jobs_arg
     from fedlib.store import Store
 
     if args.jobs is not None:
-        if args.jobs != "auto" and (not args.jobs.isdigit() or int(args.jobs) < 1):
-            raise SystemExit(f"--jobs={args.jobs}: expected an integer >= 1 or auto (one process per core)")
-        args.param.append(f"JOBS={None if args.jobs == 'auto' else int(args.jobs)}")
+        try:
+            args.param.append(f"JOBS={jobs_arg(args.jobs)}")
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
     grid = _grid(args.param)
     explicit = args.profile
     profiles_in_grid = {p["PROFILE"] for p in grid if "PROFILE" in p}

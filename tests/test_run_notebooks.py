@@ -137,7 +137,7 @@ def test_jobs_reaches_the_notebooks_and_the_plan(tmp_path, monkeypatch, capsys):
         assert runner.main(["--dir", str(nbs), "--out", str(out), "--profile", "smoke", *argv]) == 0
         assert (nbs / "jobs.txt").read_text() == expected
     assert sorted(p.name for p in out.iterdir()) == ["01_jobs.smoke.ipynb"]
-    with pytest.raises(SystemExit, match="--jobs=0: expected an integer >= 1 or auto"):
+    with pytest.raises(SystemExit, match=r"--jobs=0 must be an integer >= 1 or auto \(one process per core\)"):
         runner.main(["--dir", str(nbs), "--out", str(out), "--profile", "smoke", "--jobs", "0"])
     plan = tmp_path / "plan"
     plan.mkdir()
