@@ -8,7 +8,9 @@ them and trains only what is missing. Before anything runs the job prints, per n
 and to train (with an estimate from the stored runs' wall times), and while a notebook runs it prints which cell is
 executing and how many of its runs are trained, with an ETA (``--plan`` prints the plan and stops).
 ``--stored-only`` passes ``STORED_ONLY=True``: nothing trains. The notebooks train the runs they miss side by side,
-one process per core (their ``JOBS = None``); ``--jobs N`` passes ``JOBS=N`` (``--jobs 1``: one at a time).
+one process per core (their ``JOBS = None``); ``--jobs N`` passes ``JOBS=N`` (``--jobs 1``: one at a time). With
+more than one process, the runs the plan counts train first, all notebooks' as one grid (``train_first``), and the
+notebooks then draw them (``--no-train-first``: each notebook trains its own).
 ``--profile quick`` (or smoke) explores; its results go to ``results/_explore/`` (git-ignored), not to the committed
 store, unless ``FEDLIB_RESULTS`` says otherwise. An explicit ``--profile`` (or ``-p PROFILE=...``) wins
 over the environment's ``FEDLIB_PROFILE`` (with a warning naming both).
@@ -185,6 +187,40 @@ def stored_times(*roots) -> dict:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def pretrainable(grid: list[dict]) -> bool:
+    """Whether the plan's runs are the ones the notebooks will train: no parameter but ``JOBS`` given (``SEEDS``,
+    ``DATA_SEED`` and the like change the configs, which the plan reads from the experiments' profiles alone;
+    ``BACKEND`` leaves training to the notebooks) and one value of it."""
+    return len(grid) == 1 and set(grid[0]) <= {"JOBS", "PROFILE"}
+
+
+def train_first(todo: list, known: dict, jobs: int, store) -> None:
+    """Train the runs every notebook misses as one grid on ``jobs`` processes, before the first notebook starts.
+
+    Each notebook trains its own missing runs side by side, but a notebook of a few uneven runs keeps one process
+    busy while the others idle: ``make notebooks PROFILE=quick`` from an empty store, two processes, 2026-11-25:
+    AdaFL Tables 3-4 took 521 s against 790 s one at a time, the selection dynamics 112 s against 126 s. One grid of
+    all the notebooks' runs keeps every process busy until its last unit. The runs go longest first (their
+    ``seconds_for`` estimate, unknown kinds first), so that short ones fill the end. A later stage's runs (FedMCSA
+    Table 1's winners, which its grid's results decide) are not in the plan: their notebook trains them. With one
+    process this gains nothing and is skipped. A run that fails here is left to its notebook, which reports it."""
+    if jobs < 2:
+        return
+    from fedlib.runner import run_configs
+
+    order = sorted(todo, key=lambda c: -(seconds_for(c, known) or float("inf")))
+    print(f"TRAIN {len(order)} runs of every notebook first, as one grid on {jobs} processes", flush=True)
+    t0 = time.time()
+    try:
+        run_configs(order, store=store, jobs=jobs, progress=True)
+    except Exception as e:  # report and go on: each notebook trains (and reports) what is still missing
+        print(f"     training first stopped: {type(e).__name__}: {e}; the notebooks train what is missing", flush=True)
+    else:
+        print(
+            f"     {sum(store.has(c) for c in order)}/{len(order)} runs stored ({time.time() - t0:.0f} s)", flush=True
+        )
+
+
 class Progress(threading.Thread):
     """Prints, every ``every`` seconds while a notebook runs, the cell executing (read from papermill's output
     notebook, which it saves at every cell start) and the runs of the plan now stored, with an ETA."""
@@ -240,6 +276,12 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--plan", action="store_true", help="print the plan (runs stored / to train, estimates) and stop")
     ap.add_argument("--every", type=float, default=20.0, help="seconds between progress lines (default 20)")
+    ap.add_argument(
+        "--no-train-first",
+        action="store_true",
+        help="let each notebook train its own missing runs (default: with more than one process, the runs every "
+        "notebook misses train first, as one grid)",
+    )
     args = ap.parse_args(argv)
 
     import papermill as pm
@@ -329,6 +371,10 @@ def main(argv=None) -> int:
 
         if args.plan:
             return 0
+        if todo and not args.stored_only and not args.no_train_first and pretrainable(grid):
+            train_first(todo, known, jobs, store)
+            for p in plans.values():  # what each notebook still trains (a later stage's runs, a failed run)
+                p.todo = [c for c in p.todo if not store.has(c)]
         status = {}
         for nb in notebooks:
             if nb.name in skipped:

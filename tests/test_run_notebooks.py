@@ -154,6 +154,36 @@ def test_jobs_reaches_the_notebooks_and_the_plan(tmp_path, monkeypatch, capsys):
         assert "to train (about " in line and line.endswith(says), line
 
 
+def test_with_several_processes_every_notebooks_missing_runs_train_first_as_one_grid(tmp_path, monkeypatch, capsys):
+    """Two processes: the runs the notebooks miss train before the first notebook, as one grid, so the notebook
+    finds them stored. Not with one process (nothing to gain), ``--no-train-first``, or a parameter that may change
+    the configs (the plan reads them from the profiles alone)."""
+    nbs, out = tmp_path / "nbs", tmp_path / "out"
+    nbs.mkdir()
+    src = (
+        "import fedlib\nex = fedlib.experiment('fedmcsa_fig3', PROFILE, stored_only=True)\n"
+        "open('missing.txt', 'w').write(f'{len(ex.missing_runs)} of {len(ex.configs)}')"
+    )
+    _notebook(nbs / "10_fig3.ipynb", src, experiments=["fedmcsa_fig3"])
+    monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "empty-root"))  # Synthetic only
+    monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path / "store"))
+    common = ["--dir", str(nbs), "--out", str(out), "--profile", "smoke"]
+    for argv in (["--jobs", "1"], ["--jobs", "2", "--no-train-first"], ["--jobs", "2", "-p", "X=2"]):
+        assert runner.main(common + argv + ["--plan"]) == 0  # the plan itself never trains
+        assert "TRAIN" not in capsys.readouterr().out
+    assert not list((tmp_path / "store").glob("*/config.json"))
+    assert runner.main(common + ["--jobs", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    n = int(next(x for x in lines if x.startswith("plan: ")).split(", ")[1].split()[0])
+    assert n > 2
+    train = lines.index(f"TRAIN {n} runs of every notebook first, as one grid on 2 processes")
+    assert lines[train + 1].startswith(f"     {n}/{n} runs stored (")
+    assert lines.index("RUN  10_fig3.ipynb") > train  # not "trains N run(s) first": nothing left to train
+    assert (nbs / "missing.txt").read_text() == f"0 of {n}"
+    assert not runner.pretrainable([{"JOBS": 2}, {"JOBS": 1}]) and runner.pretrainable([{}])
+    assert not runner.pretrainable([{"SEEDS": [0]}]) and not runner.pretrainable([{"BACKEND": "ray"}])
+
+
 def test_exploratory_profiles_use_the_ignored_store(tmp_path, monkeypatch):
     nbs = tmp_path / "nbs"
     nbs.mkdir()
