@@ -1,4 +1,5 @@
-"""Memory a run will need, estimated from its config before anything is allocated, and refused when it cannot fit.
+"""Memory a run will need, estimated from its config before anything is allocated, and refused when it cannot fit;
+and the time it will take, estimated from the stored runs of its kind (``stored_times``, ``seconds``).
 
 A config such as ``n_clients=10**9``, ``hidden=(10**6,)`` or ``batch_size=10**7`` passes every per-field check and
 then fills the machine (21 of 23 GB) or hangs while generating data. ``check(cfg)`` estimates the run's peak memory
@@ -13,8 +14,10 @@ set's tensors. It is meant to catch orders of magnitude, not to predict to the m
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
+import statistics
 from pathlib import Path
 
 import torch
@@ -162,3 +165,58 @@ def check(cfg, limit: int | None = None) -> dict[str, float]:
             "clients_per_round"
         )
     return parts
+
+
+KIND_FIELDS = ("dataset", "model", "algorithm", "attention", "rounds", "n_clients")
+
+
+def _kind(cfg) -> tuple:  # a RunConfig or a stored run's flat config.json: both have .get
+    return tuple(cfg.get(k) for k in KIND_FIELDS)
+
+
+def stored_times(*roots) -> dict[tuple, float]:
+    """Median wall seconds of the runs stored under ``roots`` (store folders), per kind of run (``KIND_FIELDS``).
+    Reads each run's ``config.json`` and ``meta.json`` as JSON only; a damaged run is skipped. A run trained as one
+    model with others stores the batch's time (``runner.train_together``), an over-estimate of its own."""
+    times: dict = {}
+    folders = dict.fromkeys(Path(r).resolve() for r in roots if r is not None)  # a root given twice counts once
+    for d in (d for r in folders if r.is_dir() for d in r.iterdir()):
+        try:
+            cfg, meta = json.loads((d / "config.json").read_text()), json.loads((d / "meta.json").read_text())
+        except (OSError, ValueError):
+            continue
+        wall = meta.get("wall_seconds") if isinstance(meta, dict) else None
+        if isinstance(cfg, dict) and isinstance(wall, (int, float)) and wall > 0:
+            times.setdefault(_kind(cfg), []).append(float(wall))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def seconds_for(cfg, known: dict) -> float | None:
+    """Estimated wall seconds of one run: the median stored time of its kind (``stored_times``), else of the same
+    dataset, model, algorithm and attention at other rounds (and, failing that, other client counts), scaled by
+    rounds and clients; None: no such run stored."""
+    kind = _kind(cfg)
+    if kind in known:
+        return known[kind]
+    *same, rounds, n = kind
+    for match in (lambda k: list(k[:4]) == same and k[5] == n, lambda k: list(k[:4]) == same):
+        near = [(k, v) for k, v in known.items() if match(k) and k[4] and k[5]]
+        if near:
+            k, v = min(near, key=lambda kv: abs(kv[0][4] - rounds) + abs(kv[0][5] - n))
+            return v * rounds / k[4] * n / k[5]
+    return None
+
+
+def seconds(cfgs: list, known: dict) -> list[float]:
+    """``seconds_for`` of each config; a kind not stored gets its rounds times the median seconds a round of the
+    kinds stored (one second a round when none is). What a run costs varies 500-fold across fedlib's kinds (a
+    Synthetic DNN round 0.02 s, a LeNet-BN digits round 10 s: the committed store, 2026-11-25), so a grid's
+    rounds alone say little about its time: ``runner`` orders, balances and draws the progress of a grid on several
+    processes by these. They are relative: stored times come from whichever version and machine trained them."""
+    per_round = [v / k[4] for k, v in known.items() if k[4]]
+    fallback = statistics.median(per_round) if per_round else 1.0
+    out = []
+    for c in cfgs:
+        est = seconds_for(c, known)
+        out.append(est if est is not None else c.rounds * fallback)
+    return out

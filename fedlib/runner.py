@@ -32,7 +32,7 @@ from .executors import make_executor
 from .malloc import keep_freed_memory
 from .models import MODELS, build_model
 from .simulation import Checkpoint, RunResult, git_commit, simulate
-from .store import Store
+from .store import Store, committed_root
 
 
 def _meta(cfg: RunConfig, device: str, seconds: float, executor: str) -> dict:
@@ -161,13 +161,15 @@ def batch_key(cfg: RunConfig) -> tuple | None:
 
 
 def batches(
-    cfgs: list[RunConfig], most: int = BATCH, jobs: int = 1, budget: float | None = None
+    cfgs: list[RunConfig], most: int = BATCH, jobs: int = 1, budget: float | None = None, cost: dict | None = None
 ) -> list[list[RunConfig]]:
     """``cfgs`` cut into units that train together (``batch_key``), in order of first appearance, each of at most
     ``most`` runs whose estimated memory (``resources.estimate``; the data once) fits in ``budget`` bytes (default:
     ``BATCH_MEMORY_SHARE`` of what this machine has available, shared by ``jobs`` processes; a Ray cluster passes
     its nodes' own) and of at most ``ceil(len(cfgs) / jobs)`` runs, so that the ``jobs`` processes share the work; a
-    group cut into k units is cut into k of equal size (20 runs at most 16: 10 + 10, not 16 + 4)."""
+    group cut into k units is cut into k of equal size (20 runs at most 16: 10 + 10, not 16 + 4). With ``jobs`` > 1
+    a unit is cut further where that ends the grid sooner (``_balance``; ``cost``: each run's estimated seconds by
+    key, ``resources.seconds``, else its rounds)."""
     groups: dict = {}
     for i, c in enumerate(cfgs):
         k = batch_key(c) if most > 1 else None
@@ -197,20 +199,26 @@ def batches(
     for group in groups.values():
         parts = cut(group, cap)
         units += cut(group, -(-len(group) // len(parts))) if len(parts) > 1 else parts
-    return _balance(units, jobs) if jobs > 1 else units
+    return _balance(units, jobs, cost) if jobs > 1 else units
 
 
-def _span(units: list[list[RunConfig]], jobs: int) -> int:
-    """Rounds until the last of ``jobs`` processes is done when each takes the next unit as it gets free."""
-    free = [0] * jobs
+def _weight(c: RunConfig, cost: dict | None) -> float:
+    """A run's share of a grid's work: its estimated seconds (``cost``, by key), else its rounds."""
+    return cost[c.key()] if cost is not None else c.rounds
+
+
+def _span(units: list[list[RunConfig]], jobs: int, cost: dict | None = None) -> float:
+    """Work (``_weight``) until the last of ``jobs`` processes is done when each takes the next unit as it gets
+    free."""
+    free = [0.0] * jobs
     for u in units:
-        free[free.index(min(free))] += sum(c.rounds for c in u)
+        free[free.index(min(free))] += sum(_weight(c, cost) for c in u)
     return max(free)
 
 
-def _balance(units: list[list[RunConfig]], jobs: int) -> list[list[RunConfig]]:
+def _balance(units: list[list[RunConfig]], jobs: int, cost: dict | None = None) -> list[list[RunConfig]]:
     """``units`` with a unit cut in two, in place, while that shortens the grid on ``jobs`` processes (``_span``,
-    in rounds: a proxy, blind to what a round costs): three batches of three runs on two processes, the third
+    in estimated seconds with ``cost``, else in rounds): three batches of three runs on two processes, the third
     trained alone while the other process idles (AdaFL Tables 3-4, quick profile: 1.5x for two processes), become
     2 + 1, 3, 3. A cut undoes some batching (on a GPU, its point), so it must shorten the span by ``BALANCE_GAIN``
     at least. The order is kept (runs stopped part-way stay first)."""
@@ -220,9 +228,9 @@ def _balance(units: list[list[RunConfig]], jobs: int) -> list[list[RunConfig]]:
             if len(u) > 1:
                 h = (len(u) + 1) // 2
                 trial = units[:i] + [u[:h], u[h:]] + units[i + 1 :]
-                cuts.append((_span(trial, jobs), i, trial))
+                cuts.append((_span(trial, jobs, cost), i, trial))
         best = min(cuts, key=lambda c: c[:2], default=None)  # the shortest span; the first unit on a tie
-        if best is None or best[0] > _span(units, jobs) * (1 - BALANCE_GAIN):
+        if best is None or best[0] > _span(units, jobs, cost) * (1 - BALANCE_GAIN):
             return units
         units = best[2]
 
@@ -338,6 +346,12 @@ def run_grid(
     )
 
 
+def _times(store: Store) -> dict:
+    """``resources.stored_times`` of ``store`` and of the checkout's committed store: what the runs to train
+    are estimated from (``resources.seconds``)."""
+    return resources.stored_times(store.root, committed_root())
+
+
 def default_jobs(cfgs: list[RunConfig], batch: int = BATCH) -> int:
     """The processes ``run_configs(jobs=None)`` trains the runs ``cfgs`` in: one per core this process may use
     (``resources.cores``), no more than the units they make (``batches``), and no more than fit side by side in
@@ -417,7 +431,8 @@ def run_configs(
     are independent, and on a CPU several single-threaded small-model runs finish a grid sooner than one
     run using every core (on the 2-core machine, two grids side by side with torch's default two threads
     each trained pFedMe^+MCSA at 3.1 rounds/s, with one thread each at 8.7). Each run is stored as soon as
-    it finishes, whichever process trained it. Runs stopped part-way (a snapshot in the store) go first.
+    it finishes, whichever process trained it. Runs stopped part-way (a snapshot in the store) go first, then the
+    longest (``resources.seconds``: the stored runs of their kind), so that short runs fill the end.
     ``jobs=None``: as many processes as ``default_jobs`` gives this machine (one per core, within its memory).
 
     ``backend='ray'`` (or a ``ray_backend.RayBackend``) trains the configs not stored on the Ray cluster at
@@ -440,9 +455,13 @@ def run_configs(
         cluster.run(todo, store, progress, data_root, batch)
     else:
         jobs = default_jobs(todo, batch) if jobs is None else jobs
-        units = batches(todo, batch, jobs)
+        cost = None
+        if jobs > 1:  # the longest runs first, so that short ones fill the end (stopped runs still first)
+            cost = dict(zip((c.key() for c in todo), resources.seconds(todo, _times(store))))
+            todo = stopped + sorted(todo[len(stopped) :], key=lambda c: -cost[c.key()])
+        units = batches(todo, batch, jobs, cost=cost)
         if jobs > 1 and len(units) > 1:
-            _run_parallel(units, store, jobs, progress, data_root)
+            _run_parallel(units, store, jobs, progress, data_root, cost)
         else:
             for unit in units:
                 if len(unit) > 1:
@@ -545,27 +564,35 @@ def _exit_with_parent(grace: float = 20.0) -> None:
 class _RoundsBar:
     """``_run_parallel``'s bar: the rounds its workers report per unit (``_RoundReport``), each unit topped up to
     its rounds when it ends (a resumed run trains fewer, a diverged one stops early) and deaf to its reports after;
-    the postfix counts the runs stored."""
+    the postfix counts the runs stored.
 
-    def __init__(self, units: list[list[RunConfig]], desc: str, progress: bool = True):
+    With ``cost`` (each run's estimated seconds by key, ``resources.seconds``) a unit's round weighs its share of
+    the unit's estimate, and the bar shows the share of the work done and the time left. Counted in rounds, a grid
+    of LeNet-BN rounds (seconds each) and Synthetic ones (milliseconds) said "6:55:37 left" for a job of half an
+    hour (every notebook's runs at the quick profile, the longest first, 2026-11-25)."""
+
+    def __init__(self, units: list[list[RunConfig]], desc: str, progress: bool = True, cost: dict | None = None):
         self.units, self.stored = units, 0
         self.left = {i: sum(c.rounds for c in u) for i, u in enumerate(units)}
-        self.bar = tqdm(total=sum(self.left.values()), desc=desc, unit="round", disable=not progress)
+        self.per_round = {i: sum(_weight(c, cost) for c in u) / max(1, self.left[i]) for i, u in enumerate(units)}
+        total = sum(self.left[i] * self.per_round[i] for i in self.left)
+        if cost is None:
+            self.bar = tqdm(total=total, desc=desc, unit="round", disable=not progress)
+        else:  # the counts are estimated seconds from other versions and machines: only the share is shown
+            form = "{l_bar}{bar}| [{elapsed}<{remaining}{postfix}]"
+            self.bar = tqdm(total=total, desc=desc, bar_format=form, disable=not progress)
 
     def add(self, i: int, n: int) -> None:
         n = min(n, self.left.get(i, 0))
         if n:
             self.left[i] -= n
-            self.bar.update(n)
+            self.bar.update(n * self.per_round[i])
 
     def end(self, i: int) -> None:
         self.add(i, self.left[i])
         u = self.units[i]
         self.stored += len(u)
-        more = f" and {len(u) - 1} more as one model" if len(u) > 1 else ""
-        self.bar.set_postfix_str(
-            f"{self.stored}/{sum(map(len, self.units))} runs stored, the last {u[0].label()}{more}"
-        )
+        self.bar.set_postfix_str(f"{self.stored}/{sum(map(len, self.units))} runs stored")
 
     def close(self) -> None:
         self.bar.close()
@@ -586,7 +613,9 @@ def _run_in_worker(unit: list[RunConfig], root: str, data_root, uid: int = 0) ->
             _ROUNDS.flush()
 
 
-def _run_parallel(units: list[list[RunConfig]], store: Store, jobs: int, progress: bool, data_root) -> None:
+def _run_parallel(
+    units: list[list[RunConfig]], store: Store, jobs: int, progress: bool, data_root, cost: dict | None = None
+) -> None:
     """Train ``units`` (runs alone, or batches of runs as one model) in ``jobs`` fresh processes (spawned: no forked
     torch state). A failed (or interrupted) unit raises once the units already going have finished and been stored;
     those not started are dropped."""
@@ -604,7 +633,7 @@ def _run_parallel(units: list[list[RunConfig]], store: Store, jobs: int, progres
         initargs=(jobs, reports, stop),
     ) as pool:
         futures = {pool.submit(_run_in_worker, u, str(store.root), data_root, i): i for i, u in enumerate(units)}
-        bar = _RoundsBar(units, f"training ({jobs} processes)", progress)
+        bar = _RoundsBar(units, f"training ({jobs} processes)", progress, cost)
         try:
             pending = set(futures)
             while pending:

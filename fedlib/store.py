@@ -167,8 +167,13 @@ def default_root() -> Path:
     env = os.environ.get("FEDLIB_RESULTS")
     if env:
         return Path(env)
+    return committed_root() or Path.cwd() / "results"
+
+
+def committed_root() -> Path | None:
+    """The checkout's committed store (``results/`` beside ``pyproject.toml``); None for an installed package."""
     here = Path(__file__).resolve().parents[1]
-    return here / "results" if (here / "pyproject.toml").exists() else Path.cwd() / "results"
+    return here / "results" if (here / "pyproject.toml").exists() else None
 
 
 class Store:

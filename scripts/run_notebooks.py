@@ -127,11 +127,14 @@ class Plan:
         return self
 
     def estimate(self, known: dict) -> float | None:
-        """Seconds to train ``todo``, from the stored wall times of runs of the same kind (``stored_times``; a kind
-        stored only at other rounds scaled by the rounds: time per round is what a profile keeps); None: no such run."""
+        """Seconds to train ``todo``, from the stored wall times of runs of the same kind (``resources.seconds_for``:
+        a kind stored only at other rounds scaled by the rounds, time per round being what a profile keeps); None: no
+        such run."""
+        from fedlib import resources
+
         total = 0.0
         for c in self.todo:
-            s = seconds_for(c, known)
+            s = resources.seconds_for(c, known)
             if s is None:
                 return None
             total += s
@@ -153,40 +156,6 @@ def _present(dataset: str) -> bool:
     return bool(domains.available().get(dataset))
 
 
-def seconds_for(cfg, known: dict) -> float | None:
-    """Estimated wall seconds of one run: the median stored time of its kind, else of the same kind at other rounds
-    (and, failing that, other client counts) scaled by rounds and clients."""
-    kind = _kind(cfg)
-    if kind in known:
-        return known[kind]
-    d, m, a, rounds, n = kind
-    for same in (lambda k: k[:3] == (d, m, a) and k[4] == n, lambda k: k[:3] == (d, m, a)):
-        near = [(k, v) for k, v in known.items() if same(k) and k[3] and k[4]]
-        if near:
-            k, v = min(near, key=lambda kv: abs(kv[0][3] - rounds) + abs(kv[0][4] - n))
-            return v * rounds / k[3] * n / k[4]
-    return None
-
-
-def _kind(cfg) -> tuple:  # a RunConfig or a stored run's flat config.json: both have .get
-    return tuple(cfg.get(k) for k in ("dataset", "model", "algorithm", "rounds", "n_clients"))
-
-
-def stored_times(*roots) -> dict:
-    """Median wall seconds of the runs stored under ``roots`` (store folders), per kind of run (``_kind``)."""
-    import statistics
-
-    times: dict = {}
-    for d in (d for r in roots if Path(r).exists() for d in Path(r).iterdir()):
-        try:
-            cfg, meta = json.loads((d / "config.json").read_text()), json.loads((d / "meta.json").read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(cfg, dict) and isinstance(meta, dict) and meta.get("wall_seconds"):  # a damaged run: skipped
-            times.setdefault(_kind(cfg), []).append(meta["wall_seconds"])
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
 def pretrainable(grid: list[dict]) -> bool:
     """Whether the plan's runs are the ones the notebooks will train: no parameter but ``JOBS`` given (``SEEDS``,
     ``DATA_SEED`` and the like change the configs, which the plan reads from the experiments' profiles alone;
@@ -194,31 +163,28 @@ def pretrainable(grid: list[dict]) -> bool:
     return len(grid) == 1 and set(grid[0]) <= {"JOBS", "PROFILE"}
 
 
-def train_first(todo: list, known: dict, jobs: int, store) -> None:
+def train_first(todo: list, jobs: int, store) -> None:
     """Train the runs every notebook misses as one grid on ``jobs`` processes, before the first notebook starts.
 
     Each notebook trains its own missing runs side by side, but a notebook of a few uneven runs keeps one process
     busy while the others idle: ``make notebooks PROFILE=quick`` from an empty store, two processes, 2026-11-25:
     AdaFL Tables 3-4 took 521 s against 790 s one at a time, the selection dynamics 112 s against 126 s. One grid of
-    all the notebooks' runs keeps every process busy until its last unit. The runs go longest first (their
-    ``seconds_for`` estimate, unknown kinds first), so that short ones fill the end. A later stage's runs (FedMCSA
+    all the notebooks' runs keeps every process busy until its last unit (``runner.run_configs`` starts the longest,
+    by the stored runs of their kind, so that short ones fill the end). A later stage's runs (FedMCSA
     Table 1's winners, which its grid's results decide) are not in the plan: their notebook trains them. With one
     process this gains nothing and is skipped. A run that fails here is left to its notebook, which reports it."""
     if jobs < 2:
         return
     from fedlib.runner import run_configs
 
-    order = sorted(todo, key=lambda c: -(seconds_for(c, known) or float("inf")))
-    print(f"TRAIN {len(order)} runs of every notebook first, as one grid on {jobs} processes", flush=True)
+    print(f"TRAIN {len(todo)} runs of every notebook first, as one grid on {jobs} processes", flush=True)
     t0 = time.time()
     try:
-        run_configs(order, store=store, jobs=jobs, progress=True)
+        run_configs(todo, store=store, jobs=jobs, progress=True)
     except Exception as e:  # report and go on: each notebook trains (and reports) what is still missing
         print(f"     training first stopped: {type(e).__name__}: {e}; the notebooks train what is missing", flush=True)
     else:
-        print(
-            f"     {sum(store.has(c) for c in order)}/{len(order)} runs stored ({time.time() - t0:.0f} s)", flush=True
-        )
+        print(f"     {sum(store.has(c) for c in todo)}/{len(todo)} runs stored ({time.time() - t0:.0f} s)", flush=True)
 
 
 class Progress(threading.Thread):
@@ -286,6 +252,7 @@ def main(argv=None) -> int:
 
     import papermill as pm
 
+    from fedlib import resources
     from fedlib.data import readers
     from fedlib.runner import default_jobs, jobs_arg
     from fedlib.store import Store
@@ -330,7 +297,7 @@ def main(argv=None) -> int:
             f"data root={readers.data_root()}, store={store.root}, {len(notebooks)} notebook(s) -> {out}"
         )
         # the plan, before anything runs
-        known = stored_times(ROOT / "results", store.root)  # the committed runs' times estimate any profile's
+        known = resources.stored_times(ROOT / "results", store.root)  # the committed runs' times estimate any profile's
         plans, skipped = {}, {}
         for nb in notebooks:
             meta = json.loads(nb.read_text()).get("metadata", {}).get("fedlib", {})
@@ -344,7 +311,7 @@ def main(argv=None) -> int:
         todo = [c for k, c in drawn.items() if not store.has(c)]
         total = len(todo)
         print(f"plan: {len(drawn)} runs drawn, {total} to train", end="")
-        est = [seconds_for(c, known) for c in todo]
+        est = [resources.seconds_for(c, known) for c in todo]
         if total:
             known_est = sum(e for e in est if e is not None)
             given = [p["JOBS"] for p in grid if isinstance(p.get("JOBS"), int)]  # else the notebooks' own: None
@@ -372,7 +339,7 @@ def main(argv=None) -> int:
         if args.plan:
             return 0
         if todo and not args.stored_only and not args.no_train_first and pretrainable(grid):
-            train_first(todo, known, jobs, store)
+            train_first(todo, jobs, store)
             for p in plans.values():  # what each notebook still trains (a later stage's runs, a failed run)
                 p.todo = [c for c in p.todo if not store.has(c)]
         status = {}

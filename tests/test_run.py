@@ -204,7 +204,7 @@ def test_parallel_bar_counts_rounds_and_runs_stored(tmp_path, capfd):
 
     run_configs(expand(TINY, {"seed": [0, 1, 2]}), Store(tmp_path / "r"), progress=True, jobs=2, batch=1)
     err = capfd.readouterr().err
-    assert "training (2 processes)" in err and "9/9" in err and "3/3 runs stored, the last" in err
+    assert "training (2 processes): 100%" in err and "3/3 runs stored]" in err
     units = [expand(TINY, {"seed": [0, 1]}), [TINY.replace(seed=2, rounds=5)]]  # 6 and 5 rounds
     bar = _RoundsBar(units, "t")
     bar.add(0, 2)
@@ -214,14 +214,77 @@ def test_parallel_bar_counts_rounds_and_runs_stored(tmp_path, capfd):
     bar.add(1, 1)  # late: not counted again
     assert bar.bar.n == 7 and "1/3 runs stored" in str(bar.bar)
     bar.end(0)
-    assert bar.bar.n == 11 == bar.bar.total and "3/3 runs stored, the last" in str(bar.bar)
+    assert bar.bar.n == 11 == bar.bar.total and "3/3 runs stored" in str(bar.bar)
+    bar.close()
+    # by estimated seconds: unit 0's two runs 1 s each over 6 rounds, unit 1's run 10 s over 5
+    cost = {units[0][0].key(): 1.0, units[0][1].key(): 1.0, units[1][0].key(): 10.0}
+    bar = _RoundsBar(units, "t", cost=cost)
+    bar.add(0, 3)
+    assert bar.bar.n == pytest.approx(1.0)
+    bar.add(1, 1)
+    assert bar.bar.n == pytest.approx(3.0) and bar.bar.total == pytest.approx(12.0)
+    bar.end(1)
+    assert bar.bar.n == pytest.approx(11.0) and "round" not in str(bar.bar)  # the share, not the counts
+    bar.end(0)
+    assert bar.bar.n == pytest.approx(12.0) and "100%" in str(bar.bar)
     bar.close()
 
 
-def test_parallel_failure_raises_and_keeps_finished_runs(tmp_path):
+def test_stored_times_estimate_runs_of_the_kinds_stored(tmp_path):
+    """A run's estimated seconds: the median wall time of its kind stored, else the same dataset, model, algorithm and
+    attention at other rounds or clients (scaled), else its rounds times the median seconds a round of the kinds
+    stored. A damaged meta.json is skipped, not read as code or a crash."""
+    import json
+
+    from fedlib import resources
+
+    store = Store(tmp_path / "r")
+    cfgs = expand(TINY, {"seed": [0, 1, 2]})
+    for c, wall in zip(cfgs, (3.0, 6.0, 9.0)):
+        run(c, store, progress=False)
+        meta = store.path(c) / "meta.json"
+        meta.write_text(json.dumps({**json.loads(meta.read_text()), "wall_seconds": wall}))
+    (store.path(cfgs[2]) / "meta.json").write_text("__import__('os').system('false')")
+    known = resources.stored_times(store.root, store.root)  # a root given twice counts once
+    assert known == {resources._kind(TINY): 4.5}  # the median of 3 and 6; the damaged run left out
+    longer, wider = TINY.replace(rounds=6), TINY.replace(n_clients=8, clients_per_round=2)
+    other = TINY.replace(model="dnn", rounds=10)
+    assert resources.seconds([TINY, longer, wider, other], known) == [4.5, 9.0, 9.0, 15.0]  # 1.5 s a round
+    assert resources.seconds_for(other, known) is None
+    assert resources.seconds([other], {}) == [10.0]  # nothing stored: rounds
+
+
+def test_a_grid_on_several_processes_starts_with_its_longest_runs(tmp_path, monkeypatch):
+    """jobs > 1: the runs stopped part-way first, then the longest by ``resources.seconds``, so that the short runs
+    fill the end; the units are balanced in those seconds."""
+    import fedlib.runner as runner
+
+    short = expand(TINY, {"seed": [0, 1]})
+    long = [TINY.replace(model="dnn", seed=s) for s in (0, 1)]
+    times = {runner.resources._kind(long[0]): 100.0, runner.resources._kind(short[0]): 1.5}
+    monkeypatch.setattr(runner, "_times", lambda store: times)
+    seen = []
+
+    def capture(units, store, jobs, progress, data_root, cost):
+        seen.append((units, cost))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_run_parallel", capture)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_configs(short + long, Store(tmp_path / "r"), progress=False, jobs=2)
+    (units, cost) = seen[0]
+    assert units == [long[:1], long[1:], short]  # 100 s each, then the two 1.5 s runs as one model
+    assert cost[long[0].key()] == 100.0 and cost[short[0].key()] == 1.5
+
+
+def test_parallel_failure_raises_and_keeps_finished_runs(tmp_path, monkeypatch):
     """A config that fails in a worker raises in the caller; the runs that did finish stay stored."""
+    import fedlib.runner as runner
     from fedlib.runner import run_configs
 
+    # no stored times: both runs are estimated at their 3 rounds and keep their order, so the good one starts first
+    # (a unit not started when another fails is dropped; the committed store put the MNIST run first)
+    monkeypatch.setattr(runner, "_times", lambda store: {})
     good = expand(TINY, {"seed": [0]})
     bad = TINY.replace(seed=1, dataset="mnist", partition="iid")  # no MNIST under this data root
     with pytest.raises(Exception, match="mnist"):
