@@ -574,7 +574,10 @@ class _RoundsBar:
     def __init__(self, units: list[list[RunConfig]], desc: str, progress: bool = True, cost: dict | None = None):
         self.units, self.stored = units, 0
         self.left = {i: sum(c.rounds for c in u) for i, u in enumerate(units)}
-        self.per_round = {i: sum(_weight(c, cost) for c in u) / max(1, self.left[i]) for i, u in enumerate(units)}
+        self.per_round = {  # the work a round of unit i does: 1 (rounds), or its share of the unit's estimate
+            i: 1 if cost is None else sum(_weight(c, cost) for c in u) / max(1, self.left[i])
+            for i, u in enumerate(units)
+        }
         total = sum(self.left[i] * self.per_round[i] for i in self.left)
         if cost is None:
             self.bar = tqdm(total=total, desc=desc, unit="round", disable=not progress)
