@@ -167,7 +167,7 @@ def check(cfg, limit: int | None = None) -> dict[str, float]:
     return parts
 
 
-KIND_FIELDS = ("dataset", "model", "algorithm", "attention", "rounds", "n_clients")
+KIND_FIELDS = ("dataset", "model", "algorithm", "attention", "n_clients")
 
 
 def _kind(cfg) -> tuple:  # a RunConfig or a stored run's flat config.json: both have .get
@@ -175,48 +175,49 @@ def _kind(cfg) -> tuple:  # a RunConfig or a stored run's flat config.json: both
 
 
 def stored_times(*roots) -> dict[tuple, float]:
-    """Median wall seconds of the runs stored under ``roots`` (store folders), per kind of run (``KIND_FIELDS``).
-    Reads each run's ``config.json`` and ``meta.json`` as JSON only; a damaged run is skipped. A run trained as one
-    model with others stores the batch's time (``runner.train_together``), an over-estimate of its own."""
+    """Median wall seconds a round of the runs stored under ``roots`` (store folders), per kind of run
+    (``KIND_FIELDS``): a run's time over its rounds, so that a kind's runs at every profile count, and one run timed
+    on a busy machine does not decide (the committed store's one quick-profile LeNet-BN run took 10 s a round, its
+    24 paper-profile runs 0.5-2.9 s). Reads each run's ``config.json`` and ``meta.json`` as JSON only; a damaged run
+    is skipped. A run trained as one model with others stores the batch's time (``runner.train_together``), an
+    over-estimate of its own."""
     times: dict = {}
     folders = dict.fromkeys(Path(r).resolve() for r in roots if r is not None)  # a root given twice counts once
     for d in (d for r in folders if r.is_dir() for d in r.iterdir()):
         try:
             cfg, meta = json.loads((d / "config.json").read_text()), json.loads((d / "meta.json").read_text())
-        except (OSError, ValueError):
+            wall, rounds = float(meta["wall_seconds"]), int(cfg["rounds"])
+        except (OSError, ValueError, TypeError, KeyError):
             continue
-        wall = meta.get("wall_seconds") if isinstance(meta, dict) else None
-        if isinstance(cfg, dict) and isinstance(wall, (int, float)) and wall > 0:
-            times.setdefault(_kind(cfg), []).append(float(wall))
+        if wall > 0 and rounds > 0:
+            times.setdefault(_kind(cfg), []).append(wall / rounds)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
 def seconds_for(cfg, known: dict) -> float | None:
-    """Estimated wall seconds of one run: the median stored time of its kind (``stored_times``), else of the same
-    dataset, model, algorithm and attention at other rounds (and, failing that, other client counts), scaled by
-    rounds and clients; None: no such run stored."""
-    kind = _kind(cfg)
-    if kind in known:
-        return known[kind]
-    *same, rounds, n = kind
-    for match in (lambda k: list(k[:4]) == same and k[5] == n, lambda k: list(k[:4]) == same):
-        near = [(k, v) for k, v in known.items() if match(k) and k[4] and k[5]]
-        if near:
-            k, v = min(near, key=lambda kv: abs(kv[0][4] - rounds) + abs(kv[0][5] - n))
-            return v * rounds / k[4] * n / k[5]
-    return None
+    """Estimated wall seconds of one run: its rounds times the median seconds a round of its kind stored
+    (``stored_times``), else of the same data set, model, algorithm and attention at the nearest client count,
+    scaled by clients; None: no such run stored."""
+    *same, n = _kind(cfg)
+    if (*same, n) in known:
+        return cfg.get("rounds") * known[(*same, n)]
+    near = [(k[-1], v) for k, v in known.items() if list(k[:-1]) == same and k[-1]]
+    if not near or not n:
+        return None
+    n_near, per_round = min(near, key=lambda kv: abs(kv[0] - n))
+    return cfg.get("rounds") * per_round * n / n_near
 
 
 def seconds(cfgs: list, known: dict) -> list[float]:
     """``seconds_for`` of each config; a kind not stored gets its rounds times the median seconds a round of the
-    kinds stored (one second a round when none is). What a run costs varies 500-fold across fedlib's kinds (a
-    Synthetic DNN round 0.02 s, a LeNet-BN digits round 10 s: the committed store, 2026-11-25), so a grid's
-    rounds alone say little about its time: ``runner`` orders, balances and draws the progress of a grid on several
-    processes by these. They are relative: stored times come from whichever version and machine trained them."""
-    per_round = [v / k[4] for k, v in known.items() if k[4]]
-    fallback = statistics.median(per_round) if per_round else 1.0
+    kinds stored (one second a round when none is). What a round costs varies 500-fold across fedlib's kinds (a
+    Synthetic DNN round 0.02 s, a LeNet-BN digits round 0.5-2.9 s, an AdaFL MNIST MLP round 1.8 s: the committed
+    store, 2026-11-25), so a grid's rounds alone say little about its time: ``runner`` orders, balances and draws
+    the progress of a grid on several processes by these. They are relative: stored times come from whichever
+    version and machine trained them."""
+    fallback = statistics.median(known.values()) if known else 1.0
     out = []
     for c in cfgs:
         est = seconds_for(c, known)
-        out.append(est if est is not None else c.rounds * fallback)
+        out.append(est if est is not None else c.get("rounds") * fallback)
     return out

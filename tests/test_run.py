@@ -231,9 +231,9 @@ def test_parallel_bar_counts_rounds_and_runs_stored(tmp_path, capfd):
 
 
 def test_stored_times_estimate_runs_of_the_kinds_stored(tmp_path):
-    """A run's estimated seconds: the median wall time of its kind stored, else the same dataset, model, algorithm and
-    attention at other rounds or clients (scaled), else its rounds times the median seconds a round of the kinds
-    stored. A damaged meta.json is skipped, not read as code or a crash."""
+    """A run's estimated seconds: its rounds times the median seconds a round of its kind stored, else of the same
+    dataset, model, algorithm and attention at another client count (scaled), else the median of the kinds stored.
+    A damaged meta.json is skipped, not read as code or a crash."""
     import json
 
     from fedlib import resources
@@ -246,7 +246,7 @@ def test_stored_times_estimate_runs_of_the_kinds_stored(tmp_path):
         meta.write_text(json.dumps({**json.loads(meta.read_text()), "wall_seconds": wall}))
     (store.path(cfgs[2]) / "meta.json").write_text("__import__('os').system('false')")
     known = resources.stored_times(store.root, store.root)  # a root given twice counts once
-    assert known == {resources._kind(TINY): 4.5}  # the median of 3 and 6; the damaged run left out
+    assert known == {resources._kind(TINY): 1.5}  # s a round: the median of 1 and 2; the damaged run left out
     longer, wider = TINY.replace(rounds=6), TINY.replace(n_clients=8, clients_per_round=2)
     other = TINY.replace(model="dnn", rounds=10)
     assert resources.seconds([TINY, longer, wider, other], known) == [4.5, 9.0, 9.0, 15.0]  # 1.5 s a round
@@ -261,7 +261,7 @@ def test_a_grid_on_several_processes_starts_with_its_longest_runs(tmp_path, monk
 
     short = expand(TINY, {"seed": [0, 1]})
     long = [TINY.replace(model="dnn", seed=s) for s in (0, 1)]
-    times = {runner.resources._kind(long[0]): 100.0, runner.resources._kind(short[0]): 1.5}
+    times = {runner.resources._kind(long[0]): 100.0 / 3, runner.resources._kind(short[0]): 0.5}  # s a round
     monkeypatch.setattr(runner, "_times", lambda store: times)
     seen = []
 
@@ -274,7 +274,7 @@ def test_a_grid_on_several_processes_starts_with_its_longest_runs(tmp_path, monk
         runner.run_configs(short + long, Store(tmp_path / "r"), progress=False, jobs=2)
     (units, cost) = seen[0]
     assert units == [long[:1], long[1:], short]  # 100 s each, then the two 1.5 s runs as one model
-    assert cost[long[0].key()] == 100.0 and cost[short[0].key()] == 1.5
+    assert cost[long[0].key()] == pytest.approx(100.0) and cost[short[0].key()] == pytest.approx(1.5)
 
 
 def test_parallel_failure_raises_and_keeps_finished_runs(tmp_path, monkeypatch):
