@@ -589,7 +589,8 @@ class _RoundsBar:
         n = min(n, self.left.get(i, 0))
         if n:
             self.left[i] -= n
-            self.bar.update(n * self.per_round[i])
+            # the estimates' float sums must not pass the total (tqdm warns, and shows a negative time left)
+            self.bar.update(min(n * self.per_round[i], self.bar.total - self.bar.n))
 
     def end(self, i: int) -> None:
         self.add(i, self.left[i])
