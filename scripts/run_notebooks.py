@@ -127,9 +127,8 @@ class Plan:
         return self
 
     def estimate(self, known: dict) -> float | None:
-        """Seconds to train ``todo``, from the stored wall times of runs of the same kind (``resources.seconds_for``:
-        a kind stored only at other rounds scaled by the rounds, time per round being what a profile keeps); None: no
-        such run."""
+        """Seconds to train ``todo``, one after another, from the stored runs of the same kind (``resources.seconds_for``:
+        their median seconds a round, times the rounds); None: a kind with no run stored."""
         from fedlib import resources
 
         total = 0.0
@@ -172,7 +171,9 @@ def train_first(todo: list, jobs: int, store) -> None:
     all the notebooks' runs keeps every process busy until its last unit (``runner.run_configs`` starts the longest,
     by the stored runs of their kind, so that short ones fill the end). A later stage's runs (FedMCSA
     Table 1's winners, which its grid's results decide) are not in the plan: their notebook trains them. With one
-    process this gains nothing and is skipped. A run that fails here is left to its notebook, which reports it."""
+    process this gains nothing and is skipped. A run that fails here is left to its notebook, which reports it.
+    Measured on one day, fresh clone, empty store, quick profile, two processes: 40 min 37 s against 43 min 19 s with
+    ``--no-train-first`` (2026-11-25, one run each: 6%, within this machine's run-to-run noise)."""
     if jobs < 2:
         return
     from fedlib.runner import run_configs
