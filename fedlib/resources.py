@@ -210,7 +210,7 @@ def seconds_for(cfg, known: dict) -> float | None:
 
 def seconds(cfgs: list, known: dict) -> list[float]:
     """``seconds_for`` of each config; a kind not stored gets its rounds times the median seconds a round of the
-    kinds stored (one second a round when none is). What a round costs varies 500-fold across fedlib's kinds (a
+    kinds stored (one second a round when none is). What a round costs varies 100-fold across fedlib's kinds (a
     Synthetic DNN round 0.02 s, a LeNet-BN digits round 0.5-2.9 s, an AdaFL MNIST MLP round 1.8 s: the committed
     store, 2026-11-25), so a grid's rounds alone say little about its time: ``runner`` orders, balances and draws
     the progress of a grid on several processes by these. They are relative: stored times come from whichever

@@ -568,8 +568,8 @@ class _RoundsBar:
 
     With ``cost`` (each run's estimated seconds by key, ``resources.seconds``) a unit's round weighs its share of
     the unit's estimate, and the bar shows the share of the work done and the time left. Counted in rounds, a grid
-    of LeNet-BN rounds (seconds each) and Synthetic ones (milliseconds) said "6:55:37 left" for a job of half an
-    hour (every notebook's runs at the quick profile, the longest first, 2026-11-25)."""
+    of LeNet-BN rounds (seconds each) and Synthetic ones (milliseconds) said "6:55:37 left" for a job of 37 minutes
+    (every notebook's runs at the quick profile, the longest first, 2026-11-25)."""
 
     def __init__(self, units: list[list[RunConfig]], desc: str, progress: bool = True, cost: dict | None = None):
         self.units, self.stored = units, 0
