@@ -346,9 +346,9 @@ def run_grid(
     )
 
 
-def _times(store: Store) -> dict:
+def known_times(store: Store) -> dict:
     """``resources.stored_times`` of ``store`` and of the checkout's committed store: what the runs to train
-    are estimated from (``resources.seconds``)."""
+    are estimated from (``resources.seconds``; ``scripts/run_notebooks.py``'s plan too)."""
     return resources.stored_times(store.root, committed_root())
 
 
@@ -457,7 +457,7 @@ def run_configs(
         jobs = default_jobs(todo, batch) if jobs is None else jobs
         cost = None
         if jobs > 1:  # the longest runs first, so that short ones fill the end (stopped runs still first)
-            cost = dict(zip((c.key() for c in todo), resources.seconds(todo, _times(store))))
+            cost = dict(zip((c.key() for c in todo), resources.seconds(todo, known_times(store))))
             todo = stopped + sorted(todo[len(stopped) :], key=lambda c: -cost[c.key()])
         units = batches(todo, batch, jobs, cost=cost)
         if jobs > 1 and len(units) > 1:

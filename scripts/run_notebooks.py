@@ -127,8 +127,9 @@ class Plan:
         return self
 
     def estimate(self, known: dict) -> float | None:
-        """Seconds to train ``todo``, one after another, from the stored runs of the same kind (``resources.seconds_for``:
-        their median seconds a round, times the rounds); None: a kind with no run stored."""
+        """Seconds to train ``todo``, one after another, from the stored runs of the same kind
+        (``resources.seconds_for``: their median seconds a round, times the rounds); None: a kind with no run
+        stored."""
         from fedlib import resources
 
         total = 0.0
@@ -255,7 +256,7 @@ def main(argv=None) -> int:
 
     from fedlib import resources
     from fedlib.data import readers
-    from fedlib.runner import default_jobs, jobs_arg
+    from fedlib.runner import default_jobs, jobs_arg, known_times
     from fedlib.store import Store
 
     if args.jobs is not None:
@@ -298,7 +299,7 @@ def main(argv=None) -> int:
             f"data root={readers.data_root()}, store={store.root}, {len(notebooks)} notebook(s) -> {out}"
         )
         # the plan, before anything runs
-        known = resources.stored_times(ROOT / "results", store.root)  # the committed runs' times estimate any profile's
+        known = known_times(store)  # the committed runs' times estimate any profile's
         plans, skipped = {}, {}
         for nb in notebooks:
             meta = json.loads(nb.read_text()).get("metadata", {}).get("fedlib", {})

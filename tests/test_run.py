@@ -262,7 +262,7 @@ def test_a_grid_on_several_processes_starts_with_its_longest_runs(tmp_path, monk
     short = expand(TINY, {"seed": [0, 1]})
     long = [TINY.replace(model="dnn", seed=s) for s in (0, 1)]
     times = {runner.resources._kind(long[0]): 100.0 / 3, runner.resources._kind(short[0]): 0.5}  # s a round
-    monkeypatch.setattr(runner, "_times", lambda store: times)
+    monkeypatch.setattr(runner, "known_times", lambda store: times)
     seen = []
 
     def capture(units, store, jobs, progress, data_root, cost):
@@ -284,7 +284,7 @@ def test_parallel_failure_raises_and_keeps_finished_runs(tmp_path, monkeypatch):
 
     # no stored times: both runs are estimated at their 3 rounds and keep their order, so the good one starts first
     # (a unit not started when another fails is dropped; the committed store put the MNIST run first)
-    monkeypatch.setattr(runner, "_times", lambda store: {})
+    monkeypatch.setattr(runner, "known_times", lambda store: {})
     good = expand(TINY, {"seed": [0]})
     bad = TINY.replace(seed=1, dataset="mnist", partition="iid")  # no MNIST under this data root
     with pytest.raises(Exception, match="mnist"):

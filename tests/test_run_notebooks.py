@@ -168,10 +168,13 @@ def test_with_several_processes_every_notebooks_missing_runs_train_first_as_one_
     monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "empty-root"))  # Synthetic only
     monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path / "store"))
     common = ["--dir", str(nbs), "--out", str(out), "--profile", "smoke"]
-    for argv in (["--jobs", "1"], ["--jobs", "2", "--no-train-first"], ["--jobs", "2", "-p", "X=2"]):
-        assert runner.main(common + argv + ["--plan"]) == 0  # the plan itself never trains
+    assert runner.main(common + ["--jobs", "2", "--plan"]) == 0  # the plan itself never trains
+    for argv in ([], ["--jobs", "1"], ["--jobs", "2", "--no-train-first"], ["--jobs", "2", "-p", "X=2"]):
+        if argv:  # the notebook reads the store and trains nothing: whatever is stored was trained first
+            assert runner.main(common + argv) == 0
+            assert (nbs / "missing.txt").read_text().split()[0] != "0"
         assert "TRAIN" not in capsys.readouterr().out
-    assert not list((tmp_path / "store").glob("*/config.json"))
+        assert not list((tmp_path / "store").glob("*/config.json"))
     assert runner.main(common + ["--jobs", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     n = int(next(x for x in lines if x.startswith("plan: ")).split(", ")[1].split()[0])
