@@ -239,14 +239,15 @@ def _fit(cfgs: list, device: str, gpu_share: float) -> list:
     return batches(cfgs, len(cfgs), budget=free * min(1.0, gpu_share or 1.0) * BATCH_MEMORY_SHARE)
 
 
-def _units(todo: list, batch: int, nodes: list, runs_per_node: dict) -> list:
+def _units(todo: list, batch: int, nodes: list, runs_per_node: dict, cost: dict | None = None) -> list:
     """``todo`` cut into the tasks' units (``runner.batches``): at most ``batch`` runs each, within the memory Ray
-    gives one task on its smallest node, of equal size, none above its share of the cluster's task slots."""
+    gives one task on its smallest node, of equal size, none above its share of the cluster's task slots, cut
+    further where that ends the grid sooner (in estimated seconds with ``cost``, else in rounds)."""
     from .runner import BATCH_MEMORY_SHARE, batches
 
     per_task = [n["Resources"].get("memory", 0) / runs_per_node[n["NodeID"]] for n in nodes]
     budget = min(per_task) * BATCH_MEMORY_SHARE if per_task and min(per_task) > 0 else None
-    return batches(todo, batch, jobs=sum(runs_per_node.values()), budget=budget)
+    return batches(todo, batch, jobs=sum(runs_per_node.values()), budget=budget, cost=cost)
 
 
 class _TrackerActor:
@@ -287,10 +288,15 @@ class RayBackend:
         if not isinstance(self.max_retries, int) or self.max_retries < 0:
             raise ValueError(f"max_retries={self.max_retries!r} must be an integer >= 0")
 
-    def run(self, todo: list, store, progress: bool = True, data_root=None, batch: int = 1) -> None:
+    def run(
+        self, todo: list, store, progress: bool = True, data_root=None, batch: int = 1, cost: dict | None = None
+    ) -> None:
         """Train ``todo`` (configs not in ``store``) on the cluster and store each result as it arrives. ``batch``:
         runs that share data, model and method train up to that many as one model in one task (``runner.batches``,
-        each unit within the memory of its node's share)."""
+        each unit within the memory of its node's share). The tasks are submitted in ``todo``'s order (Ray starts
+        them about in that order as slots free up: ``runner.run_configs`` puts the longest first); ``cost``: each
+        run's estimated seconds by key (``resources.seconds``), in which the units are balanced over the slots
+        (else in rounds)."""
         if not todo:
             return
         ray = import_ray()
@@ -299,7 +305,7 @@ class RayBackend:
         try:
             probe.parent.mkdir(parents=True, exist_ok=True)
             probe.touch()
-            self._run(ray, todo, store, progress, data_root, probe, batch)
+            self._run(ray, todo, store, progress, data_root, probe, batch, cost)
         finally:
             probe.unlink(missing_ok=True)
             try:
@@ -309,7 +315,7 @@ class RayBackend:
             if mine:
                 ray.shutdown()
 
-    def _run(self, ray, todo, store, progress, data_root, probe, batch) -> None:
+    def _run(self, ray, todo, store, progress, data_root, probe, batch, cost) -> None:
         from tqdm.auto import tqdm
 
         from .simulation import RunResult
@@ -332,7 +338,7 @@ class RayBackend:
         task = ray.remote(_train_task)
         crash = os.environ.get(CRASH_ENV, "")
         refs = {}
-        for unit in _units(todo, batch, nodes, runs_per_node):
+        for unit in _units(todo, batch, nodes, runs_per_node, cost):
             spec = {
                 "configs": [c.to_dict() for c in unit],
                 "keys": [c.key() for c in unit],

@@ -179,18 +179,21 @@ def stored_times(*roots) -> dict[tuple, float]:
     (``KIND_FIELDS``): a run's time over its rounds, so that a kind's runs at every profile count, and one run timed
     on a busy machine does not decide (the committed store's one quick-profile LeNet-BN run took 10 s a round, its
     24 paper-profile runs 0.5-2.9 s). Reads each run's ``config.json`` and ``meta.json`` as JSON only; a damaged run
-    is skipped. A run trained as one model with others stores the batch's time (``runner.train_together``), an
-    over-estimate of its own."""
+    is skipped. A run trained as one model in a batch of n (``runner.train_together``; ``meta["batched"]``) stores
+    the batch's time: it counts its share, that time over n. On the CPU, where batching gains ~1.2x (the
+    benchmark's W6x), the share is near a solo run's time, and the batch's time n times it: the quick profile's
+    164 runs stored 8,382 s of wall time, 4,275 s in shares, and took ~4,400 s of two processes' time (2026-11-25)."""
     times: dict = {}
     folders = dict.fromkeys(Path(r).resolve() for r in roots if r is not None)  # a root given twice counts once
     for d in (d for r in folders if r.is_dir() for d in r.iterdir()):
         try:
             cfg, meta = json.loads((d / "config.json").read_text()), json.loads((d / "meta.json").read_text())
             wall, rounds = float(meta["wall_seconds"]), int(cfg["rounds"])
-        except (OSError, ValueError, TypeError, KeyError):
+            together = int(meta.get("batched", 1))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
             continue
-        if wall > 0 and rounds > 0:
-            times.setdefault(_kind(cfg), []).append(wall / rounds)
+        if wall > 0 and rounds > 0 and together > 0:
+            times.setdefault(_kind(cfg), []).append(wall / rounds / together)
     return {k: statistics.median(v) for k, v in times.items()}
 
 

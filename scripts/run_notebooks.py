@@ -256,7 +256,7 @@ def main(argv=None) -> int:
 
     from fedlib import resources
     from fedlib.data import readers
-    from fedlib.runner import default_jobs, jobs_arg, known_times
+    from fedlib.runner import default_jobs, jobs_arg, known_times, span_seconds
     from fedlib.store import Store
 
     if args.jobs is not None:
@@ -318,10 +318,18 @@ def main(argv=None) -> int:
             known_est = sum(e for e in est if e is not None)
             given = [p["JOBS"] for p in grid if isinstance(p.get("JOBS"), int)]  # else the notebooks' own: None
             jobs = max(given) if given else default_jobs(todo)
+            side = f"; {jobs} processes side by side" if jobs > 1 else ""
+            if jobs > 1 and not args.stored_only:  # as the job will train them: one grid, else notebook by notebook
+                first = not args.no_train_first and pretrainable(grid)
+                parts, seen = ([todo] if first else []), set()
+                for p in () if first else plans.values():  # runs shared by notebooks train in the first one
+                    parts.append([c for c in p.todo if c.key() not in seen])
+                    seen.update(c.key() for c in p.todo)
+                side += f", about {fmt_seconds(sum(span_seconds(part, jobs, known) for part in parts if part))}"
             print(
                 f" (about {fmt_seconds(known_est)} of training from the stored runs' times, one after another"
                 + (", plus runs of kinds not stored yet" if None in est else "")
-                + (f"; {jobs} processes side by side" if jobs > 1 else "")
+                + side
                 + ("; nothing trains: --stored-only" if args.stored_only else "")
                 + ")",
                 end="",

@@ -221,6 +221,32 @@ def test_units_fit_the_memory_ray_gives_a_task_on_the_smallest_node():
     assert [len(u) for u in ray_backend._units(cfgs, 1, nodes(0, 0), per_node)] == [1] * 8
 
 
+def test_ray_tasks_go_longest_first_and_units_balance_in_estimated_seconds(tmp_path, monkeypatch):
+    """As on the local backend: ``run_configs`` hands the cluster the runs stopped part-way first, then the longest
+    (``resources.seconds`` of the stored times), with those seconds; ``_units`` cuts where that ends the grid sooner
+    in seconds (two 10 s runs and two 1 s runs on 2 slots: 10 | 10 | 1 + 1, where rounds alone make 2 + 2)."""
+    import fedlib.runner as runner
+
+    cfgs = expand(TINY, {"seed": [0, 1, 2, 3]})
+    store = Store(tmp_path / "r")
+    info = store.checkpoint(cfgs[3]).info_path  # stopped part-way: goes first whatever its estimate
+    info.parent.mkdir(parents=True, exist_ok=True)
+    info.write_text(json.dumps({"round": 1, "rounds": 3, "elapsed": 0.1}))
+    monkeypatch.setattr(runner, "known_times", lambda store: {})  # nothing stored: each run its 3 rounds
+    longer = [c.replace(rounds=30) for c in cfgs[:2]]
+    seen = []
+    monkeypatch.setattr(ray_backend.RayBackend, "run", lambda self, todo, *a, cost=None: seen.append((todo, cost)))
+    run_configs(cfgs[2:] + longer, store, progress=False, backend="ray")
+    todo, cost = seen[0]
+    assert todo == [cfgs[3], *longer, cfgs[2]]
+    assert cost == {c.key(): float(c.rounds) for c in todo}
+
+    nodes = [{"NodeID": "n0", "Resources": {"CPU": 2.0, "memory": 1e12}}]
+    seconds = {c.key(): s for c, s in zip(cfgs, (10.0, 10.0, 1.0, 1.0))}
+    assert [len(u) for u in ray_backend._units(cfgs, 16, nodes, {"n0": 2})] == [2, 2]
+    assert ray_backend._units(cfgs, 16, nodes, {"n0": 2}, seconds) == [cfgs[:1], cfgs[1:2], cfgs[2:]]
+
+
 def test_a_unit_too_large_for_its_gpu_share_trains_in_parts(monkeypatch):
     """``_fit``: on a GPU (free memory as the worker sees it; Ray reports none) a unit is cut to its task's share of
     it; on the CPU (cut by the driver already) and alone it stays whole."""
@@ -257,12 +283,13 @@ def test_a_worker_that_keeps_dying_is_reported_by_config_label(cluster, tmp_path
 def test_ctrl_c_keeps_finished_runs_and_cancels_the_rest(cluster, tmp_path, monkeypatch):
     """Ctrl-C in the driver (here: right after it stored the first result) re-raises once what has finished is
     stored and the other tasks are cancelled: the cluster's CPUs are free again, nothing is half-written, and the
-    next call trains only what is missing. The grid is three units on two task slots (the short runs', and the long
-    runs' cut in two for balance: ``runner._balance``): the short runs' unit comes back first and is stored whole,
-    though the Ctrl-C came while storing its first run."""
-    # the long unit must still be running when the short one comes back (1,000 rounds: ~5 s here; with 60, ~0.05 s
-    # apart, both came back in one wait under CI's load, and all five were stored, rightly)
-    cfgs = expand(TINY.replace(rounds=10), {"seed": [0, 1, 2]}) + expand(TINY.replace(rounds=1000), {"seed": [3, 4]})
+    next call trains only what is missing. The grid is two units on two task slots (the long run, a DNN that cannot
+    batch with the others, submitted first as the longest; the two short runs as one model): the short runs' unit
+    comes back first and is stored whole, though the Ctrl-C came while storing its first run."""
+    # the long unit must still be running when the short one comes back: with 60 rounds, ~0.05 s apart, both came
+    # back in one wait under CI's load, and all were stored, rightly; with 1,000 (3.5 s) the long one, submitted
+    # first, took the worker already started and came back first in 1 of 4 runs while the short one's worker started
+    cfgs = expand(TINY.replace(rounds=10), {"seed": [0, 1]}) + [TINY.replace(rounds=3000, model="dnn", hidden=(5,))]
     store = Store(tmp_path / "ray")
     save, calls = Store.save, []
 
@@ -277,7 +304,7 @@ def test_ctrl_c_keeps_finished_runs_and_cancels_the_rest(cluster, tmp_path, monk
     with pytest.raises(KeyboardInterrupt):
         run_configs(cfgs, store, progress=False, backend="ray")
     stored = [c for c in cfgs if store.has(c)]
-    assert stored == cfgs[:3] and not list(store.root.glob("_tmp*"))
+    assert stored == cfgs[:2] and not list(store.root.glob("_tmp*"))
     t0 = time.monotonic()
     while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() - t0 < 30:
         time.sleep(0.2)
@@ -285,7 +312,7 @@ def test_ctrl_c_keeps_finished_runs_and_cancels_the_rest(cluster, tmp_path, monk
     monkeypatch.setattr(Store, "save", save)
     submitted, run = [], ray_backend.RayBackend.run
     monkeypatch.setattr(
-        ray_backend.RayBackend, "run", lambda self, todo, *a: submitted.extend(todo) or run(self, todo, *a)
+        ray_backend.RayBackend, "run", lambda self, todo, *a, **k: submitted.extend(todo) or run(self, todo, *a, **k)
     )
     run_configs(cfgs, store, progress=False, backend="ray")
     assert all(store.has(c) for c in cfgs)

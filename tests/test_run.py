@@ -233,20 +233,25 @@ def test_parallel_bar_counts_rounds_and_runs_stored(tmp_path, capfd):
 def test_stored_times_estimate_runs_of_the_kinds_stored(tmp_path):
     """A run's estimated seconds: its rounds times the median seconds a round of its kind stored, else of the same
     dataset, model, algorithm and attention at another client count (scaled), else the median of the kinds stored.
-    A damaged meta.json is skipped, not read as code or a crash."""
+    A run trained in a batch of n counts the batch's time over n. A damaged meta.json is skipped, not read as code
+    or a crash."""
     import json
 
     from fedlib import resources
 
     store = Store(tmp_path / "r")
-    cfgs = expand(TINY, {"seed": [0, 1, 2]})
-    for c, wall in zip(cfgs, (3.0, 6.0, 9.0)):
+    cfgs = expand(TINY, {"seed": [0, 1, 2, 3, 4]})
+    # seed 1 trained in a batch of 2 that took 12 s: its share is 6 s; seeds 3 and 4 hold nonsense
+    for c, extra in zip(cfgs, ({"wall_seconds": 3.0}, {"wall_seconds": 12.0, "batched": 2}, {"wall_seconds": 9.0},
+                               {"wall_seconds": 9.0, "batched": 0}, {"wall_seconds": 9.0, "batched": "two"})):  # fmt: skip
         run(c, store, progress=False)
         meta = store.path(c) / "meta.json"
-        meta.write_text(json.dumps({**json.loads(meta.read_text()), "wall_seconds": wall}))
+        meta.write_text(json.dumps({**json.loads(meta.read_text()), **extra}))
     (store.path(cfgs[2]) / "meta.json").write_text("__import__('os').system('false')")
     known = resources.stored_times(store.root, store.root)  # a root given twice counts once
-    assert known == {resources._kind(TINY): 1.5}  # s a round: the median of 1 and 2; the damaged run left out
+    assert known == {resources._kind(TINY): 1.5}  # s a round: the median of 1 and 2; the damaged runs left out
+    (store.path(cfgs[1]) / "meta.json").write_text("[1, 2]")  # JSON, but not a run's meta
+    assert resources.stored_times(store.root) == {resources._kind(TINY): 1.0}
     longer, wider = TINY.replace(rounds=6), TINY.replace(n_clients=8, clients_per_round=2)
     other = TINY.replace(model="dnn", rounds=10)
     assert resources.seconds([TINY, longer, wider, other], known) == [4.5, 9.0, 9.0, 15.0]  # 1.5 s a round
@@ -275,6 +280,10 @@ def test_a_grid_on_several_processes_starts_with_its_longest_runs(tmp_path, monk
     (units, cost) = seen[0]
     assert units == [long[:1], long[1:], short]  # 100 s each, then the two 1.5 s runs as one model
     assert cost[long[0].key()] == pytest.approx(100.0) and cost[short[0].key()] == pytest.approx(1.5)
+    # what the job's plan says (scripts/run_notebooks.py): 100 s on each process, then the short ones on either
+    assert runner.span_seconds(short + long, 2, times) == pytest.approx(103.0)
+    assert runner.span_seconds(short + long, 1, times) == pytest.approx(203.0)
+    assert runner.span_seconds(short + long[:1], 2, times) == pytest.approx(100.0)
 
 
 def test_parallel_failure_raises_and_keeps_finished_runs(tmp_path, monkeypatch):
