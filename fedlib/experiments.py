@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from . import profiles, runner
+from . import profiles, resources, runner
 from .config import PROFILES, RunConfig, flat_field_names, flat_name, resolve_profile
 from .runner import BATCH, expand, results_frame, run_configs
 from .store import Store
@@ -229,12 +229,13 @@ def configs(name: str, profile: str | None = None, where: dict | None = None):
 
 def status(profile: str | None = None, where: dict | None = None, store: Store | str | None = None):
     """One row per experiment at ``profile``: configs, stored, damaged (left out, retrained by the next run), to run,
-    how far the interrupted runs got (they continue from there), the stored runs' wall hours, absent data."""
+    how far the interrupted runs got (they continue from there), the stored runs' wall hours (a run trained as one
+    model with others counts its share: ``resources.run_seconds``), absent data."""
     store, rows = store if isinstance(store, Store) else Store(store), []
     for name in sorted(profiles.EXPERIMENTS):
         ex = experiment(name, profile, where=where, stored_only=True, progress=False, store=store)
         cfgs, done = ex.configs, ex.runs
-        hours = sum(store.meta(c).get("wall_seconds", 0) for c in done) / 3600  # done: checked runs only
+        hours = sum(resources.run_seconds(m) for c in done if "wall_seconds" in (m := store.meta(c))) / 3600  # checked
         going = [i for c in cfgs if c not in done and (i := store.checkpoint(c).info())]
         rows.append(
             {

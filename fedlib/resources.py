@@ -174,6 +174,12 @@ def _kind(cfg) -> tuple:  # a RunConfig or a stored run's flat config.json: both
     return tuple(cfg.get(k) for k in KIND_FIELDS)
 
 
+def run_seconds(meta: dict) -> float:
+    """A stored run's own wall seconds from its ``meta.json``: ``wall_seconds``, over ``batched`` where it trained
+    as one model with others (``runner.train_together``: each of the batch's runs stores the batch's time)."""
+    return float(meta["wall_seconds"]) / int(meta.get("batched", 1))
+
+
 def stored_times(*roots) -> dict[tuple, float]:
     """Median wall seconds a round of the runs stored under ``roots`` (store folders), per kind of run
     (``KIND_FIELDS``): a run's time over its rounds, so that a kind's runs at every profile count, and one run timed
@@ -188,12 +194,11 @@ def stored_times(*roots) -> dict[tuple, float]:
     for d in (d for r in folders if r.is_dir() for d in r.iterdir()):
         try:
             cfg, meta = json.loads((d / "config.json").read_text()), json.loads((d / "meta.json").read_text())
-            wall, rounds = float(meta["wall_seconds"]), int(cfg["rounds"])
-            together = int(meta.get("batched", 1))
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            wall, rounds = run_seconds(meta), int(cfg["rounds"])
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, ZeroDivisionError):
             continue
-        if wall > 0 and rounds > 0 and together > 0:
-            times.setdefault(_kind(cfg), []).append(wall / rounds / together)
+        if wall > 0 and rounds > 0:
+            times.setdefault(_kind(cfg), []).append(wall / rounds)
     return {k: statistics.median(v) for k, v in times.items()}
 
 

@@ -168,7 +168,7 @@ def test_a_damaged_run_is_reported_left_out_and_retrained(how, sealed, tmp_path)
     assert store.load(TINY.replace(seed=1)).metrics.equals(other.metrics)
 
 
-def test_damaged_runs_do_not_break_status_or_the_experiment_summary(tmp_path):
+def test_damaged_runs_do_not_break_status_or_the_experiment_summary(tmp_path, monkeypatch):
     from fedlib import experiment
 
     ex = experiment("quickstart", "smoke", store=tmp_path, progress=False)
@@ -183,6 +183,10 @@ def test_damaged_runs_do_not_break_status_or_the_experiment_summary(tmp_path):
 
     row = status("smoke", store=tmp_path).set_index("experiment").loc["quickstart"]
     assert row["damaged"] == 1 and row["stored"] == len(ex.configs) - 1 and row["to run"] == 1
+    # each stored run trained as one of a batch of 4 that took 4 h: an hour each (resources.run_seconds)
+    monkeypatch.setattr(Store, "meta", lambda self, cfg: {"wall_seconds": 14_400.0, "batched": 4})
+    row = status("smoke", store=tmp_path).set_index("experiment").loc["quickstart"]
+    assert row["stored wall h"] == len(ex.configs) - 1
 
 
 def test_garbage_config_json_is_left_out_of_configs(tmp_path):
