@@ -288,7 +288,7 @@ def test_ctrl_c_keeps_finished_runs_and_cancels_the_rest(cluster, tmp_path, monk
     comes back first and is stored whole, though the Ctrl-C came while storing its first run."""
     # the long unit must still be running when the short one comes back: with 60 rounds, ~0.05 s apart, both came
     # back in one wait under CI's load, and all were stored, rightly; with 1,000 (3.5 s) the long one, submitted
-    # first, took the worker already started and came back first in 1 of 4 runs while the short one's worker started
+    # first, took the worker already started and came back first in 2 of 8 runs while the short one's worker started
     cfgs = expand(TINY.replace(rounds=10), {"seed": [0, 1]}) + [TINY.replace(rounds=3000, model="dnn", hidden=(5,))]
     store = Store(tmp_path / "ray")
     save, calls = Store.save, []
