@@ -299,7 +299,7 @@ def main(argv=None) -> int:
             f"data root={readers.data_root()}, store={store.root}, {len(notebooks)} notebook(s) -> {out}"
         )
         # the plan, before anything runs
-        known = known_times(store)  # the committed runs' times estimate any profile's
+        known = known_times(store)  # this store's runs' times, else the committed ones': any profile's
         plans, skipped = {}, {}
         for nb in notebooks:
             meta = json.loads(nb.read_text()).get("metadata", {}).get("fedlib", {})

@@ -259,6 +259,29 @@ def test_stored_times_estimate_runs_of_the_kinds_stored(tmp_path):
     assert resources.seconds([other], {}) == [10.0]  # nothing stored: rounds
 
 
+def test_known_times_take_the_stores_own_runs_over_the_committed_ones(tmp_path, monkeypatch):
+    """``runner.known_times``: a kind the store holds is estimated from the store's own runs alone (this machine);
+    the committed store's runs count for the kinds the store lacks."""
+    import json
+
+    import fedlib.runner as runner
+    from fedlib import resources
+
+    def stored(root, cfg, wall):
+        store = Store(root)
+        run(cfg, store, progress=False)
+        meta = store.path(cfg) / "meta.json"
+        meta.write_text(json.dumps({**json.loads(meta.read_text()), "wall_seconds": wall}))
+        return store
+
+    dnn = TINY.replace(model="dnn", hidden=(5,))
+    stored(tmp_path / "committed", TINY, 30.0)  # 10 s a round
+    stored(tmp_path / "committed", dnn, 3.0)
+    mine = stored(tmp_path / "mine", TINY.replace(seed=1), 0.3)  # 0.1 s a round here
+    monkeypatch.setattr(runner, "committed_root", lambda: tmp_path / "committed")
+    assert runner.known_times(mine) == {resources._kind(TINY): pytest.approx(0.1), resources._kind(dnn): 1.0}
+
+
 def test_a_grid_on_several_processes_starts_with_its_longest_runs(tmp_path, monkeypatch):
     """jobs > 1: the runs stopped part-way first, then the longest by ``resources.seconds``, so that the short runs
     fill the end; the units are balanced in those seconds."""
