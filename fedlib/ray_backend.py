@@ -358,12 +358,15 @@ class RayBackend:
             refs[task.options(**opts).remote(spec)] = unit
         pending, failures, done = list(refs), [], 0
         started, board = {}, tracker.snapshot.remote()
-        bar = tqdm(
-            total=len(todo),
-            desc=f"ray: {len(nodes)} node(s), {sum(cpus.values()):g} CPUs",
-            disable=not progress,
-            unit="run",
-        )
+        # the bar moves by each unit's estimated seconds as it comes back (the runs, one each, without ``cost``): a
+        # grid's few long runs would otherwise count as little as its many short ones
+        work = {c.key(): 1.0 if cost is None else cost[c.key()] for c in todo}
+        desc = f"ray: {len(nodes)} node(s), {sum(cpus.values()):g} CPUs"
+        if cost is None:
+            bar = tqdm(total=len(todo), desc=desc, disable=not progress, unit="run")
+        else:  # estimated seconds from other versions and machines: only the share and the time left are shown
+            form = "{l_bar}{bar}| [{elapsed}<{remaining}{postfix}]"
+            bar = tqdm(total=sum(work.values()), desc=desc, disable=not progress, bar_format=form)
 
         def collect(ready):
             """Store what the ``ready`` tasks brought back; a Ctrl-C while storing waits until all of it is stored."""
@@ -397,7 +400,7 @@ class RayBackend:
                         done += 1
                     except KeyboardInterrupt as e:  # the finished runs that came back are stored first
                         stopped = stopped or e
-                bar.update(len(unit))
+                bar.update(min(sum(work[c.key()] for c in unit), bar.total - bar.n))  # float sums stay in the total
             if stopped is not None:
                 raise stopped
 
@@ -408,7 +411,7 @@ class RayBackend:
                 if ray.wait([board], timeout=0)[0]:
                     started, board = ray.get(board), tracker.snapshot.remote()
                 going = [started[c.key()] for r in pending for c in refs[r] if c.key() in started]
-                text = f"done {done}, running {len(going)}, failed {len(failures)}"
+                text = f"done {done}/{len(todo)}, running {len(going)}, failed {len(failures)}"
                 if self.placement and going:
                     text += " | " + ", ".join(f"{n}: {k}" for n, k in sorted(Counter(going).items()))
                 bar.set_postfix_str(text, refresh=True)

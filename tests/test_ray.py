@@ -77,10 +77,10 @@ def _assert_same(a: dict, b: dict):
             np.testing.assert_array_equal(a[k][1][name], b[k][1][name], err_msg=f"{k} {name}")
 
 
-def test_grid_on_ray_stores_what_the_local_backend_stores(cluster, tmp_path, monkeypatch):
+def test_grid_on_ray_stores_what_the_local_backend_stores(cluster, tmp_path, monkeypatch, capfd):
     """A smoke grid (FedAvg, FedMCSA with its attention traces, Local) on Ray: every run stored by the driver under
     the local backend's keys, with the same files and numbers; a second call finds them all stored and submits
-    nothing."""
+    nothing. The driver's bar moves by the units' estimated seconds to 100%, and counts the runs done."""
     import fedlib.runner as run_module
 
     cfgs = expand(TINY, GRID)
@@ -88,7 +88,10 @@ def test_grid_on_ray_stores_what_the_local_backend_stores(cluster, tmp_path, mon
     store = Store(tmp_path / "ray")
     # the driver trains nothing itself: every run comes back from a Ray worker
     monkeypatch.setattr(run_module, "train", lambda *a, **k: pytest.fail("trained in the driver"))
-    on_ray = run_configs(cfgs, store, progress=False, backend="ray")
+    capfd.readouterr()
+    on_ray = run_configs(cfgs, store, progress=True, backend="ray")
+    bar = capfd.readouterr().err
+    assert "ray: 1 node(s), 2 CPUs: 100%" in bar and "done 5/5, running 0, failed 0]" in bar and "run/s" not in bar
     assert list(on_ray.key) == list(local.key) == [c.key() for c in cfgs]
     assert sorted(p.name for p in store.root.iterdir()) == sorted(c.key() for c in cfgs)  # nothing else left
     for c in cfgs:
