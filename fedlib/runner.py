@@ -350,9 +350,9 @@ def known_times(store: Store) -> dict:
     """``resources.stored_times`` of ``store``, and of the checkout's committed store for the kinds ``store`` holds
     no run of: what the runs to train are estimated from (``resources.seconds``; ``scripts/run_notebooks.py``'s plan
     too). The store's own runs decide a kind they hold, since they were timed on this machine, most likely by this
-    version: the quick profile's 164 runs, trained in 36 min on two processes (2026-11-25), were estimated at 59 min
-    (``span_seconds``) from the committed store's times, 40 min from the median of both stores, and 36 min from that
-    store's own."""
+    version: the quick profile's runs (the one grid of 164 that trained in 36 min on two processes, 2026-11-25, and
+    notebook 12's 7 later ones) were estimated at 59 min (``span_seconds``) from the committed store's times, 40 min
+    from the median of both stores, and 36 min from that store's own."""
     return {**resources.stored_times(committed_root()), **resources.stored_times(store.root)}
 
 
