@@ -361,9 +361,15 @@ def span_seconds(cfgs: list[RunConfig], jobs: int, known: dict, batch: int = BAT
     units and balanced as it cuts them, each unit costing its runs' ``resources.seconds`` (from ``known``,
     ``known_times``) and each process taking the next unit as it gets free. Batching's own gain is not counted
     (on the CPU ~1.2x, the benchmark's W6x); stored times are those of whichever version and machine made them."""
-    cost = dict(zip((c.key() for c in cfgs), resources.seconds(cfgs, known)))
-    order = sorted(cfgs, key=lambda c: -cost[c.key()])
+    order, cost = _longest_first(cfgs, known)
     return _span(batches(order, batch, jobs, cost=cost), jobs, cost)
+
+
+def _longest_first(cfgs: list[RunConfig], known: dict, keep: int = 0) -> tuple[list[RunConfig], dict]:
+    """``cfgs`` with all but the first ``keep`` (runs stopped part-way, which go first) sorted longest first, and
+    each run's estimated seconds by key (``resources.seconds`` from ``known``)."""
+    cost = dict(zip((c.key() for c in cfgs), resources.seconds(cfgs, known)))
+    return cfgs[:keep] + sorted(cfgs[keep:], key=lambda c: -cost[c.key()]), cost
 
 
 def default_jobs(cfgs: list[RunConfig], batch: int = BATCH) -> int:
@@ -470,8 +476,7 @@ def run_configs(
         jobs = default_jobs(todo, batch) if jobs is None else jobs
     cost = None
     if cluster is not None or jobs > 1:  # the longest runs first, so that short ones fill the end (stopped ones first)
-        cost = dict(zip((c.key() for c in todo), resources.seconds(todo, known_times(store))))
-        todo = stopped + sorted(todo[len(stopped) :], key=lambda c: -cost[c.key()])
+        todo, cost = _longest_first(todo, known_times(store), keep=len(stopped))
     if cluster is not None:
         cluster.run(todo, store, progress, data_root, batch, cost=cost)
     else:

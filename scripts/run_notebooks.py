@@ -313,16 +313,17 @@ def main(argv=None) -> int:
         todo = [c for k, c in drawn.items() if not store.has(c)]
         total = len(todo)
         print(f"plan: {len(drawn)} runs drawn, {total} to train", end="")
+        # every notebook's runs train first as one grid (``train_first``), else each notebook trains its own
+        one_grid = bool(todo) and not args.stored_only and not args.no_train_first and pretrainable(grid)
         est = [resources.seconds_for(c, known) for c in todo]
         if total:
             known_est = sum(e for e in est if e is not None)
             given = [p["JOBS"] for p in grid if isinstance(p.get("JOBS"), int)]  # else the notebooks' own: None
             jobs = max(given) if given else default_jobs(todo)
             side = f"; {jobs} processes side by side" if jobs > 1 else ""
-            if jobs > 1 and not args.stored_only:  # as the job will train them: one grid, else notebook by notebook
-                first = not args.no_train_first and pretrainable(grid)
-                parts, seen = ([todo] if first else []), set()
-                for p in () if first else plans.values():  # runs shared by notebooks train in the first one
+            if jobs > 1 and not args.stored_only:  # as the job will train them
+                parts, seen = ([todo] if one_grid else []), set()
+                for p in () if one_grid else plans.values():  # runs shared by notebooks train in the first one
                     parts.append([c for c in p.todo if c.key() not in seen])
                     seen.update(c.key() for c in p.todo)
                 side += f", about {fmt_seconds(sum(span_seconds(part, jobs, known) for part in parts if part))}"
@@ -348,7 +349,7 @@ def main(argv=None) -> int:
 
         if args.plan:
             return 0
-        if todo and not args.stored_only and not args.no_train_first and pretrainable(grid):
+        if one_grid:
             train_first(todo, jobs, store)
             for p in plans.values():  # what each notebook still trains (a later stage's runs, a failed run)
                 p.todo = [c for c in p.todo if not store.has(c)]
