@@ -7,7 +7,9 @@ from the config alone and raises a ``ValueError`` with the estimate, its parts a
 available. The estimate counts what the engine holds (``fedlib.simulation.State``: every client's model and the last
 one the server sent, plus the global model and a method's own state), what local training holds at once (the
 trainers' parameters, gradients, optimiser state and start points, and their activations for a batch), and the data
-set's tensors. It is meant to catch orders of magnitude, not to predict to the megabyte: it errs high by design
+set's tensors, and what the run records as it goes (``records``: per round, who uploaded; per evaluated round, every
+client's accuracy and loss; AdaFL's scores; the attention trace, capped at ``ATTENTION_TRACE_BYTES``). It is meant
+to catch orders of magnitude, not to predict to the megabyte: it errs high by design
 (factors below), and only the runs about to train are checked (a stored result is read on any machine).
 """
 
@@ -41,6 +43,10 @@ SYNTHETIC_MAX_SIZE = 30_000  # a bound on one client's size there (pFedMe's data
 STATE_COPIES = 3  # client models, the models the server sent, and a method's per-client state (pFedMe, SCAFFOLD)
 TRAIN_COPIES = 4  # per trainer: parameters, gradients, momentum, the start point (anchor)
 ACTIVATION_COPIES = 3  # forward outputs kept for backward, their gradients, workspace
+ROW_BYTES = 2048  # one evaluated round's metrics row: a dict of ~17 Python numbers (fedlib.simulation.Evaluation)
+# the attention trace's cap (``fedlib.simulation.AttentionTrace``: windows x (layers + 1) x N x N float64); above it
+# the run keeps none (FedMCSA with 5,000 clients would hold 2 GB a layer and store 1 GB a layer)
+ATTENTION_TRACE_BYTES = 256 << 20
 
 
 def _bytes(n: float) -> str:
@@ -102,7 +108,27 @@ def estimate(cfg) -> dict[str, float]:
         "clients": n * params * b * STATE_COPIES,
         "training": trainers * (params * TRAIN_COPIES + cfg.local.batch_size * acts * ACTIVATION_COPIES) * b,
         "data": samples * math.prod(shape) * b,
+        "records": records(cfg),
     }
+
+
+def records(cfg) -> float:
+    """Bytes of what ``fedlib.simulation.simulate`` records over the run: 'selected' (rounds x N, bool); per evaluated
+    round (every ``eval_every`` and the last) every client's accuracy and loss (float64, kept in lists and then copied
+    into arrays: 4 x 8 bytes a client) and the metrics row; AdaFL's selection scores (rounds x N float64, list and
+    array); the attention trace, as if every method kept one of a model of 7 parameter tensors, up to its cap
+    (N = 100: 5.6 MB). ``rounds=10**9`` once passed every check and then failed allocating 93 GB for 'selected'."""
+    n, rounds = cfg.data.n_clients, cfg.rounds
+    evaluated = -(-rounds // cfg.eval_every) + 1
+    total = rounds * n + evaluated * (4 * 8 * n + ROW_BYTES)
+    if cfg.selection.rule == "attention":
+        total += 2 * 8 * rounds * n
+    return total + min(ATTENTION_TRACE_BYTES, 10 * (7 + 1) * 8 * n * n)
+
+
+def run_bytes(est: dict) -> float:
+    """The part of ``estimate`` each run of a unit holds on its own: all but the data, which the unit loads once."""
+    return sum(v for k, v in est.items() if k != "data")
 
 
 def available_bytes(device: str = "cpu") -> int | None:
@@ -161,8 +187,8 @@ def check(cfg, limit: int | None = None) -> dict[str, float]:
         detail = ", ".join(f"{k} {_bytes(v)}" for k, v in parts.items())
         raise ValueError(
             f"RunConfig: this run would need about {_bytes(total)} of memory ({detail}), more than the "
-            f"{_bytes(limit)} available; lower n_clients, the model's hidden widths, batch_size or "
-            "clients_per_round"
+            f"{_bytes(limit)} available; lower n_clients, the model's hidden widths, batch_size, "
+            "clients_per_round or rounds"
         )
     return parts
 

@@ -106,13 +106,15 @@ def train(
         stop=together.stop if together is not None else None,
         on_round=together.tick if together is not None else _ROUNDS.tick if _ROUNDS is not None else None,
     )
-    resumed, diverged = result.meta.get("resumed", []), dict(result.meta)
+    resumed, diverged = result.meta.get("resumed", []), dict(result.meta)  # simulate's meta
     before = resumed[-1]["elapsed"] if resumed else 0.0  # wall time of the interrupted part(s)
     result.meta = _meta(cfg, device, time.perf_counter() - t0 + before, executor.name)
     if resumed:
         result.meta["resumed"] = resumed
     if together is not None:  # trained as one model with others (wall_seconds: the batch's, shared)
         result.meta["batched"] = together.runs
+    if "attention_trace" in diverged:  # why the run keeps no attention trace (simulation.AttentionTrace)
+        result.meta["attention_trace"] = diverged["attention_trace"]
     if "diverged_at" in diverged:
         result.meta["diverged_at"] = diverged["diverged_at"]
         warnings.warn(
@@ -182,7 +184,7 @@ def batches(
         out, unit, used = [], [], 0.0
         for c in group:
             est = resources.estimate(c)
-            own = est["clients"] + est["training"]  # the data is loaded once per unit
+            own = resources.run_bytes(est)  # the data is loaded once per unit
             if unit and (len(unit) >= cap or (budget is not None and used + own > budget)):
                 out.append(unit)
                 unit = []

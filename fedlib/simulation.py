@@ -34,6 +34,7 @@ from . import metrics as M
 from .data.federated import BatchPlan, FederatedData, sample_epochs, sample_steps
 from .local_attention import hybrid_logits
 from .models import param_groups
+from .resources import ATTENTION_TRACE_BYTES
 from .stages import Algorithm, Mixing, Params, keep_local, mix
 
 # per-round columns, in order; *_mean are unweighted client means, the rest sample-weighted
@@ -368,6 +369,8 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
     accs, losses, meta = np.array(evaluation.accs), np.array(evaluation.losses), {"resumed": resumed} if resumed else {}
     if run.diverged_at is not None:
         meta["diverged_at"] = run.diverged_at
+    if callbacks["attention"].skipped is not None:
+        meta["attention_trace"] = callbacks["attention"].skipped
     return RunResult(evaluation.frame(), accs, losses, data.test.sizes.cpu().numpy(), state=run.state, traces=traces,
                      meta=meta)  # fmt: skip
 
@@ -728,15 +731,29 @@ class AttentionTrace(Callback):
     windows, and for each window, layer (mixing-matrix name) and pair of clients (i, j) we keep the mean weight
     client i's personalised model gave client j's upload, over the rounds of the window in which both were
     sampled (NaN if they never were together). FedMCSA's per-layer attention over N = 100 clients and 800 rounds
-    would otherwise be 800 x layers x 100 x 100 numbers."""
+    would otherwise be 800 x layers x 100 x 100 numbers.
+
+    Still N x N a window and layer: above ``resources.ATTENTION_TRACE_BYTES`` (about 1,000 clients for a
+    two-layer model) the run keeps no trace, warns, and says why in its meta (``skipped``, stored as
+    ``meta["attention_trace"]``); FedMCSA with 5,000 clients would have held 2 GB a layer and stored 1 GB."""
 
     def __init__(self, n_clients: int, rounds: int, windows: int = 10):
         self.n, self.rounds, self.windows = n_clients, rounds, max(1, min(windows, rounds))
-        self.names, self.sum, self.count = None, None, None
+        self.names, self.sum, self.count, self.skipped = None, None, None, None
 
     def add(self, t: int, selected: np.ndarray, weights) -> None:
         mats = weights if isinstance(weights, dict) else {"model": weights}
+        if self.skipped is not None:
+            return
         if self.names is None:
+            size = self.windows * (len(mats) + 1) * self.n * self.n * 8
+            if size > ATTENTION_TRACE_BYTES:
+                self.skipped = (
+                    f"not kept: {self.n} clients' pairs in {len(mats)} layer(s) would take {size / 2**30:.1f} GB, "
+                    f"above fedlib.resources.ATTENTION_TRACE_BYTES ({ATTENTION_TRACE_BYTES >> 20} MB)"
+                )
+                warnings.warn(f"attention trace {self.skipped}", stacklevel=2)
+                return
             self.names = list(mats)
             self.sum = np.zeros((self.windows, len(self.names), self.n, self.n))
             self.count = np.zeros((self.windows, self.n, self.n))
@@ -751,10 +768,11 @@ class AttentionTrace(Callback):
             self.add(out.t, out.selected, out.mixing.to_personal)
 
     def state_dict(self) -> dict:
-        return {"names": self.names, "sum": self.sum, "count": self.count}
+        return {"names": self.names, "sum": self.sum, "count": self.count, "skipped": self.skipped}
 
     def load_state_dict(self, d: dict) -> None:
         self.names, self.sum, self.count = d.get("names"), d.get("sum"), d.get("count")
+        self.skipped = d.get("skipped")
 
     def traces(self, run=None) -> dict:
         if self.names is None:

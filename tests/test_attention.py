@@ -206,3 +206,34 @@ def test_attention_trace_is_stored_compactly():
     stored = Store().load(cfg)
     assert np.array_equal(stored.traces["attention"], att, equal_nan=True)
     assert list(stored.traces["attention_layers"]) == list(names)
+
+
+@pytest.mark.parametrize("cap, kept", [(15_360, True), (15_359, False)])
+def test_an_attention_trace_above_its_cap_is_not_kept_and_the_run_says_so(cap, kept, tmp_path, monkeypatch):
+    """The trace is windows x (layers + 1) x N x N float64: FedMCSA with 5,000 clients would have held 2 GB a layer
+    and stored 1 GB. Above ``ATTENTION_TRACE_BYTES`` the run keeps none, warns, and its stored meta says why. Here:
+    6 windows x (4 + 1) x 8 x 8 x 8 bytes = 15,360, kept at that cap and not one byte below it."""
+    import warnings
+
+    import fedlib
+    import fedlib.simulation as sim
+    from fedlib import RunConfig, Store
+
+    monkeypatch.setattr(sim, "ATTENTION_TRACE_BYTES", cap)
+    cfg = RunConfig(
+        algorithm="fedmcsa", n_clients=8, clients_per_round=4, rounds=6, local_steps=2, model="dnn", hidden=(8,)
+    )
+    store = Store(tmp_path)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        res = fedlib.run(cfg, store, progress=False)
+    said = [str(w.message) for w in seen if "attention trace" in str(w.message)]
+    stored = store.load(cfg)
+    if kept:
+        assert not said and "attention_trace" not in res.meta and res.traces["attention"].shape == (6, 4, 8, 8)
+        assert "attention" in stored.traces
+        return
+    why = "not kept: 8 clients' pairs in 4 layer(s) would take 0.0 GB, above fedlib.resources.ATTENTION_TRACE_BYTES"
+    assert said == [f"attention trace {res.meta['attention_trace']}"] and res.meta["attention_trace"].startswith(why)
+    assert "attention" not in res.traces and "selected" in res.traces  # the other traces are kept
+    assert stored.meta["attention_trace"] == res.meta["attention_trace"] and "attention" not in stored.traces

@@ -73,6 +73,8 @@ def test_clients_per_round_above_n_clients_is_refused():
         (dict(n_clients=10**9), "would need about .* TB of memory"),
         (dict(model="dnn", hidden=(10**6,)), r"would need about .* GB of memory \(clients .*, training .*, data"),
         (dict(dataset="mnist", partition="iid", n_clients=10**5), "n_clients=100000 exceeds the 70000 samples"),
+        # it passed, then failed allocating 93 GB for the rounds x clients 'selected' record (a MemoryError)
+        (dict(rounds=10**9), r"would need about .* TB of memory \(.*, records .* TB\).*or rounds$"),
     ],
 )
 def test_runs_that_cannot_fit_are_refused_before_any_data_loads(change, message, tmp_path, monkeypatch):

@@ -214,7 +214,7 @@ def test_batches_group_by_data_model_and_method_and_respect_the_caps(monkeypatch
     assert runner.batches(a[:3], most=16, jobs=2) == [a[:2], a[2:3]]  # two processes: a unit each
     assert [len(u) for u in runner.batches(a + b, most=16, jobs=4)] == [2, 2, 1, 1]  # a's 5 runs in 3 pieces
     est = runner.resources.estimate(a[0])
-    room = est["data"] + 2 * (est["clients"] + est["training"])  # the data once and two runs
+    room = est["data"] + 2 * runner.resources.run_bytes(est)  # the data once and two runs
     monkeypatch.setattr(runner.resources, "available_bytes", lambda device="cpu": room / runner.BATCH_MEMORY_SHARE)
     assert [len(u) for u in runner.batches(a, most=16)] == [2, 2, 1]
 

@@ -209,7 +209,7 @@ def test_units_fit_the_memory_ray_gives_a_task_on_the_smallest_node():
 
     cfgs = expand(TINY, {"seed": list(range(8))})
     est = resources.estimate(cfgs[0])
-    three = est["data"] + 3 * (est["clients"] + est["training"])  # the data once and three runs
+    three = est["data"] + 3 * resources.run_bytes(est)  # the data once and three runs
 
     def nodes(*memory):
         return [{"NodeID": f"n{i}", "Resources": {"CPU": 2.0, "memory": m}} for i, m in enumerate(memory)]
@@ -257,7 +257,7 @@ def test_a_unit_too_large_for_its_gpu_share_trains_in_parts(monkeypatch):
 
     cfgs = expand(TINY, {"seed": list(range(5))})
     est = resources.estimate(cfgs[0])
-    two = est["data"] + 2 * (est["clients"] + est["training"])
+    two = est["data"] + 2 * resources.run_bytes(est)
     monkeypatch.setattr(resources, "available_bytes", lambda device="cpu": 4 * two)  # a half share's half: two runs
     assert [len(p) for p in ray_backend._fit(cfgs, "cuda", 0.5)] == [2, 2, 1]
     assert [len(p) for p in ray_backend._fit(cfgs, "cuda", 0.25)] == [1] * 5  # not even the data and one run
