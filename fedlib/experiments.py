@@ -403,6 +403,13 @@ def _main(ap, args, where, backend) -> int:
         missing += [m for m in ex.absent if m not in missing]
         if missing and name == names[-1]:
             print(f"data absent, skipped: {', '.join(missing)} (see data/README.md)")
+    if missing and not seen:  # it printed "0 configs" and then failed on an empty table (a KeyError traceback)
+        from .data.readers import data_root
+
+        raise SystemExit(
+            f"python -m fedlib.experiments: error: nothing to train or show: every config needs data absent under "
+            f"{data_root()} ({', '.join(missing)}); put it there or set FEDLIB_DATA (see data/README.md)"
+        )
     flush(final=True)
     return 0
 

@@ -379,6 +379,20 @@ def test_cli_where_matching_nothing_is_an_error_listing_the_values():
     assert "where={'seed': 7} matches none of the" in out.stderr and "seed in {0" in out.stderr
 
 
+@pytest.mark.parametrize("dry", [True, False])
+def test_cli_with_every_configs_data_absent_is_a_one_line_error(dry, tmp_path):
+    """It printed '0 configs' and then a KeyError traceback from the empty table."""
+    out = _cli(
+        "adafl_table1", "--profile", "smoke", *(["--dry-run"] if dry else []), env={"FEDLIB_DATA": str(tmp_path)}
+    )
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "data absent, skipped: mnist" in out.stdout
+    assert out.stderr.strip() == (
+        f"python -m fedlib.experiments: error: nothing to train or show: every config needs data absent under "
+        f"{tmp_path} (mnist); put it there or set FEDLIB_DATA (see data/README.md)"
+    )
+
+
 def test_cli_jobs_is_a_count_or_auto():
     """``--jobs auto``: one process per core (``runner.default_jobs``); anything else but a count is refused."""
     for bad in ("0", "two", "-1"):
