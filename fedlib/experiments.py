@@ -185,7 +185,7 @@ def experiment(
     with its solo run's numbers (``fedlib.batching``; 1: one at a time)."""
     profile = resolve_profile(profile)
     runner.ray_backend(backend, address, jobs)  # bad values fail here, before any training
-    store = store if isinstance(store, Store) else Store(store)
+    store = Store.of(store)
     available = available if available is not None else profiles.Available.scan()
     inputs, after = dict(inputs or {}), None
     if name in profiles.STEPS:
@@ -231,7 +231,7 @@ def status(profile: str | None = None, where: dict | None = None, store: Store |
     """One row per experiment at ``profile``: configs, stored, damaged (left out, retrained by the next run), to run,
     how far the interrupted runs got (they continue from there), the stored runs' wall hours (a run trained as one
     model with others counts its share: ``resources.run_seconds``), absent data."""
-    store, rows = store if isinstance(store, Store) else Store(store), []
+    store, rows = Store.of(store), []
     for name in sorted(profiles.EXPERIMENTS):
         ex = experiment(name, profile, where=where, stored_only=True, progress=False, store=store)
         cfgs, done = ex.configs, ex.runs

@@ -130,12 +130,13 @@ def run(
     """The stored result of ``cfg``, training and storing it first if needed (``force`` retrains from scratch).
     Training snapshots itself every few minutes (``Store.checkpoint``): an interrupted run continues from there."""
     cfg.validate()
-    store = store or Store()
+    store = Store.of(store)
     if not force:
         hit = store.load(cfg)
         if hit is not None:
             store.checkpoint(cfg).clear()  # a snapshot left by a stop between storing and cleaning up
             return hit
+    store.ready()
     checkpoint = store.checkpoint(cfg)
     if force:
         checkpoint.clear()
@@ -316,8 +317,12 @@ def expand(base: RunConfig, grid: dict | list[dict]) -> list[RunConfig]:
     Only lists are axes: tuple-valued fields (``hidden``, ``fraction_schedule``, ``domains``) are single values."""
     grids = [grid] if isinstance(grid, dict) else list(grid)
     out, seen = [], set()
-    for g in grids:
+    for i, g in enumerate(grids):
         keys = list(g)
+        for k in keys:  # an axis computed empty by mistake returned an empty table, silently
+            if isinstance(g[k], list) and not g[k]:
+                where = f"grid[{k!r}]" if isinstance(grid, dict) else f"grid[{i}][{k!r}]"
+                raise ValueError(f"{where} is an empty list: a grid axis needs at least one value")
         # a list is a grid axis; a tuple is one value (hidden sizes, a fraction schedule, a set of domains)
         for values in itertools.product(*(g[k] if isinstance(g[k], list) else [g[k]] for k in keys)):
             cfg = base.replace(**dict(zip(keys, values))).validate()
@@ -466,11 +471,13 @@ def run_configs(
         raise ValueError(f"jobs={jobs!r} must be an integer >= 1, or None (one process per core: default_jobs)")
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise ValueError(f"batch={batch!r} must be an integer >= 1 (runs trained together at most; 1: one at a time)")
-    cluster = ray_backend(backend, address, jobs)
-    store = store or Store()
+    store = Store.of(store)
     todo = [c for c in cfgs if not store.has(c)]
-    for c in todo:  # every run that will train fits, before any trains
+    for c in todo:  # every run that will train fits, and can be stored, before any trains
         resources.check(c)
+    if todo:
+        store.ready()
+    cluster = ray_backend(backend, address, jobs)
     # runs that were stopped part-way first: they continue from their snapshot (see ``Store.checkpoint``)
     stopped = [c for c in todo if store.checkpoint(c).info() is not None]
     todo = stopped + [c for c in todo if c not in stopped]
@@ -694,7 +701,7 @@ def _run_parallel(
 
 def results_frame(cfgs: list[RunConfig], store: Store | None = None) -> pd.DataFrame:
     """Per-round metrics of stored runs in one tidy frame, with the configs' changed fields as columns."""
-    store = store or Store()
+    store = Store.of(store)
     frames = []
     for cfg, res in store.stored(cfgs):
         frames.append(

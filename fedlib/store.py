@@ -181,6 +181,32 @@ class Store:
         self.root = Path(root) if root is not None else default_root()
         self._checked: dict[Path, tuple] = {}  # folder -> (file stamps, problem or None)
 
+    @staticmethod
+    def of(store: "Store | str | os.PathLike | None") -> "Store":
+        """``store`` as a ``Store``: itself, the store at that folder (a str or path), or the default one (None:
+        ``FEDLIB_RESULTS`` or results/). What every entry point's ``store`` argument takes (a folder passed to
+        ``fedlib.run`` once failed with "'str' object has no attribute 'load'")."""
+        if isinstance(store, Store):
+            return store
+        if store is None or isinstance(store, (str, os.PathLike)):
+            return Store(store)
+        raise TypeError(f"store={store!r} must be a Store, a folder (str or path) or None (FEDLIB_RESULTS or results/)")
+
+    def ready(self) -> "Store":
+        """The store, its folder made if needed; a ``ValueError`` naming it if it cannot hold results (a file there,
+        no permission). Asked before training, so that no run trains to find it cannot be stored (a file given as
+        the store failed with FileExistsError after training)."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe = tempfile.NamedTemporaryFile(dir=self.root, prefix=".write-test-")
+            probe.close()
+        except OSError as e:
+            what = "is not a folder" if self.root.exists() and not self.root.is_dir() else f"cannot be written ({e})"
+            raise ValueError(
+                f"the results store {self.root} {what}: pass another store or set FEDLIB_RESULTS"
+            ) from None
+        return self
+
     def path(self, cfg: RunConfig) -> Path:
         return self.root / cfg.key()
 

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -86,6 +87,36 @@ def test_runs_that_cannot_fit_are_refused_before_any_data_loads(change, message,
     with pytest.raises(ValueError, match=message):  # a grid refuses before training any of its runs
         runner.run_configs([TINY, cfg], Store(tmp_path), progress=False)
     assert not Store(tmp_path).has(TINY)
+
+
+def test_a_store_is_a_store_or_its_folder_and_one_that_cannot_hold_results_is_refused_before_training(
+    tmp_path, monkeypatch
+):
+    """``fedlib.run(cfg, "folder")`` failed with "'str' object has no attribute 'load'"; a file given as the store
+    failed with FileExistsError after the run had trained."""
+    res = run(TINY, str(tmp_path / "s"), progress=False)  # a folder, made
+    assert Store(tmp_path / "s").has(TINY) and res.metrics.shape[0] == TINY.rounds
+    with pytest.raises(TypeError, match=r"store=42 must be a Store, a folder \(str or path\) or None"):
+        run(TINY, 42, progress=False)
+    monkeypatch.setattr(runner, "load_federated", lambda *a, **k: pytest.fail("data loaded"))
+    afile = tmp_path / "results.txt"
+    afile.write_text("not a store")
+    for call in (lambda: run(TINY, afile, progress=False), lambda: runner.run_grid(TINY, {"seed": [0]}, afile)):
+        with pytest.raises(ValueError, match=f"the results store {afile} is not a folder: pass another store"):
+            call()
+    # no permission (the tests run as root here, which chmod does not stop: the probe file fails instead)
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", lambda **k: (_ for _ in ()).throw(PermissionError(13, "no")))
+    with pytest.raises(ValueError, match=r"the results store .*/t cannot be written \(\[Errno 13\] no\)"):
+        run(TINY, tmp_path / "t", progress=False)
+    assert run(TINY, tmp_path / "s", progress=False) is not None  # a stored run is read, nothing written
+
+
+def test_a_grid_axis_must_have_values():
+    """``run_grid(base, {"lr": []})`` returned an empty table: an axis computed empty by mistake passed silently."""
+    with pytest.raises(ValueError, match=r"grid\['lr'\] is an empty list: a grid axis needs at least one value"):
+        runner.expand(TINY, {"lr": [], "seed": [0, 1]})
+    with pytest.raises(ValueError, match=r"grid\[1\]\['seed'\] is an empty list"):
+        runner.expand(TINY, [{"seed": [0]}, {"seed": []}])
 
 
 def test_every_stored_config_fits_this_machine():
