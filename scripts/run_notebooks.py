@@ -18,7 +18,8 @@ over the environment's ``FEDLIB_PROFILE`` (with a warning naming both).
 Executed copies go to ``build/notebooks/`` (a copy appears there only once its notebook has finished, failed or not);
 the notebooks write figures to ``figures/``. ``-p NAME=V1,V2`` passes papermill parameters; comma lists expand to a
 grid (one executed copy per combination), and the figures of such a run carry the parameters in their names
-(``FEDLIB_FIGURE_TAG``), so they never overwrite the default run's. A notebook lists in its metadata the data sets
+(``FEDLIB_FIGURE_TAG``), so they never overwrite the default run's; a name that no notebook run takes, or an
+``--only`` that matches no notebook, is an error. A notebook lists in its metadata the data sets
 it needs (``metadata.fedlib.requires``: when one is absent it is skipped) and the experiments it draws
 (``metadata.fedlib.experiments``: what the plan counts; a data set absent from them makes the notebook "partial"),
 and the data sets it draws when present (``metadata.fedlib.optional``: all absent and nothing to draw makes it
@@ -61,6 +62,24 @@ def _grid(params: list[str]) -> list[dict]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*values)] or [{}]
 
 
+# the job's own parameters: every notebook takes them, or needs none (JOBS and BACKEND where nothing trains); they do
+# not change what a notebook draws, so they stay out of its figures' names
+JOB_PARAMS = ("PROFILE", "STORED_ONLY", "BACKEND", "JOBS")
+
+
+def _check_parameters(names: set, notebooks: list[Path], pm) -> None:
+    """Every ``-p`` name but ``JOB_PARAMS`` must be a parameter of at least one of ``notebooks`` (its ``parameters``
+    cell; papermill injects any name, so a misspelt one, ``-p SEED=1`` for ``SEEDS``, ran the defaults silently)."""
+    known = {p.name: set(pm.inspect_notebook(str(p))) for p in notebooks}
+    stray = sorted(n for n in names if n not in JOB_PARAMS and not any(n in ps for ps in known.values()))
+    if stray:
+        have = sorted(set().union(*known.values())) if known else []
+        raise SystemExit(
+            f"-p {', '.join(stray)}: not a parameter of {'any of these notebooks' if len(known) > 1 else 'this notebook'}"
+            f" (they take {', '.join(have)})"
+        )
+
+
 def tag(params: dict) -> str:
     """The name suffix of a parametrised run: ``DATA_SEED-1_X-a`` (empty for the default run). Values become safe file
     name parts (a "/" in a value made the executed copy's path point into a folder that does not exist); parameters
@@ -69,9 +88,7 @@ def tag(params: dict) -> str:
     def safe(v) -> str:
         return re.sub(r"[^A-Za-z0-9.=+-]+", "_", str(v)).strip("_") or "_"
 
-    return "_".join(
-        f"{safe(k)}-{safe(v)}" for k, v in params.items() if k not in ("PROFILE", "STORED_ONLY", "BACKEND", "JOBS")
-    )
+    return "_".join(f"{safe(k)}-{safe(v)}" for k, v in params.items() if k not in JOB_PARAMS)
 
 
 def choose_profile(explicit: str | None, env: str | None) -> tuple[str, str | None]:
@@ -259,6 +276,7 @@ def main(argv=None) -> int:
     from fedlib.runner import default_jobs, jobs_arg, known_times, span_seconds
     from fedlib.store import Store
 
+    asked = {k for p in _grid(args.param) for k in p}  # the user's -p names (before --jobs adds JOBS)
     if args.jobs is not None:
         try:
             args.param.append(f"JOBS={jobs_arg(args.jobs)}")
@@ -293,7 +311,15 @@ def main(argv=None) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         only = [s for s in args.only.split(",") if s]
-        notebooks = sorted(p for p in Path(args.dir).glob("[0-9]*.ipynb") if not only or p.name.startswith(tuple(only)))
+        every = sorted(Path(args.dir).glob("[0-9]*.ipynb"))
+        notebooks = [p for p in every if not only or p.name.startswith(tuple(only))]
+        unmatched = [s for s in only if not any(p.name.startswith(s) for p in every)]
+        if unmatched:  # it ran nothing and exited 0
+            raise SystemExit(
+                f"--only {','.join(unmatched)} matches no notebook in {args.dir} "
+                f"(they start {', '.join(sorted({p.name[:2] for p in every}))})"
+            )
+        _check_parameters(asked, notebooks, pm)
         print(
             f"profile={profile}{' (stored only: nothing trains)' if args.stored_only else ''}, "
             f"data root={readers.data_root()}, store={store.root}, {len(notebooks)} notebook(s) -> {out}"

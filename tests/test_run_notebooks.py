@@ -272,3 +272,20 @@ def test_nbval_skips_a_notebook_whose_outputs_need_absent_data(tmp_path, monkeyp
     item = Item()
     conftest.pytest_collection_modifyitems(None, [item])
     assert item.markers and "mnist" in item.markers[0].kwargs["reason"]
+
+
+def test_only_and_parameters_that_match_nothing_are_errors(tmp_path, capsys):
+    """``--only 99`` ran nothing and exited 0; ``-p NOPE=1`` (papermill injects any name) ran the defaults, silently."""
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    for name in ("01_a.ipynb", "02_b.ipynb"):
+        _notebook(nbs / name, "pass")
+    run = lambda *a: runner.main(["--dir", str(nbs), "--out", str(tmp_path / "out"), "--profile", "smoke", *a])
+    with pytest.raises(SystemExit, match=rf"--only 99,7 matches no notebook in {nbs} \(they start 01, 02\)"):
+        run("--only", "01,99,7", "--plan")
+    with pytest.raises(SystemExit, match=r"-p NOPE, Y: not a parameter of any of these notebooks \(they take "
+                       r"PROFILE, STORED_ONLY, X\)"):  # fmt: skip
+        run("-p", "X=2", "-p", "NOPE=1", "-p", "Y=3", "--plan")
+    with pytest.raises(SystemExit, match=r"-p NOPE: not a parameter of this notebook"):
+        run("--only", "02", "-p", "NOPE=1", "--plan")
+    assert run("-p", "X=2", "--jobs", "2", "--plan") == 0  # JOBS, which --jobs adds, is not the user's to name
