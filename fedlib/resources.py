@@ -9,8 +9,8 @@ one the server sent, plus the global model and a method's own state), what local
 trainers' parameters, gradients, optimiser state and start points, and their activations for a batch), and the data
 set's tensors, and what the run records as it goes (``records``: per round, who uploaded; per evaluated round, every
 client's accuracy and loss; AdaFL's scores; the attention trace, capped at ``ATTENTION_TRACE_BYTES``). It is meant
-to catch orders of magnitude, not to predict to the megabyte: it errs high by design
-(factors below), and only the runs about to train are checked (a stored result is read on any machine).
+to catch orders of magnitude, not to predict to the megabyte: it errs high by design (factors below), and only the
+runs about to train are checked (a stored result is read on any machine).
 """
 
 from __future__ import annotations

@@ -733,9 +733,10 @@ class AttentionTrace(Callback):
     sampled (NaN if they never were together). FedMCSA's per-layer attention over N = 100 clients and 800 rounds
     would otherwise be 800 x layers x 100 x 100 numbers.
 
-    Still N x N a window and layer: above ``resources.ATTENTION_TRACE_BYTES`` (about 1,000 clients for a
-    two-layer model) the run keeps no trace, warns, and says why in its meta (``skipped``, stored as
-    ``meta["attention_trace"]``); FedMCSA with 5,000 clients would have held 2 GB a layer and stored 1 GB."""
+    Still N x N a window and layer: above ``resources.ATTENTION_TRACE_BYTES`` (256 MB: about 1,050 clients of an MLR,
+    whose weight and bias are two layers here, 820 of a one-hidden-layer DNN) the run keeps no trace, warns, and says
+    why in its meta (``skipped``, stored as ``meta["attention_trace"]``); FedMCSA with 5,000 clients would have held
+    2 GB a layer and stored 1 GB."""
 
     def __init__(self, n_clients: int, rounds: int, windows: int = 10):
         self.n, self.rounds, self.windows = n_clients, rounds, max(1, min(windows, rounds))

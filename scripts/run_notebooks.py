@@ -75,8 +75,9 @@ def _check_parameters(names: set, notebooks: list[Path], pm) -> None:
     if stray:
         have = sorted(set().union(*known.values())) if known else []
         raise SystemExit(
-            f"-p {', '.join(stray)}: not a parameter of {'any of these notebooks' if len(known) > 1 else 'this notebook'}"
-            f" (they take {', '.join(have)})"
+            f"-p {', '.join(stray)}: not a parameter of "
+            + ("any of these notebooks (they take " if len(known) > 1 else "this notebook (it takes ")
+            + f"{', '.join(have)})"
         )
 
 
