@@ -599,6 +599,12 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=None, help="--e2e: rounds of every run (default: E2E_ROUNDS)")
     ap.add_argument("--tiny", action="store_true", help="--e2e: a few small clients per workload (tests)")
     args = ap.parse_args(argv)
+    for name in ("repeats", "threads"):  # --repeats 0 ended in a StatisticsError traceback; --threads 0 ran
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            ap.error(f"--{name}={value}: at least 1")
+    if args.device == "cuda" and not torch.cuda.is_available():  # it was torch's "Found no NVIDIA driver" traceback
+        ap.error("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
     if args.threads:
         torch.set_num_threads(args.threads)
     reuse = keep_freed_memory()  # as in training runs; applies to both executors alike

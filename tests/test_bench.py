@@ -43,6 +43,25 @@ def test_bench_rejects_unknown_case(capsys):
     assert "allowed: a, b, c, f" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--repeats", "0"], "--repeats=0: at least 1"),  # a StatisticsError traceback
+        (["--threads", "0"], "--threads=0: at least 1"),  # ran with torch's default
+        (["--e2e", "--repeats", "-1"], "--repeats=-1: at least 1"),
+        pytest.param(
+            ["--device", "cuda"],
+            "--device cuda: no CUDA device here",  # torch's "Found no NVIDIA driver" traceback
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here"),
+        ),
+    ],
+)
+def test_bench_refuses_bad_numbers_and_an_absent_device_in_one_line(argv, says, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2 and says in capsys.readouterr().err
+
+
 def test_fedmix_case_times_the_three_paths():
     from fedlib.bench import bench_fedmix
 
