@@ -106,19 +106,19 @@ def train(
         stop=together.stop if together is not None else None,
         on_round=together.tick if together is not None else _ROUNDS.tick if _ROUNDS is not None else None,
     )
-    resumed, diverged = result.meta.get("resumed", []), dict(result.meta)  # simulate's meta
+    resumed, simulated = result.meta.get("resumed", []), dict(result.meta)  # simulate's meta
     before = resumed[-1]["elapsed"] if resumed else 0.0  # wall time of the interrupted part(s)
     result.meta = _meta(cfg, device, time.perf_counter() - t0 + before, executor.name)
     if resumed:
         result.meta["resumed"] = resumed
     if together is not None:  # trained as one model with others (wall_seconds: the batch's, shared)
         result.meta["batched"] = together.runs
-    if "attention_trace" in diverged:  # why the run keeps no attention trace (simulation.AttentionTrace)
-        result.meta["attention_trace"] = diverged["attention_trace"]
-    if "diverged_at" in diverged:
-        result.meta["diverged_at"] = diverged["diverged_at"]
+    if "attention_trace" in simulated:  # why the run keeps no attention trace (simulation.AttentionTrace)
+        result.meta["attention_trace"] = simulated["attention_trace"]
+    if "diverged_at" in simulated:
+        result.meta["diverged_at"] = simulated["diverged_at"]
         warnings.warn(
-            f"{cfg.label()}: diverged at round {diverged['diverged_at']} (a NaN or inf model); the run stopped there"
+            f"{cfg.label()}: diverged at round {simulated['diverged_at']} (a NaN or inf model); the run stopped there"
         )
     result.config = cfg
     return result

@@ -277,7 +277,6 @@ def main(argv=None) -> int:
     from fedlib.runner import default_jobs, jobs_arg, known_times, span_seconds
     from fedlib.store import Store
 
-    asked = {k for p in _grid(args.param) for k in p}  # the user's -p names (before --jobs adds JOBS)
     if args.jobs is not None:
         try:
             args.param.append(f"JOBS={jobs_arg(args.jobs)}")
@@ -320,7 +319,7 @@ def main(argv=None) -> int:
                 f"--only {','.join(unmatched)} matches no notebook in {args.dir} "
                 f"(they start {', '.join(sorted({p.name[:2] for p in every}))})"
             )
-        _check_parameters(asked, notebooks, pm)
+        _check_parameters({k for p in grid for k in p}, notebooks, pm)  # JOBS, which --jobs adds, is a job's own
         print(
             f"profile={profile}{' (stored only: nothing trains)' if args.stored_only else ''}, "
             f"data root={readers.data_root()}, store={store.root}, {len(notebooks)} notebook(s) -> {out}"
