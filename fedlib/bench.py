@@ -63,6 +63,7 @@ from .data.federated import FederatedData, sample_steps
 from .data.synthetic import synthetic
 from .executors import LocalSGD, LoopExecutor, StackedExecutor
 from .malloc import keep_freed_memory
+from .malloc import mode as malloc_mode
 from .models import build_model, linear_chain
 
 
@@ -607,6 +608,10 @@ def main(argv=None):
         ap.error("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
     if args.threads:
         torch.set_num_threads(args.threads)
+    try:
+        malloc_mode()  # a bad FEDLIB_MALLOC (``keep_freed_memory`` reads it once a process)
+    except ValueError as e:
+        ap.error(str(e))
     reuse = keep_freed_memory()  # as in training runs; applies to both executors alike
     allowed = tuple(E2E_ROUNDS) if args.e2e else CASES
     cases = [c.strip() for c in (args.only or ",".join(allowed)).split(",") if c.strip()]

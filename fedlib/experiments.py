@@ -35,6 +35,8 @@ import pandas as pd
 
 from . import profiles, resources, runner
 from .config import PROFILES, RunConfig, flat_field_names, flat_name, resolve_profile
+from .data.readers import DatasetChecksumError, DatasetFormatError, DatasetNotFoundError
+from .malloc import mode as malloc_mode
 from .runner import BATCH, expand, results_frame, run_configs
 from .store import Store
 
@@ -305,6 +307,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         args.jobs = runner.jobs_arg(args.jobs)
+        malloc_mode()  # a bad FEDLIB_MALLOC: here, not as a traceback from every worker
     except ValueError as e:
         ap.error(str(e))
     if args.batch < 1:
@@ -348,6 +351,9 @@ def main(argv=None) -> int:
     return _main(ap, args, where, backend)
 
 
+DATA_ERRORS = (DatasetNotFoundError, DatasetChecksumError, DatasetFormatError)
+
+
 def _main(ap, args, where, backend) -> int:
     def planned(name, **kw) -> Experiment:
         """The experiment's configs, nothing trained; bad input (a --where that matches nothing) is a usage error."""
@@ -379,10 +385,17 @@ def _main(ap, args, where, backend) -> int:
             for c in queue:
                 print(("stored  " if store.has(c) else "to run  ") + c.label())
         else:
+            if any(not store.has(c) for c in queue):
+                try:
+                    store.ready()  # a store that is a file or read-only: one line, before anything loads
+                except ValueError as e:
+                    raise SystemExit(f"python -m fedlib.experiments: error: {e}") from None
             cols = ("dataset", "model", "algorithm", "sigma", "seed")
             try:
                 table = _table(queue, store, cols, jobs=args.jobs, backend=backend, batch=args.batch)
-            except (ConnectionError, ImportError) as e:  # a wrong --address / RAY_ADDRESS, Ray not installed
+            except (ConnectionError, ImportError, *DATA_ERRORS) as e:
+                # a wrong --address / RAY_ADDRESS, Ray not installed; a data file absent, damaged or malformed (the
+                # message names it; the runs finished before it are stored)
                 raise SystemExit(f"python -m fedlib.experiments: error: {e}") from None
             print(table.drop(columns=["key"]).to_string())
         queue.clear()

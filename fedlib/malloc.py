@@ -27,16 +27,23 @@ ENV = "FEDLIB_MALLOC"
 _applied: bool | None = None
 
 
+def mode() -> str:
+    """``FEDLIB_MALLOC``: "reuse" (the default) or "default"; anything else a ``ValueError`` naming the variable.
+    ``runner.run`` and ``run_configs`` ask before anything trains (the workers of a grid would each fail on it)."""
+    value = os.environ.get(ENV, "reuse")
+    if value not in ("reuse", "default"):
+        raise ValueError(f"{ENV}={value!r} is not one of: reuse, default (unset it for the default, reuse)")
+    return value
+
+
 def keep_freed_memory() -> bool:
     """Switch glibc's mmap path off and keep the heap's top (idempotent). True if glibc accepted the settings."""
     global _applied
     if _applied is not None:
         return _applied
-    mode = os.environ.get(ENV, "reuse")
-    if mode not in ("reuse", "default"):
-        raise ValueError(f"{ENV}={mode!r} is not one of: reuse, default")
+    setting = mode()
     _applied = False
-    if mode == "default" or not sys.platform.startswith("linux"):
+    if setting == "default" or not sys.platform.startswith("linux"):
         return _applied
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt

@@ -30,6 +30,7 @@ from .config import RunConfig
 from .data import load_federated
 from .executors import make_executor
 from .malloc import keep_freed_memory
+from .malloc import mode as malloc_mode
 from .models import MODELS, build_model
 from .simulation import Checkpoint, RunResult, git_commit, simulate
 from .store import Store, committed_root
@@ -131,6 +132,7 @@ def run(
     Training snapshots itself every few minutes (``Store.checkpoint``): an interrupted run continues from there."""
     cfg.validate()
     store = Store.of(store)
+    malloc_mode()  # a bad FEDLIB_MALLOC is an error here, not when training starts
     if not force:
         hit = store.load(cfg)
         if hit is not None:
@@ -472,6 +474,7 @@ def run_configs(
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise ValueError(f"batch={batch!r} must be an integer >= 1 (runs trained together at most; 1: one at a time)")
     store = Store.of(store)
+    malloc_mode()  # else each worker process would fail on a bad FEDLIB_MALLOC
     todo = [c for c in cfgs if not store.has(c)]
     for c in todo:  # every run that will train fits, and can be stored, before any trains
         resources.check(c)

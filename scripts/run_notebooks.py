@@ -272,11 +272,15 @@ def main(argv=None) -> int:
 
     import papermill as pm
 
-    from fedlib import resources
+    from fedlib import malloc, resources
     from fedlib.data import readers
     from fedlib.runner import default_jobs, jobs_arg, known_times, span_seconds
     from fedlib.store import Store
 
+    try:
+        malloc.mode()  # a bad FEDLIB_MALLOC: one line here, not a traceback in every notebook that trains
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     if args.jobs is not None:
         try:
             args.param.append(f"JOBS={jobs_arg(args.jobs)}")

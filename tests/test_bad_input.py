@@ -111,6 +111,25 @@ def test_a_store_is_a_store_or_its_folder_and_one_that_cannot_hold_results_is_re
     assert run(TINY, tmp_path / "s", progress=False) is not None  # a stored run is read, nothing written
 
 
+def test_a_bad_malloc_setting_is_refused_before_anything_trains(tmp_path, monkeypatch):
+    """``FEDLIB_MALLOC=bogus`` was read by ``keep_freed_memory`` once a process, when the first run trained: a grid's
+    workers each failed with a traceback, and a process that had trained before never looked again."""
+    monkeypatch.setenv("FEDLIB_MALLOC", "bogus")
+    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("trained"))
+    message = r"FEDLIB_MALLOC='bogus' is not one of: reuse, default \(unset it for the default, reuse\)"
+    for call in (
+        lambda: run(TINY, tmp_path, progress=False),
+        lambda: runner.run_configs([TINY, TINY.replace(seed=1)], Store(tmp_path), progress=False, jobs=2),
+    ):
+        with pytest.raises(ValueError, match=message):
+            call()
+    out = _cli("fedmcsa_sigma", "--profile", "smoke", "--dry-run", env={"FEDLIB_MALLOC": "bogus"})
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.splitlines()[-1] == (
+        "experiments.py: error: FEDLIB_MALLOC='bogus' is not one of: reuse, default (unset it for the default, reuse)"
+    )
+
+
 def test_a_grid_axis_must_have_values():
     """``run_grid(base, {"lr": []})`` returned an empty table: an axis computed empty by mistake passed silently."""
     with pytest.raises(ValueError, match=r"grid\['lr'\] is an empty list: a grid axis needs at least one value"):
@@ -422,6 +441,39 @@ def test_cli_with_every_configs_data_absent_is_a_one_line_error(dry, tmp_path):
         f"python -m fedlib.experiments: error: nothing to train or show: every config needs data absent under "
         f"{tmp_path} (mnist); put it there or set FEDLIB_DATA (see data/README.md)"
     )
+
+
+def test_cli_with_a_store_that_cannot_hold_results_is_a_one_line_error(tmp_path):
+    """It was ``Store.ready``'s ValueError as a traceback."""
+    afile = tmp_path / "results.txt"
+    afile.write_text("not a store")
+    out = _cli("fedmcsa_sigma", "--profile", "smoke", env={"FEDLIB_RESULTS": str(afile)})
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == (
+        f"python -m fedlib.experiments: error: the results store {afile} is not a folder: pass another store or set "
+        "FEDLIB_RESULTS"
+    )
+    assert _cli("fedmcsa_sigma", "--profile", "smoke", "--dry-run", env={"FEDLIB_RESULTS": str(afile)}).returncode == 0
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_cli_with_a_damaged_data_file_is_a_one_line_error(jobs, tmp_path):
+    """It was the reader's DatasetChecksumError as a traceback (through the process pool too)."""
+    raw = tmp_path / "data" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in (
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+    ):
+        (raw / f"{name}.gz").write_bytes(b"not MNIST")
+    env = {"FEDLIB_DATA": str(tmp_path / "data"), "FEDLIB_RESULTS": str(tmp_path / "res")}
+    out = _cli("adafl_table1", "--profile", "smoke", "--jobs", jobs, env=env)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"python -m fedlib.experiments: error: {raw / 'train-images-idx3-ubyte.gz'} has md5 ")
+    assert "the file is corrupt or not the original" in last
 
 
 def test_cli_jobs_is_a_count_or_auto():

@@ -62,6 +62,14 @@ def test_bench_refuses_bad_numbers_and_an_absent_device_in_one_line(argv, says, 
     assert stop.value.code == 2 and says in capsys.readouterr().err
 
 
+def test_bench_refuses_a_bad_malloc_setting_in_one_line(monkeypatch, capsys):
+    """``keep_freed_memory`` reads ``FEDLIB_MALLOC`` once a process: a second call ignored a bad value."""
+    monkeypatch.setenv("FEDLIB_MALLOC", "bogus")
+    with pytest.raises(SystemExit) as stop:
+        main(["--only", "a"])
+    assert stop.value.code == 2 and "FEDLIB_MALLOC='bogus' is not one of: reuse, default" in capsys.readouterr().err
+
+
 def test_fedmix_case_times_the_three_paths():
     from fedlib.bench import bench_fedmix
 

@@ -2,6 +2,7 @@
 sampled clients' data-size shares while the proximal anchor stays on; ``mcsa_code`` keeps flipping both."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from test_attention import _simulate, assert_is_fedavg  # the same few-client runs
@@ -258,3 +259,25 @@ def test_readings_smoke_table_and_switches():
     bottom = fig.axes[0].get_ylim()[0]
     assert bottom > 0 and any(f"y-axis starts at {bottom:.0f}%" in t.get_text() for t in fig.texts)
     plt.close(fig)
+
+
+def test_plus_mcsa_with_a_reading_not_stored_leaves_its_cells_empty():
+    """Drawn while the grid still ran (``STORED_ONLY``), a method with one of its two readings stored failed with a
+    KeyError, and no reading at all with "None of ['model', 'method'] are in the columns"."""
+    row = {"model": "mlr", "weighted": 90.0, "weighted_std": 0.5, "unweighted": 89.0, "seeds": 3, "paper Table 1": None}
+    readings = pd.DataFrame(
+        [
+            {**row, "reading": "Local", "weighted": 94.0, "paper Table 2": None},
+            {**row, "reading": "FedAvg^+MCSA, paper's equations", "paper Table 2": 94.32},
+            {**row, "reading": "pFedMe^+MCSA, authors' code (reweighting)", "weighted": 92.5, "paper Table 2": 93.0},
+        ]
+    )
+    out = fedmcsa.plus_mcsa(readings)
+    assert out.index.tolist() == [("mlr", "FedAvg^+MCSA"), ("mlr", "pFedMe^+MCSA")]
+    assert out["paper's equations"].tolist() == ["90.00 ± 0.50", ""]
+    assert out["authors' code (reweighting)"].tolist() == ["", "92.50 ± 0.50"]
+    assert out["reweighting's change"].isna().all() and out["paper Table 2"].tolist() == [94.32, 93.0]
+    both = pd.concat([readings, readings.iloc[[1]].assign(reading="FedAvg^+MCSA, authors' code (reweighting)")])
+    assert fedmcsa.plus_mcsa(both.assign(weighted=[94.0, 90.0, 92.5, 91.25]))["reweighting's change"].iloc[0] == 1.25
+    empty = fedmcsa.plus_mcsa(readings[readings.reading == "Local"])
+    assert empty.empty and empty.index.names == ["model", "method"]

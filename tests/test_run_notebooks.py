@@ -289,3 +289,14 @@ def test_only_and_parameters_that_match_nothing_are_errors(tmp_path, capsys):
     with pytest.raises(SystemExit, match=r"-p NOPE: not a parameter of this notebook"):
         run("--only", "02", "-p", "NOPE=1", "--plan")
     assert run("-p", "X=2", "--jobs", "2", "--plan") == 0  # JOBS, which --jobs adds, is not the user's to name
+
+
+def test_a_bad_malloc_setting_stops_the_job_before_any_notebook(tmp_path, monkeypatch):
+    """Each notebook that trained failed on it with a traceback in its executed copy."""
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    _notebook(nbs / "01_a.ipynb", "pass")
+    monkeypatch.setenv("FEDLIB_MALLOC", "bogus")
+    with pytest.raises(SystemExit, match=r"^FEDLIB_MALLOC='bogus' is not one of: reuse, default"):
+        runner.main(["--dir", str(nbs), "--out", str(tmp_path / "out"), "--profile", "smoke"])
+    assert not (tmp_path / "out").exists()

@@ -692,6 +692,10 @@ def switches(readings: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out).set_index(["model", "proximal anchor"])
 
 
+PLUS_MCSA_READINGS = ("paper's equations", "authors' code (reweighting)")
+PLUS_MCSA_COLUMNS = ["model", "method", *PLUS_MCSA_READINGS, "reweighting's change", "Local", "paper Table 2"]
+
+
 def plus_mcsa(readings: pd.DataFrame) -> pd.DataFrame:
     """Table 2's FedAvg^+MCSA and pFedMe^+MCSA rows under both readings, from ``readings_table``: per model and method,
     the paper's equations and the authors' code (the data-size reweighting alone: these clients have no anchor of
@@ -704,19 +708,21 @@ def plus_mcsa(readings: pd.DataFrame) -> pd.DataFrame:
             r = readings[(readings.model == m) & readings.reading.str.startswith(f"{name},")].set_index("reading")
             if not len(r):
                 continue
-            paper, code = r.loc[f"{name}, paper's equations"], r.loc[f"{name}, authors' code (reweighting)"]
+            # a reading not stored yet (a grid still running, drawn with STORED_ONLY) leaves its cells empty
+            paper, code = (r.loc[k] if (k := f"{name}, {x}") in r.index else None for x in PLUS_MCSA_READINGS)
             out.append(
                 {
                     "model": m,
                     "method": name,
-                    "paper's equations": _mean_std(paper),
-                    "authors' code (reweighting)": _mean_std(code),
-                    "reweighting's change": round(code.weighted - paper.weighted, 2),
+                    "paper's equations": "" if paper is None else _mean_std(paper),
+                    "authors' code (reweighting)": "" if code is None else _mean_std(code),
+                    "reweighting's change": None if paper is None or code is None
+                    else round(code.weighted - paper.weighted, 2),
                     "Local": _mean_std(local.loc[m]) if m in local.index else "",
-                    "paper Table 2": paper["paper Table 2"],
+                    "paper Table 2": (code if paper is None else paper)["paper Table 2"],
                 }
-            )
-    return pd.DataFrame(out).set_index(["model", "method"])
+            )  # fmt: skip
+    return pd.DataFrame(out, columns=PLUS_MCSA_COLUMNS).set_index(["model", "method"])
 
 
 _SWITCHES_BOTTOM = 75  # the 2x2's accuracy axis starts here (%): every cell is above 80; the caption says so
