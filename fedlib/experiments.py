@@ -41,6 +41,10 @@ from .runner import BATCH, expand, results_frame, run_configs
 from .store import Store
 
 
+class NothingStoredError(LookupError):
+    """``Experiment.table`` / ``frame`` of an experiment read with ``stored_only`` and none of its runs stored."""
+
+
 @dataclass
 class Experiment:
     """A named experiment at one profile: what it runs and what came of it.
@@ -101,11 +105,23 @@ class Experiment:
 
     @functools.cached_property
     def table(self) -> pd.DataFrame:
+        self._check_stored()
         return _table(self.runs, self.store, self.columns, progress=False)
 
     @functools.cached_property
     def frame(self) -> pd.DataFrame:
+        self._check_stored()
         return results_frame(self.runs, self.store)
+
+    def _check_stored(self) -> None:
+        """Read with ``stored_only``, an experiment with configs and none of them stored has nothing to tabulate: an
+        error that says so (it was an empty table without columns, and a KeyError in the notebook's next cell)."""
+        if self.stored_only and self.configs and not self.runs:
+            raise NothingStoredError(
+                f"{self.name}, profile {self.profile}: none of its {len(self.configs)} runs is in the store "
+                f"{self.store.root} (stored only: nothing trains); train them with STORED_ONLY = False in the "
+                f"notebook, or python -m fedlib.experiments {self.name} --profile {self.profile}"
+            )
 
     def summary(self) -> str:
         sets = sorted({c.get("dataset") for c in self.configs})

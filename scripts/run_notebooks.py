@@ -110,6 +110,17 @@ def choose_profile(explicit: str | None, env: str | None) -> tuple[str, str | No
     return profile, "; ".join(str(w.message) for w in caught) or None
 
 
+def failure(e: Exception, executed: Path) -> str:
+    """One line for a notebook that failed: the cell and the error raised in it, and where the executed copy is (its
+    traceback). A ``PapermillExecutionError``'s own text starts with an empty line, so "FAILED:
+    PapermillExecutionError:" said nothing."""
+    ename, evalue = getattr(e, "ename", None), getattr(e, "evalue", None)
+    if ename is None:  # not an error raised in a cell (papermill's own, a kernel that died, ...)
+        return f"{type(e).__name__}: {next(iter(str(e).strip().splitlines()), '')}"
+    first = next(iter(str(evalue).strip().splitlines()), "")
+    return f"cell [{getattr(e, 'exec_count', '?')}] raised {ename}: {first} (traceback in {executed})"
+
+
 def fmt_seconds(s: float | None) -> str:
     if s is None:
         return "unknown"
@@ -172,6 +183,34 @@ def _present(dataset: str) -> bool:
     if dataset in readers.DATASETS:
         return readers.available(dataset)
     return bool(domains.available().get(dataset))
+
+
+def _job_params(grid: list[dict], args) -> list[dict]:
+    """The job's own ``-p`` values checked before any kernel starts (a bad one failed every notebook, each in a cell):
+    ``STORED_ONLY`` one of True / False, and then the job's ``--stored-only`` (the plan, the skips and the progress
+    follow it; it was passed to the notebooks only); ``BACKEND`` local or ray; ``JOBS`` None or a count."""
+    stored = {p["STORED_ONLY"] for p in grid if "STORED_ONLY" in p}
+    if stored:
+        if len(stored) > 1 or not all(isinstance(v, bool) for v in stored):
+            raise SystemExit(f"-p STORED_ONLY takes one value, True or False (got {', '.join(map(repr, stored))})")
+        (value,) = stored
+        if args.stored_only and not value:
+            raise SystemExit("--stored-only and -p STORED_ONLY=False disagree: give one")
+        args.stored_only = value
+        grid = [{k: v for k, v in p.items() if k != "STORED_ONLY"} for p in grid]
+    for p in grid:
+        backend, jobs = p.get("BACKEND", "local"), p.get("JOBS")
+        if backend not in ("local", "ray"):
+            raise SystemExit(f"-p BACKEND={backend}: local or ray")
+        if not (jobs is None or (isinstance(jobs, int) and not isinstance(jobs, bool) and jobs >= 1)):
+            raise SystemExit(f"-p JOBS={jobs}: None (one process per core) or an integer >= 1 (or --jobs N|auto)")
+    return grid
+
+
+def plan_exact(grid: list[dict]) -> bool:
+    """Whether the plan's configs are the ones the notebooks draw: no parameter but the job's own (``SEEDS``,
+    ``DATA_SEED`` and the like change the configs; the plan reads them from the experiments' profiles alone)."""
+    return len(grid) == 1 and set(grid[0]) <= set(JOB_PARAMS)
 
 
 def pretrainable(grid: list[dict]) -> bool:
@@ -296,6 +335,7 @@ def main(argv=None) -> int:
         if explicit and explicit != p_value:
             raise SystemExit(f"--profile={explicit!r} and -p PROFILE={p_value!r} disagree: give one")
         explicit = p_value
+    grid = _job_params(grid, args)
     profile, warning = choose_profile(explicit, os.environ.get("FEDLIB_PROFILE"))
     if warning:
         print(f"WARNING: {warning}")
@@ -337,7 +377,14 @@ def main(argv=None) -> int:
             if missing:
                 skipped[nb.name] = f"skipped: data absent ({', '.join(missing)}; see data/README.md)"
                 continue
-            plans[nb.name] = Plan(nb, profile, meta).scan(store)
+            plans[nb.name] = plan = Plan(nb, profile, meta).scan(store)
+            if args.stored_only and plan.configs and len(plan.todo) == len(plan.configs) and plan_exact(grid):
+                # nothing to draw: each table and figure would fail on an empty frame (``NothingStoredError``)
+                n, note = len(plan.configs), plan.status_note()
+                skipped[nb.name] = (
+                    f"skipped: nothing stored at profile {profile} ({n} run{'s' * (n > 1)}; without --stored-only "
+                    f"they train){'; ' + note if note else ''}"
+                )
         # runs shared by several notebooks (31, 33 and 35 draw one grid) count once
         drawn = {c.key(): c for p in plans.values() for c in p.configs}
         todo = [c for k, c in drawn.items() if not store.has(c)]
@@ -422,7 +469,7 @@ def main(argv=None) -> int:
                     partial.unlink(missing_ok=True)  # no half-executed notebook left in build/
                     raise
                 except Exception as e:  # report and go on: one failing notebook must not hide the others
-                    status[label] = f"FAILED: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                    status[label] = "FAILED: " + failure(e, target)
                 finally:
                     watch.stop.set()
                 if partial.exists():

@@ -36,7 +36,9 @@ def test_experiment_trains_then_reads_and_stored_only_trains_nothing(tmp_path):
     store = Store(tmp_path)
     dry = fedlib.experiment("quickstart", "smoke", stored_only=True, progress=False, store=store)
     assert dry.profile == "smoke" and len(dry.configs) == 2 and dry.runs == [] and dry.missing_runs == dry.configs
-    assert dry.table.empty and dry.frame.empty and not any(tmp_path.iterdir())  # nothing trained
+    with pytest.raises(experiments.NothingStoredError):  # nothing to tabulate (see the test below)
+        dry.table
+    assert not any(tmp_path.iterdir())  # nothing trained
     assert "2 configs, 0 with results (stored only" in str(dry) and "not in the store (2)" in str(dry)
     ex = fedlib.experiment("quickstart", "smoke", progress=False, store=store)
     assert ex.runs == ex.configs and not ex.missing_runs and ex.absent == []
@@ -58,6 +60,28 @@ def test_absent_data_is_reported_not_run(monkeypatch, tmp_path):
     ex = fedlib.experiment("fedmcsa_table2", "paper", stored_only=True, progress=False, store=Store(tmp_path))
     assert ex.absent == ["fmnist", "mnist"] and {c.get("dataset") for c in ex.configs} == {"synthetic"}
     assert len(ex.configs) == 2 * 7 * 3
+
+
+def test_a_stored_only_experiment_with_nothing_stored_says_so_when_its_results_are_read(monkeypatch, tmp_path):
+    """Its ``table`` was an empty frame without columns: notebooks failed a cell later with a KeyError or an
+    AttributeError ('DataFrame' object has no attribute 'algorithm'). One run stored: read as usual; no configs (its
+    data absent): an empty table, as before."""
+    store = Store(tmp_path)
+    ex = fedlib.experiment("quickstart", "smoke", stored_only=True, progress=False, store=store)
+    says = (
+        f"quickstart, profile smoke: none of its 2 runs is in the store {tmp_path} (stored only: nothing trains); "
+        "train them with STORED_ONLY = False in the notebook, or python -m fedlib.experiments quickstart --profile smoke"
+    )
+    for read in ("table", "frame"):
+        with pytest.raises(experiments.NothingStoredError) as err:
+            getattr(ex, read)
+        assert str(err.value) == says
+    fedlib.run(ex.configs[1], store, progress=False)
+    ex = fedlib.experiment("quickstart", "smoke", stored_only=True, progress=False, store=store)
+    assert ex.table.algorithm.tolist() == [ex.configs[1].get("algorithm")] and len(ex.frame)
+    monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "no-data"))
+    none = fedlib.experiment("adafl_fig3", "smoke", stored_only=True, progress=False, store=store)
+    assert none.configs == [] and none.table.empty
 
 
 def test_dotted_names_in_where_and_in_grids(tmp_path):

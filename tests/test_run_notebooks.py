@@ -57,7 +57,9 @@ def test_runner_skips_absent_data_runs_the_rest_and_reports_failures(tmp_path, m
     assert (nbs / "out_smoke_1.txt").exists() and (nbs / "out_smoke_2.txt").exists()  # grid over X
     assert "SKIP 02_needs_cifar.ipynb: data absent (cifar10" in out
     assert "SKIP 02_needs_cifar.ipynb: skipped" not in out  # said once, not "SKIP ...: skipped: ..."
-    assert "FAILED: PapermillExecutionError" in out
+    # the cell (In [3]: after the parameters and the injected ones) and its error, not "FAILED: PapermillExecutionError:"
+    broken = tmp_path / "out" / "03_broken_X-1.smoke.ipynb"
+    assert f"FAILED: cell [3] raised ValueError: boom (traceback in {broken})" in out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [  # nothing half-executed left behind
         "01_ok_X-1.smoke.ipynb",
         "01_ok_X-2.smoke.ipynb",
@@ -300,3 +302,53 @@ def test_a_bad_malloc_setting_stops_the_job_before_any_notebook(tmp_path, monkey
     with pytest.raises(SystemExit, match=r"^FEDLIB_MALLOC='bogus' is not one of: reuse, default"):
         runner.main(["--dir", str(nbs), "--out", str(tmp_path / "out"), "--profile", "smoke"])
     assert not (tmp_path / "out").exists()
+
+
+def test_job_parameters_are_checked_before_any_kernel_starts(tmp_path, capsys):
+    """``-p STORED_ONLY=maybe`` (a true string) drew every notebook from the store and failed on empty tables;
+    ``-p BACKEND=slurm`` and ``-p JOBS=0`` failed every notebook in its first cell. ``-p STORED_ONLY=True`` went to
+    the notebooks only: the job still planned, and trained, as if it would train."""
+    nbs, out = tmp_path / "nbs", tmp_path / "out"
+    nbs.mkdir()
+    _notebook(nbs / "01_a.ipynb", "open('stored_only.txt', 'w').write(repr(STORED_ONLY))")
+    run = lambda *a: runner.main(["--dir", str(nbs), "--out", str(out), "--profile", "smoke", *a])
+    for args, says in [
+        (["-p", "STORED_ONLY=maybe"], r"-p STORED_ONLY takes one value, True or False \(got 'maybe'\)"),
+        (["-p", "STORED_ONLY=True,False"], "-p STORED_ONLY takes one value, True or False"),
+        (["-p", "STORED_ONLY=1"], r"-p STORED_ONLY takes one value, True or False \(got 1\)"),
+        (["--stored-only", "-p", "STORED_ONLY=False"], "--stored-only and -p STORED_ONLY=False disagree"),
+        (["-p", "BACKEND=slurm"], "-p BACKEND=slurm: local or ray"),
+        (["-p", "JOBS=0"], r"-p JOBS=0: None \(one process per core\) or an integer >= 1"),
+        (["-p", "JOBS=auto"], "-p JOBS=auto: None"),
+    ]:
+        with pytest.raises(SystemExit, match=says):
+            run(*args)
+        assert not out.exists()
+    assert run("-p", "STORED_ONLY=True") == 0
+    assert "(stored only: nothing trains)" in capsys.readouterr().out  # the job's own mode, not just the notebook's
+    assert (nbs / "stored_only.txt").read_text() == "True"
+
+
+def test_stored_only_skips_a_notebook_with_nothing_stored(tmp_path, monkeypatch, capsys):
+    """Drawn from an empty store (``make notebooks STORED_ONLY=1 PROFILE=quick`` before training), 8 of the 19
+    notebooks failed on empty tables (KeyError, AttributeError). Now they are skipped, saying why; one with a run
+    stored is drawn; with a parameter that may change the configs (the plan reads the profiles' alone) the notebook
+    runs and says it (``NothingStoredError``)."""
+    nbs, out = tmp_path / "nbs", tmp_path / "out"
+    nbs.mkdir()
+    src = "import fedlib\nfedlib.experiment('quickstart', PROFILE, stored_only=STORED_ONLY).table"
+    _notebook(nbs / "00_quick.ipynb", src, experiments=["quickstart"])
+    monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path / "store"))
+    run = lambda *a: runner.main(["--dir", str(nbs), "--out", str(out), "--profile", "smoke", "--stored-only", *a])
+    assert run() == 0
+    said = capsys.readouterr().out
+    assert "SKIP 00_quick.ipynb: nothing stored at profile smoke (2 runs; without --stored-only they train)" in said
+    assert not out.exists() or not list(out.iterdir())
+    assert run("-p", "X=2") == 1
+    said = capsys.readouterr().out
+    assert "FAILED: cell [3] raised NothingStoredError: quickstart, profile smoke: none of its 2 runs is in " in said
+    import fedlib
+
+    ex = fedlib.experiment("quickstart", "smoke", stored_only=True)
+    fedlib.run(ex.configs[0], progress=False)
+    assert run() == 0 and re.search(r"\n  00_quick.ipynb +ok \(", capsys.readouterr().out)
