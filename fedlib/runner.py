@@ -650,6 +650,26 @@ def _run_in_worker(unit: list[RunConfig], root: str, data_root, uid: int = 0) ->
             _ROUNDS.flush()
 
 
+@contextlib.contextmanager
+def _main_for_spawn():
+    """A script read from standard input (``python - <<EOF``, as batch job scripts do) has ``__main__.__file__`` =
+    ``'<stdin>'``, which each spawned worker tries to run as a file: FileNotFoundError there, BrokenProcessPool here.
+    The workers import what they run by module name and need nothing from ``__main__``, so such a pseudo-path is
+    hidden while the pool starts them."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    hide = isinstance(path, str) and path.startswith("<") and path.endswith(">")  # '<stdin>', '<string>'
+    if hide:
+        del main.__file__
+    try:
+        yield
+    finally:
+        if hide:
+            main.__file__ = path
+
+
 def _run_parallel(
     units: list[list[RunConfig]], store: Store, jobs: int, progress: bool, data_root, cost: dict | None = None
 ) -> None:
@@ -663,12 +683,15 @@ def _run_parallel(
     ctx = multiprocessing.get_context("spawn")
     todo = [c for u in units for c in u]
     reports, stop = ctx.Queue(), ctx.Event()  # (unit, rounds) from the workers (_RoundReport); no more units
-    with ProcessPoolExecutor(
-        max_workers=min(jobs, len(units)),
-        mp_context=ctx,
-        initializer=_pool_worker_setup,
-        initargs=(jobs, reports, stop),
-    ) as pool:
+    with (
+        _main_for_spawn(),
+        ProcessPoolExecutor(
+            max_workers=min(jobs, len(units)),
+            mp_context=ctx,
+            initializer=_pool_worker_setup,
+            initargs=(jobs, reports, stop),
+        ) as pool,
+    ):
         futures = {pool.submit(_run_in_worker, u, str(store.root), data_root, i): i for i, u in enumerate(units)}
         bar = _RoundsBar(units, f"training ({jobs} processes)", progress, cost)
         try:

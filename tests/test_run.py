@@ -347,3 +347,22 @@ def test_parallel_workers_share_the_cache_budget(monkeypatch):
         assert StackedExecutor(group_bytes=16 << 20).group_bytes == 16 << 20  # an explicit budget still wins
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_grid_on_processes_runs_from_a_script_read_from_standard_input(tmp_path):
+    """``python - <<EOF`` (a batch job script): each spawned worker tried to run '<stdin>' as a file, and the grid
+    ended in BrokenProcessPool before any run trained."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import fedlib\nfrom fedlib import runner\n"
+        "ex = fedlib.experiment('quickstart', 'smoke', stored_only=True, progress=False)\n"
+        "runner.run_configs(ex.configs, ex.store, progress=False, jobs=2, batch=1)\n"
+        "import __main__\nprint(len(ex.runs), __main__.__file__)\n"
+    )
+    env = {**os.environ, "FEDLIB_RESULTS": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["2", "<stdin>"]  # both stored; __main__ as it was
