@@ -161,6 +161,19 @@ def _table(cfgs: list[RunConfig], store: Store, columns, **kw) -> pd.DataFrame:
     return table
 
 
+def _seeds(seeds) -> list:
+    """``seeds`` as a list: an int is one seed (``-p SEEDS=0`` in a notebook); a string or another non-iterable is a
+    ValueError (``seeds=0`` was "'int' object is not iterable"; each seed's own value is checked by the config)."""
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        return [seeds]
+    if isinstance(seeds, (str, bytes, dict)) or not hasattr(seeds, "__iter__"):
+        raise ValueError(f"seeds={seeds!r} must be a list of integers, e.g. [0, 1, 2], or one integer")
+    seeds = list(seeds)  # once: a generator or a range
+    if not seeds:
+        raise ValueError("seeds=[] is empty: give at least one seed, or None for the profile's")
+    return seeds
+
+
 def _where(where: dict | None) -> dict:
     """``where`` under flat names (dotted ones by their last component); unknown names are a ValueError."""
     return {flat_name(k): v for k, v in (where or {}).items()}
@@ -225,6 +238,7 @@ def experiment(
     base, grid = profiles.get(name, profile, available, **inputs)
     grid, absent = profiles.available_cells(profiles.flat_cells(grid), base, available)
     if seeds is not None:
+        seeds = _seeds(seeds)
         grid = [{**cell, "seed": list(seeds)} for cell in grid]
     if fields:
         fields = profiles.flat_cells([fields])[0]

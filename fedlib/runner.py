@@ -125,12 +125,28 @@ def train(
     return result
 
 
+def configs_arg(cfgs, name: str = "cfgs") -> list[RunConfig]:
+    """``cfgs`` as a list of RunConfigs; anything else a TypeError naming ``name`` (a dict or a list of ints reached
+    an AttributeError deep inside)."""
+    if isinstance(cfgs, (str, bytes, dict, RunConfig)) or not hasattr(cfgs, "__iter__"):
+        raise TypeError(f"{name} must be a list of RunConfig, got {type(cfgs).__name__}")
+    return [config_arg(c, f"{name}[{i}]") for i, c in enumerate(cfgs)]
+
+
+def config_arg(cfg, name: str = "cfg") -> RunConfig:
+    """``cfg`` if it is a RunConfig, else a TypeError naming ``name`` (a dict reached "'dict' object has no attribute
+    'validate'")."""
+    if not isinstance(cfg, RunConfig):
+        raise TypeError(f"{name} must be a RunConfig (RunConfig.of(...)), got {type(cfg).__name__}: {cfg!r:.60}")
+    return cfg
+
+
 def run(
     cfg: RunConfig, store: Store | None = None, progress: bool = True, force: bool = False, data_root=None
 ) -> RunResult:
     """The stored result of ``cfg``, training and storing it first if needed (``force`` retrains from scratch).
     Training snapshots itself every few minutes (``Store.checkpoint``): an interrupted run continues from there."""
-    cfg.validate()
+    config_arg(cfg).validate()
     store = Store.of(store)
     malloc_mode()  # a bad FEDLIB_MALLOC is an error here, not when training starts
     if not force:
@@ -317,7 +333,12 @@ def expand(base: RunConfig, grid: dict | list[dict]) -> list[RunConfig]:
     """Configs of the product of a dict of lists (a list of dicts: their union, in order), validated.
 
     Only lists are axes: tuple-valued fields (``hidden``, ``fraction_schedule``, ``domains``) are single values."""
-    grids = [grid] if isinstance(grid, dict) else list(grid)
+    config_arg(base, "base")
+    grids = [grid] if isinstance(grid, dict) else list(grid) if isinstance(grid, (list, tuple)) else None
+    if grids is None or not all(isinstance(g, dict) for g in grids):
+        raise TypeError(
+            f"grid must be a dict of field -> value or list of values, or a list of such dicts; got {grid!r:.80}"
+        )
     out, seen = [], set()
     for i, g in enumerate(grids):
         keys = list(g)
@@ -473,6 +494,7 @@ def run_configs(
         raise ValueError(f"jobs={jobs!r} must be an integer >= 1, or None (one process per core: default_jobs)")
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise ValueError(f"batch={batch!r} must be an integer >= 1 (runs trained together at most; 1: one at a time)")
+    cfgs = configs_arg(cfgs)
     store = Store.of(store)
     malloc_mode()  # else each worker process would fail on a bad FEDLIB_MALLOC
     todo = [c for c in cfgs if not store.has(c)]
@@ -729,7 +751,7 @@ def results_frame(cfgs: list[RunConfig], store: Store | None = None) -> pd.DataF
     """Per-round metrics of stored runs in one tidy frame, with the configs' changed fields as columns."""
     store = Store.of(store)
     frames = []
-    for cfg, res in store.stored(cfgs):
+    for cfg, res in store.stored(configs_arg(cfgs)):
         frames.append(
             res.metrics.assign(
                 key=cfg.key(), **{k: str(v) if isinstance(v, tuple) else v for k, v in cfg.to_dict().items()}

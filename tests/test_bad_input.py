@@ -138,6 +138,38 @@ def test_a_grid_axis_must_have_values():
         runner.expand(TINY, [{"seed": [0]}, {"seed": []}])
 
 
+def test_the_python_entry_points_name_an_argument_of_the_wrong_kind(tmp_path):
+    """Each reached a TypeError or AttributeError deep inside: ``run({"rounds": 2})`` "'dict' object has no attribute
+    'validate'", ``run_grid(base, [1, 2])`` "'int' object is not iterable", ``results_frame([1])`` "'int' object has
+    no attribute 'key'", ``experiment(..., seeds=0)`` "'int' object is not iterable"."""
+    import fedlib
+
+    store = Store(tmp_path)
+    for call, says in [
+        (
+            lambda: run({"rounds": 2}, store),
+            r"cfg must be a RunConfig \(RunConfig.of\(...\)\), got dict: \{'rounds': 2\}",
+        ),
+        (
+            lambda: runner.run_grid(TINY, [1, 2], store),
+            r"grid must be a dict of field -> value or list of values, or a ",
+        ),
+        (lambda: runner.run_grid(TINY, "lr", store), r"grid must be a dict .*; got 'lr'"),
+        (lambda: runner.run_grid({"rounds": 2}, {"lr": [0.1]}, store), "base must be a RunConfig"),
+        (lambda: runner.run_configs(TINY, store), "cfgs must be a list of RunConfig, got RunConfig"),
+        (lambda: fedlib.results_frame([TINY, 1], store), r"cfgs\[1\] must be a RunConfig .*, got int: 1"),
+    ]:
+        with pytest.raises(TypeError, match=says):
+            call()
+    ex = lambda seeds: fedlib.experiment("quickstart", "smoke", seeds=seeds, stored_only=True, store=store)
+    assert [c.get("seed") for c in ex(3).configs] == [3, 3] and len(ex(range(2)).configs) == 4
+    assert len(ex(s for s in (0, 1)).configs) == 4  # a generator, read once
+    for bad, says in [("0", "seeds='0' must be a list of integers"), ([], r"seeds=\[\] is empty")]:
+        with pytest.raises(ValueError, match=says):
+            ex(bad)
+    assert not any(tmp_path.iterdir())
+
+
 def test_every_stored_config_fits_this_machine():
     """The estimate errs high, but not so high that the paper's own runs would be refused."""
     from fedlib import resources
