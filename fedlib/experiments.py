@@ -105,23 +105,24 @@ class Experiment:
 
     @functools.cached_property
     def table(self) -> pd.DataFrame:
-        self._check_stored()
-        return _table(self.runs, self.store, self.columns, progress=False)
+        return _table(self.stored_runs(), self.store, self.columns, progress=False)
 
     @functools.cached_property
     def frame(self) -> pd.DataFrame:
-        self._check_stored()
-        return results_frame(self.runs, self.store)
+        return results_frame(self.stored_runs(), self.store)
 
-    def _check_stored(self) -> None:
-        """Read with ``stored_only``, an experiment with configs and none of them stored has nothing to tabulate: an
-        error that says so (it was an empty table without columns, and a KeyError in the notebook's next cell)."""
-        if self.stored_only and self.configs and not self.runs:
+    def stored_runs(self) -> list[RunConfig]:
+        """``runs``, to draw: read with ``stored_only``, an experiment with configs and none of them stored has
+        nothing to draw, and says so (``NothingStoredError``, naming the store and how to train them); its table was
+        an empty frame without columns, and a notebook failed a cell later with a KeyError."""
+        runs = self.runs
+        if self.stored_only and self.configs and not runs:
             raise NothingStoredError(
                 f"{self.name}, profile {self.profile}: none of its {len(self.configs)} runs is in the store "
                 f"{self.store.root} (stored only: nothing trains); train them with STORED_ONLY = False in the "
                 f"notebook, or python -m fedlib.experiments {self.name} --profile {self.profile}"
             )
+        return runs
 
     def summary(self) -> str:
         sets = sorted({c.get("dataset") for c in self.configs})

@@ -214,10 +214,9 @@ def plan_exact(grid: list[dict]) -> bool:
 
 
 def pretrainable(grid: list[dict]) -> bool:
-    """Whether the plan's runs are the ones the notebooks will train: no parameter but ``JOBS`` given (``SEEDS``,
-    ``DATA_SEED`` and the like change the configs, which the plan reads from the experiments' profiles alone;
-    ``BACKEND`` leaves training to the notebooks) and one value of it."""
-    return len(grid) == 1 and set(grid[0]) <= {"JOBS", "PROFILE"}
+    """Whether the plan's runs are the ones the notebooks will train: ``plan_exact``, and no ``BACKEND`` (it leaves
+    training to the notebooks) or ``STORED_ONLY`` (nothing trains)."""
+    return plan_exact(grid) and not {"BACKEND", "STORED_ONLY"} & set(grid[0])
 
 
 def train_first(todo: list, jobs: int, store) -> None:

@@ -72,13 +72,14 @@ def test_a_stored_only_experiment_with_nothing_stored_says_so_when_its_results_a
         f"quickstart, profile smoke: none of its 2 runs is in the store {tmp_path} (stored only: nothing trains); "
         "train them with STORED_ONLY = False in the notebook, or python -m fedlib.experiments quickstart --profile smoke"
     )
-    for read in ("table", "frame"):
+    for read in (lambda: ex.table, lambda: ex.frame, ex.stored_runs):
         with pytest.raises(experiments.NothingStoredError) as err:
-            getattr(ex, read)
+            read()
         assert str(err.value) == says
     fedlib.run(ex.configs[1], store, progress=False)
     ex = fedlib.experiment("quickstart", "smoke", stored_only=True, progress=False, store=store)
     assert ex.table.algorithm.tolist() == [ex.configs[1].get("algorithm")] and len(ex.frame)
+    assert ex.stored_runs() == ex.runs == [ex.configs[1]]
     monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "no-data"))
     none = fedlib.experiment("adafl_fig3", "smoke", stored_only=True, progress=False, store=store)
     assert none.configs == [] and none.table.empty
