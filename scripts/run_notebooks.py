@@ -307,6 +307,12 @@ def main(argv=None) -> int:
         "notebook misses train first, as one grid)",
     )
     args = ap.parse_args(argv)
+    if args.every <= 0:  # 0 made the progress thread re-read the running notebook without pause
+        ap.error(f"--every={args.every:g}: seconds between progress lines, more than 0")
+    if not Path(args.dir).is_dir():  # it ran nothing and exited 0
+        ap.error(f"--dir {args.dir}: no such folder")
+    if Path(args.out).exists() and not Path(args.out).is_dir():  # it was a FileExistsError traceback
+        ap.error(f"--out {args.out}: not a folder")
 
     import papermill as pm
 
@@ -355,6 +361,8 @@ def main(argv=None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         only = [s for s in args.only.split(",") if s]
         every = sorted(Path(args.dir).glob("[0-9]*.ipynb"))
+        if not every:
+            raise SystemExit(f"no numbered notebooks (00_name.ipynb, ...) in {args.dir}")
         notebooks = [p for p in every if not only or p.name.startswith(tuple(only))]
         unmatched = [s for s in only if not any(p.name.startswith(s) for p in every)]
         if unmatched:  # it ran nothing and exited 0

@@ -352,3 +352,22 @@ def test_stored_only_skips_a_notebook_with_nothing_stored(tmp_path, monkeypatch,
     ex = fedlib.experiment("quickstart", "smoke", stored_only=True)
     fedlib.run(ex.configs[0], progress=False)
     assert run() == 0 and re.search(r"\n  00_quick.ipynb +ok \(", capsys.readouterr().out)
+
+
+def test_folders_and_the_progress_interval_are_checked(tmp_path, capsys):
+    """``--dir`` naming no folder (or one without notebooks) ran nothing and exited 0; ``--out`` naming a file was a
+    FileExistsError traceback; ``--every 0`` re-read the running notebook without pause."""
+    nbs, afile = tmp_path / "nbs", tmp_path / "afile"
+    nbs.mkdir()
+    afile.write_text("")
+    run = lambda *a: runner.main(["--profile", "smoke", "--plan", "--out", str(tmp_path / "out"), *a])
+    for args, says in [
+        (["--dir", str(tmp_path / "none")], f"--dir {tmp_path / 'none'}: no such folder"),
+        (["--dir", str(nbs), "--out", str(afile)], f"--out {afile}: not a folder"),
+        (["--dir", str(nbs), "--every", "0"], "--every=0: seconds between progress lines, more than 0"),
+    ]:
+        with pytest.raises(SystemExit) as stop:
+            run(*args)
+        assert stop.value.code == 2 and says in capsys.readouterr().err
+    with pytest.raises(SystemExit, match=f"no numbered notebooks \\(00_name.ipynb, ...\\) in {nbs}"):
+        run("--dir", str(nbs))
