@@ -54,7 +54,8 @@ class Experiment:
     under the data root; ``inputs``: a step's output the grid took (FedMCSA Table 1: ``{'winners': ...}``) and
     ``after`` the experiment it was computed from. ``runs`` / ``missing_runs``: the configs with / without a stored
     result; ``table``: one summary row per run (``runner.run_configs``), ``frame``: per-round results
-    (``runner.results_frame``), both over ``runs``."""
+    (``runner.results_frame``), both over ``stored_runs()``: ``runs``, or, read with ``stored_only`` and none stored,
+    a ``NothingStoredError`` that says so."""
 
     name: str
     profile: str
