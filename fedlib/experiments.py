@@ -38,7 +38,7 @@ from .config import PROFILES, RunConfig, flat_field_names, flat_name, resolve_pr
 from .data.readers import DatasetChecksumError, DatasetFormatError, DatasetNotFoundError
 from .malloc import mode as malloc_mode
 from .runner import BATCH, expand, results_frame, run_configs
-from .store import Store
+from .store import Store, StoreNotWritable
 
 
 class NothingStoredError(LookupError):
@@ -417,17 +417,13 @@ def _main(ap, args, where, backend) -> int:
             for c in queue:
                 print(("stored  " if store.has(c) else "to run  ") + c.label())
         else:
-            if any(not store.has(c) for c in queue):
-                try:
-                    store.ready()  # a store that is a file or read-only: one line, before anything loads
-                except ValueError as e:
-                    raise SystemExit(f"python -m fedlib.experiments: error: {e}") from None
             cols = ("dataset", "model", "algorithm", "sigma", "seed")
             try:
                 table = _table(queue, store, cols, jobs=args.jobs, backend=backend, batch=args.batch)
-            except (ConnectionError, ImportError, *DATA_ERRORS) as e:
-                # a wrong --address / RAY_ADDRESS, Ray not installed; a data file absent, damaged or malformed (the
-                # message names it; the runs finished before it are stored)
+            except (ConnectionError, ImportError, StoreNotWritable, *DATA_ERRORS) as e:
+                # a wrong --address / RAY_ADDRESS, Ray not installed; a store that is a file or read-only (refused
+                # before anything trains); a data file absent, damaged or malformed (the message names it; the runs
+                # finished before it are stored)
                 raise SystemExit(f"python -m fedlib.experiments: error: {e}") from None
             print(table.drop(columns=["key"]).to_string())
         queue.clear()

@@ -56,6 +56,10 @@ class DamagedRunWarning(UserWarning):
     pass
 
 
+class StoreNotWritable(ValueError):
+    """The results store cannot hold results (a file where its folder should be, no permission): ``Store.ready``."""
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -193,8 +197,8 @@ class Store:
         raise TypeError(f"store={store!r} must be a Store, a folder (str or path) or None (FEDLIB_RESULTS or results/)")
 
     def ready(self) -> "Store":
-        """The store, its folder made if needed; a ``ValueError`` naming it if it cannot hold results (a file there,
-        no permission). Asked before training, so that no run trains to find it cannot be stored (a file given as
+        """The store, its folder made if needed; a ``StoreNotWritable`` (a ValueError) naming it if it cannot hold
+        results (a file there, no permission). Asked before training, so that no run trains to find it cannot be stored (a file given as
         the store failed with FileExistsError after training)."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -202,7 +206,7 @@ class Store:
             probe.close()
         except OSError as e:
             what = "is not a folder" if self.root.exists() and not self.root.is_dir() else f"cannot be written ({e})"
-            raise ValueError(
+            raise StoreNotWritable(
                 f"the results store {self.root} {what}: pass another store or set FEDLIB_RESULTS"
             ) from None
         return self
