@@ -437,6 +437,12 @@ def jobs_arg(text: str) -> int | None:
     return int(text)
 
 
+def check_jobs(jobs) -> None:
+    """``jobs``: None (one process per core, ``default_jobs``) or an integer >= 1; else a ValueError naming it."""
+    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
+        raise ValueError(f"jobs={jobs!r} must be an integer >= 1, or None (one process per core: default_jobs)")
+
+
 def ray_backend(backend="local", address: str | None = None, jobs: int | None = 1):
     """The ``RayBackend`` that ``backend``/``address`` ask for, or None for the local one; bad values are a
     ValueError naming the parameter."""
@@ -490,8 +496,7 @@ def run_configs(
     submitted in the same order (stopped, then longest first) and balanced in the same seconds; the results come back
     to this process, which stores them (see ``fedlib.ray_backend``).
     """
-    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
-        raise ValueError(f"jobs={jobs!r} must be an integer >= 1, or None (one process per core: default_jobs)")
+    check_jobs(jobs)
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise ValueError(f"batch={batch!r} must be an integer >= 1 (runs trained together at most; 1: one at a time)")
     cfgs = configs_arg(cfgs)

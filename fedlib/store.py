@@ -198,8 +198,8 @@ class Store:
 
     def ready(self) -> "Store":
         """The store, its folder made if needed; a ``StoreNotWritable`` (a ValueError) naming it if it cannot hold
-        results (a file there, no permission). Asked before training, so that no run trains to find it cannot be stored (a file given as
-        the store failed with FileExistsError after training)."""
+        results (a file there, no permission). Asked before training, so that no run trains to find it cannot be
+        stored (a file given as the store failed with FileExistsError after training)."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             probe = tempfile.NamedTemporaryFile(dir=self.root, prefix=".write-test-")

@@ -188,7 +188,10 @@ def _present(dataset: str) -> bool:
 def _job_params(grid: list[dict], args) -> list[dict]:
     """The job's own ``-p`` values checked before any kernel starts (a bad one failed every notebook, each in a cell):
     ``STORED_ONLY`` one of True / False, and then the job's ``--stored-only`` (the plan, the skips and the progress
-    follow it; it was passed to the notebooks only); ``BACKEND`` local or ray; ``JOBS`` None or a count."""
+    follow it; it was passed to the notebooks only); ``BACKEND`` and ``JOBS`` as ``fedlib.experiment`` checks them
+    (``runner.check_jobs``, ``runner.ray_backend``)."""
+    from fedlib.runner import check_jobs, ray_backend
+
     stored = {p["STORED_ONLY"] for p in grid if "STORED_ONLY" in p}
     if stored:
         if len(stored) > 1 or not all(isinstance(v, bool) for v in stored):
@@ -199,11 +202,12 @@ def _job_params(grid: list[dict], args) -> list[dict]:
         args.stored_only = value
         grid = [{k: v for k, v in p.items() if k != "STORED_ONLY"} for p in grid]
     for p in grid:
-        backend, jobs = p.get("BACKEND", "local"), p.get("JOBS")
-        if backend not in ("local", "ray"):
-            raise SystemExit(f"-p BACKEND={backend}: local or ray")
-        if not (jobs is None or (isinstance(jobs, int) and not isinstance(jobs, bool) and jobs >= 1)):
-            raise SystemExit(f"-p JOBS={jobs}: None (one process per core) or an integer >= 1 (or --jobs N|auto)")
+        given = ", ".join(f"-p {k}={p[k]}" for k in ("BACKEND", "JOBS") if k in p)
+        try:
+            check_jobs(p.get("JOBS"))
+            ray_backend(p.get("BACKEND", "local"), None, p.get("JOBS"))
+        except ValueError as e:
+            raise SystemExit(f"{given}: {e}") from None
     return grid
 
 
@@ -215,8 +219,8 @@ def plan_exact(grid: list[dict]) -> bool:
 
 def pretrainable(grid: list[dict]) -> bool:
     """Whether the plan's runs are the ones the notebooks will train: ``plan_exact``, and no ``BACKEND`` (it leaves
-    training to the notebooks) or ``STORED_ONLY`` (nothing trains)."""
-    return plan_exact(grid) and not {"BACKEND", "STORED_ONLY"} & set(grid[0])
+    training to the notebooks; ``STORED_ONLY`` is the job's own ``--stored-only`` by then, ``_job_params``)."""
+    return plan_exact(grid) and "BACKEND" not in grid[0]
 
 
 def train_first(todo: list, jobs: int, store) -> None:

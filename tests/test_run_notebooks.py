@@ -57,7 +57,8 @@ def test_runner_skips_absent_data_runs_the_rest_and_reports_failures(tmp_path, m
     assert (nbs / "out_smoke_1.txt").exists() and (nbs / "out_smoke_2.txt").exists()  # grid over X
     assert "SKIP 02_needs_cifar.ipynb: data absent (cifar10" in out
     assert "SKIP 02_needs_cifar.ipynb: skipped" not in out  # said once, not "SKIP ...: skipped: ..."
-    # the cell (In [3]: after the parameters and the injected ones) and its error, not "FAILED: PapermillExecutionError:"
+    # the cell (In [3]: after the parameters and the injected ones) and its error, not
+    # "FAILED: PapermillExecutionError:" alone
     broken = tmp_path / "out" / "03_broken_X-1.smoke.ipynb"
     assert f"FAILED: cell [3] raised ValueError: boom (traceback in {broken})" in out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [  # nothing half-executed left behind
@@ -306,8 +307,9 @@ def test_a_bad_malloc_setting_stops_the_job_before_any_notebook(tmp_path, monkey
 
 def test_job_parameters_are_checked_before_any_kernel_starts(tmp_path, capsys):
     """``-p STORED_ONLY=maybe`` (a true string) drew every notebook from the store and failed on empty tables;
-    ``-p BACKEND=slurm`` and ``-p JOBS=0`` failed every notebook in its first cell. ``-p STORED_ONLY=True`` went to
-    the notebooks only: the job still planned, and trained, as if it would train."""
+    ``-p BACKEND=slurm``, ``-p JOBS=0`` (or JOBS with BACKEND=ray) failed every notebook in its first cell (the
+    checks are ``fedlib.experiment``'s own). ``-p STORED_ONLY=True`` went to the notebooks only: the job still
+    planned, and trained, as if it would train."""
     nbs, out = tmp_path / "nbs", tmp_path / "out"
     nbs.mkdir()
     _notebook(nbs / "01_a.ipynb", "open('stored_only.txt', 'w').write(repr(STORED_ONLY))")
@@ -317,9 +319,16 @@ def test_job_parameters_are_checked_before_any_kernel_starts(tmp_path, capsys):
         (["-p", "STORED_ONLY=True,False"], "-p STORED_ONLY takes one value, True or False"),
         (["-p", "STORED_ONLY=1"], r"-p STORED_ONLY takes one value, True or False \(got 1\)"),
         (["--stored-only", "-p", "STORED_ONLY=False"], "--stored-only and -p STORED_ONLY=False disagree"),
-        (["-p", "BACKEND=slurm"], "-p BACKEND=slurm: local or ray"),
-        (["-p", "JOBS=0"], r"-p JOBS=0: None \(one process per core\) or an integer >= 1"),
-        (["-p", "JOBS=auto"], "-p JOBS=auto: None"),
+        (
+            ["-p", "BACKEND=slurm"],
+            r"-p BACKEND=slurm: backend='slurm' must be 'local' \(this machine's processes\), 'ray'",
+        ),
+        (
+            ["-p", "JOBS=0"],
+            r"-p JOBS=0: jobs=0 must be an integer >= 1, or None \(one process per core: default_jobs\)",
+        ),
+        (["-p", "JOBS=auto"], r"-p JOBS=auto: jobs='auto' must be an integer >= 1, or None"),
+        (["-p", "BACKEND=ray", "-p", "JOBS=2"], r"-p BACKEND=ray, -p JOBS=2: jobs=2 is for backend='local'; on Ray"),
     ]:
         with pytest.raises(SystemExit, match=says):
             run(*args)
