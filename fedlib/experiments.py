@@ -11,7 +11,8 @@
 
 ``--where FIELD=VALUE`` (repeatable; FIELD flat, ``mu``, or dotted, ``method.mu``) keeps the configs that match, e.g.
 one seed of every cell before the others. Stored runs are skipped and a run that was stopped continues from its last
-snapshot (taken every 5 minutes), so the command resumes an interrupted grid.
+snapshot (taken every 5 minutes), so the command resumes an interrupted grid. Runs are stored under
+``FEDLIB_RESULTS``, else in results/ at the paper profile and in the git-ignored results/_explore/ at the others.
 ``--jobs N`` trains N configs at a time, one single-threaded process each (on a CPU: N = the cores; ``--jobs auto``:
 one per core, as many as the memory holds, ``runner.default_jobs``).
 ``--batch N`` (default 16): configs that share data, model and method (seeds, lr, sigma, ... differ) train up to N
@@ -55,7 +56,8 @@ class Experiment:
     ``after`` the experiment it was computed from. ``runs`` / ``missing_runs``: the configs with / without a stored
     result; ``table``: one summary row per run (``runner.run_configs``), ``frame``: per-round results
     (``runner.results_frame``), both over ``stored_runs()``: ``runs``, or, read with ``stored_only`` and none stored,
-    a ``NothingStoredError`` that says so."""
+    a ``NothingStoredError`` that says so. ``store_for(cfg)``: where a setting is read or trained (``explore`` for one
+    outside the grid)."""
 
     name: str
     profile: str
@@ -67,6 +69,7 @@ class Experiment:
     stored_only: bool = False
     inputs: dict = field(default_factory=dict)
     after: "Experiment | None" = None
+    explore: Store | None = None  # where settings outside the grid go (``store_for``); None: ``store``
 
     @property
     def runs(self) -> list[RunConfig]:
@@ -75,6 +78,14 @@ class Experiment:
     @property
     def missing_runs(self) -> list[RunConfig]:
         return [c for c in self.configs if not self.store.has(c)]
+
+    def store_for(self, cfg: RunConfig) -> Store:
+        """Where ``cfg`` is read or trained: ``store`` for the experiment's own configs, ``explore`` for any other
+        setting (notebook 00's panel), which ``fedlib.experiment`` makes the exploring profiles' store
+        (``FEDLIB_RESULTS``, else the git-ignored results/_explore/) unless it was given a store: a setting tried
+        beside the paper profile's grid was stored among the committed paper runs."""
+        own = cfg.key() in {c.key() for c in self.configs}
+        return self.store if own or self.explore is None else self.explore
 
     @property
     def damaged(self) -> list[str]:
@@ -210,7 +221,8 @@ def experiment(
     values set in every cell (e.g. ``{'data_seed': 1}``; a list is an axis, as in grids). An experiment with a step
     (``profiles.STEPS``: FedMCSA Table 1's winners) first gets the experiment the step reads (trained unless
     ``stored_only``), then runs the step on the store, unless ``inputs`` gives its output (``{'winners': ...}``).
-    ``store``: a ``Store`` or its root (default: ``FEDLIB_RESULTS`` or results/); ``available``: the data sets to
+    ``store``: a ``Store`` or its root (default: ``FEDLIB_RESULTS``, else results/ for the paper profile and
+    results/_explore/, git-ignored, for the others: ``store.default_root``); ``available``: the data sets to
     count as present (default: what is under the data root, ``profiles.Available.scan()``). ``backend``: ``'local'``
     (this machine, ``jobs`` processes) or ``'ray'`` (each unit of runs a task on the Ray cluster at ``address``, else
     ``RAY_ADDRESS``, else a local Ray instance; or a ``ray_backend.RayBackend``); this process stores the results
@@ -218,7 +230,7 @@ def experiment(
     with its solo run's numbers (``fedlib.batching``; 1: one at a time)."""
     profile = resolve_profile(profile)
     runner.ray_backend(backend, address, jobs)  # bad values fail here, before any training
-    store = Store.of(store)
+    given, store = store, Store.of(store, profile)  # none given: paper runs in results/, others in results/_explore/
     available = available if available is not None else profiles.Available.scan()
     inputs, after = dict(inputs or {}), None
     if name in profiles.STEPS:
@@ -251,7 +263,8 @@ def experiment(
     if every and where and not cfgs:
         present = "; ".join(f"{k} in {{{', '.join(sorted({repr(c.get(k)) for c in every}))}}}" for k in where)
         raise ValueError(f"where={where} matches none of the {len(every)} configs of {name!r} ({present})")
-    ex = Experiment(name, profile, base, grid, cfgs, absent, store, stored_only, inputs, after)
+    explore = store if given is not None else Store.of(None, "quick")  # the exploring profiles' default
+    ex = Experiment(name, profile, base, grid, cfgs, absent, store, stored_only, inputs, after, explore)
     return ex if stored_only else ex.train(jobs, progress, backend, address, batch)
 
 
@@ -265,7 +278,7 @@ def status(profile: str | None = None, where: dict | None = None, store: Store |
     """One row per experiment at ``profile``: configs, stored, damaged (left out, retrained by the next run), to run,
     how far the interrupted runs got (they continue from there), the stored runs' wall hours (a run trained as one
     model with others counts its share: ``resources.run_seconds``), absent data."""
-    store, rows = Store.of(store), []
+    store, rows = Store.of(store, resolve_profile(profile)), []
     for name in sorted(profiles.EXPERIMENTS):
         ex = experiment(name, profile, where=where, stored_only=True, progress=False, store=store)
         cfgs, done = ex.configs, ex.runs
@@ -406,7 +419,7 @@ def _main(ap, args, where, backend) -> int:
             names.append(prior)
         if name not in names:
             names.append(name)
-    store, queue, seen, missing = Store(), [], set(), []
+    store, queue, seen, missing = Store.of(None, resolve_profile(args.profile)), [], set(), []
 
     def flush(final: bool = False):
         """Train (or, dry, list) the queue so far; the last call reports even an empty queue (nothing matched)."""

@@ -13,9 +13,10 @@ Runs in progress keep a snapshot in ``<root>/_partial/<key>.pt`` (``simulation.C
 committed), removed once the run is stored.
 
 A run's folder is written in a temporary sibling and renamed into place, so a reader (or an
-interrupted grid) only ever sees complete results. The root is ``FEDLIB_RESULTS`` or the
-project's ``results/`` folder. Folders and files get the permissions the umask allows (a shared store is
-readable by the group or others when the umask says so).
+interrupted grid) only ever sees complete results. The root is ``FEDLIB_RESULTS``, else the project's ``results/``
+folder for the paper profile (and for a config run on its own, which has no profile) and ``results/_explore/``
+(git-ignored) for the exploring profiles (``default_root``). Folders and files get the permissions the umask allows
+(a shared store is readable by the group or others when the umask says so).
 
 Integrity: every read checks a run against its manifest (sizes and hashes) and its own structure (the
 metrics rows its config's rounds and ``eval_every`` give, per-client arrays of matching shape, JSON that parses
@@ -167,11 +168,21 @@ def _stat(p: Path):
         return None
 
 
-def default_root() -> Path:
+EXPLORE = "_explore"  # under the committed store, git-ignored: runs of the exploring profiles
+
+
+def default_root(profile: str | None = None) -> Path:
+    """Where runs go when no store is given: ``FEDLIB_RESULTS``; else the checkout's committed ``results/`` (or
+    ./results) for the paper profile and for a run whose profile is not known (``fedlib.run(cfg)``); else, for an
+    exploring profile (quick, smoke), ``results/_explore/``, which git ignores. A notebook opened in JupyterLab at
+    the quick profile stored its runs among the committed paper runs, where ``make notebooks PROFILE=quick`` kept
+    them apart; every entry point that knows the profile (``fedlib.experiment``, the experiments CLI, the notebook
+    job) now asks here."""
     env = os.environ.get("FEDLIB_RESULTS")
     if env:
         return Path(env)
-    return committed_root() or Path.cwd() / "results"
+    root = committed_root() or Path.cwd() / "results"
+    return root if profile in (None, "paper") else root / EXPLORE
 
 
 def committed_root() -> Path | None:
@@ -186,13 +197,15 @@ class Store:
         self._checked: dict[Path, tuple] = {}  # folder -> (file stamps, problem or None)
 
     @staticmethod
-    def of(store: "Store | str | os.PathLike | None") -> "Store":
-        """``store`` as a ``Store``: itself, the store at that folder (a str or path), or the default one (None:
-        ``FEDLIB_RESULTS`` or results/). What every entry point's ``store`` argument takes (a folder passed to
+    def of(store: "Store | str | os.PathLike | None", profile: str | None = None) -> "Store":
+        """``store`` as a ``Store``: itself, the store at that folder (a str or path), or the default one for
+        ``profile`` (None: ``default_root``). What every entry point's ``store`` argument takes (a folder passed to
         ``fedlib.run`` once failed with "'str' object has no attribute 'load'")."""
         if isinstance(store, Store):
             return store
-        if store is None or isinstance(store, (str, os.PathLike)):
+        if store is None:
+            return Store(default_root(profile))
+        if isinstance(store, (str, os.PathLike)):
             return Store(store)
         raise TypeError(f"store={store!r} must be a Store, a folder (str or path) or None (FEDLIB_RESULTS or results/)")
 

@@ -12,8 +12,9 @@ one process per core (their ``JOBS = None``); ``--jobs N`` passes ``JOBS=N`` (``
 more than one process, the runs the plan counts train first, all notebooks' as one grid (``train_first``), and the
 notebooks then draw them (``--no-train-first``: each notebook trains its own).
 ``--profile quick`` (or smoke) explores; its results go to ``results/_explore/`` (git-ignored), not to the committed
-store, unless ``FEDLIB_RESULTS`` says otherwise. An explicit ``--profile`` (or ``-p PROFILE=...``) wins
-over the environment's ``FEDLIB_PROFILE`` (with a warning naming both).
+store, unless ``FEDLIB_RESULTS`` says otherwise (``fedlib.store.default_root``, as for a notebook opened by hand).
+An explicit ``--profile`` (or ``-p PROFILE=...``) wins over the environment's ``FEDLIB_PROFILE`` (with a warning
+naming both).
 
 Executed copies go to ``build/notebooks/`` (a copy appears there only once its notebook has finished, failed or not);
 the notebooks write figures to ``figures/``. ``-p NAME=V1,V2`` passes papermill parameters; comma lists expand to a
@@ -41,7 +42,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE = "paper"
-EXPLORE_STORE = ROOT / "results" / "_explore"
 
 
 def _value(text: str):
@@ -323,7 +323,7 @@ def main(argv=None) -> int:
     from fedlib import malloc, resources
     from fedlib.data import readers
     from fedlib.runner import default_jobs, jobs_arg, known_times, span_seconds
-    from fedlib.store import Store
+    from fedlib.store import Store, default_root
 
     try:
         malloc.mode()  # a bad FEDLIB_MALLOC: one line here, not a traceback in every notebook that trains
@@ -355,8 +355,7 @@ def main(argv=None) -> int:
         # threads and 4.4 s with one (fedlib.bench.time_grid, one after another); batched as one model 4.3-5.1 s
         # and 3.6-3.9 s. OMP_NUM_THREADS set by the caller wins.
         env["OMP_NUM_THREADS"] = "1"
-    if profile != "paper" and not os.environ.get("FEDLIB_RESULTS"):
-        env["FEDLIB_RESULTS"] = str(EXPLORE_STORE)  # exploratory runs stay out of the committed store
+    env["FEDLIB_RESULTS"] = str(default_root(profile))  # the kernels store where this job plans (quick: _explore)
     saved_env = {k: os.environ.get(k) for k in [*env, "FEDLIB_FIGURE_TAG"]}
     os.environ.update(env)
     try:

@@ -126,3 +126,80 @@ def test_cli_says_when_where_matches_nothing(capsys):
         main(["fedmcsa_fig3", "--profile", "smoke", "--where", "model.name=dnn", "--dry-run"])
     assert stop.value.code == 2
     assert "where={'model': 'dnn'} matches none of the" in capsys.readouterr().err
+
+
+def test_exploring_profiles_store_apart_from_the_committed_runs(tmp_path, monkeypatch, capsys):
+    """Without ``FEDLIB_RESULTS``, the paper profile's runs go to the committed results/ and the exploring profiles'
+    to results/_explore/ (git-ignored) wherever the profile is known: a notebook opened in JupyterLab at the quick
+    profile stored its runs among the committed paper runs, where ``make notebooks PROFILE=quick`` kept them apart.
+    ``FEDLIB_RESULTS`` and a ``store`` argument win; a config run on its own has no profile: results/."""
+    from fedlib import store as store_module
+
+    committed, explore = tmp_path / "results", tmp_path / "results" / "_explore"
+    monkeypatch.delenv("FEDLIB_RESULTS")
+    monkeypatch.setattr(store_module, "committed_root", lambda: committed)
+    assert store_module.default_root() == store_module.default_root("paper") == committed
+    assert store_module.default_root("quick") == store_module.default_root("smoke") == explore
+    assert Store.of(None).root == committed and Store.of(None, "quick").root == explore
+    assert Store.of(str(tmp_path / "mine"), "quick").root == tmp_path / "mine"
+
+    def root(profile=None, **kw):
+        return fedlib.experiment("quickstart", profile, stored_only=True, progress=False, **kw).store.root
+
+    assert root("paper") == committed and root("quick") == explore and root("smoke") == explore
+    # a setting outside the grid (notebook 00's panel) goes to the exploring store, the grid's own to the experiment's
+    paper = fedlib.experiment("quickstart", "paper", stored_only=True, progress=False)
+    own, other = paper.configs[0], paper.configs[0].replace(lr=0.123)
+    assert paper.store_for(own).root == committed and paper.store_for(other).root == explore
+    quick = fedlib.experiment("quickstart", "quick", stored_only=True, progress=False)
+    assert quick.store_for(quick.configs[0]).root == quick.store_for(other).root == explore
+    given = fedlib.experiment("quickstart", "paper", stored_only=True, progress=False, store=tmp_path / "mine")
+    assert given.store_for(own).root == given.store_for(other).root == tmp_path / "mine"  # a store given: it alone
+    monkeypatch.setenv("FEDLIB_PROFILE", "quick")
+    assert root() == explore  # the profile from the environment
+    assert root(store=tmp_path / "mine") == tmp_path / "mine"
+    monkeypatch.delenv("FEDLIB_PROFILE")
+    # a step's prior experiment reads the same store (FedMCSA Table 1: the grid, then its winners)
+    table1 = fedlib.experiment("fedmcsa_table1", "smoke", stored_only=True, progress=False)
+    assert table1.store.root == table1.after.store.root == explore
+    # the CLI: its queue and 'status'
+    assert experiments.main(["quickstart", "--profile", "smoke", "--dry-run"]) == 0
+    assert f"results in {explore}" in capsys.readouterr().out
+    seen = []
+    monkeypatch.setattr(Store, "has", lambda self, cfg: seen.append(self.root) or False)
+    experiments.status("smoke")
+    assert set(seen) == {explore}
+    monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path / "env"))
+    assert root("quick") == root("paper") == tmp_path / "env"
+
+
+READERS = {"frame", "curves", "grid_frame", "select", "table1_runs", "table1_winners", "results_frame"}
+
+
+def test_notebooks_read_the_store_their_experiments_use():
+    """Every store read in a notebook names its experiment's store: a reader left to its default (``Store()``:
+    results/) drew the committed paper runs under a quick-profile experiment, whose runs are in results/_explore/.
+    Checked in the notebooks' code (``fedlib``'s readers on ``adafl``, ``pfedla``, ``fedmcsa``, ``fedlib``)."""
+    import ast
+    import json
+    from pathlib import Path
+
+    notebooks = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9]*.ipynb"))
+    checked, bad = 0, []
+    for path in notebooks:
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            source = "".join(cell["source"])
+            code = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.splitlines())
+            for node in ast.walk(ast.parse(code)):
+                if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                    continue
+                owner = node.func.value.id if isinstance(node.func.value, ast.Name) else None
+                if node.func.attr == "Store" or (owner in ("adafl", "pfedla", "fedmcsa", "fedlib")
+                                                 and node.func.attr in READERS):  # fmt: skip
+                    checked += 1
+                    given = [ast.unparse(a) for a in [*node.args[1:], *(k.value for k in node.keywords)]]
+                    if node.func.attr == "Store" or not any(g.endswith(".store") for g in given):
+                        bad.append(f"{path.name}: {ast.unparse(node)}")
+    assert checked >= 15 and not bad, bad

@@ -191,14 +191,18 @@ def test_with_several_processes_every_notebooks_missing_runs_train_first_as_one_
     assert not runner.pretrainable([{"SEEDS": [0]}]) and not runner.pretrainable([{"BACKEND": "ray"}])
 
 
-def test_exploratory_profiles_use_the_ignored_store(tmp_path, monkeypatch):
+@pytest.mark.parametrize("profile, where", [("smoke", "results/_explore"), ("paper", "results")])
+def test_exploratory_profiles_use_the_ignored_store(tmp_path, monkeypatch, profile, where):
+    """The kernels store where the job plans: ``fedlib.store.default_root`` of the job's profile."""
+    from fedlib import store
+
     nbs = tmp_path / "nbs"
     nbs.mkdir()
     _notebook(nbs / "01_env.ipynb", "import os\nopen('store.txt', 'w').write(os.environ.get('FEDLIB_RESULTS', ''))")
     monkeypatch.delenv("FEDLIB_RESULTS", raising=False)
-    monkeypatch.setattr(runner, "EXPLORE_STORE", tmp_path / "explore")
-    assert runner.main(["--dir", str(nbs), "--out", str(tmp_path / "out"), "--profile", "smoke"]) == 0
-    assert (nbs / "store.txt").read_text() == str(tmp_path / "explore")
+    monkeypatch.setattr(store, "committed_root", lambda: tmp_path / "results")
+    assert runner.main(["--dir", str(nbs), "--out", str(tmp_path / "out"), "--profile", profile]) == 0
+    assert (nbs / "store.txt").read_text() == str(tmp_path / where)
     assert "results/_explore/" in (ROOT / ".gitignore").read_text()
 
 
