@@ -355,11 +355,12 @@ def main(argv=None) -> int:
         # threads and 4.4 s with one (fedlib.bench.time_grid, one after another); batched as one model 4.3-5.1 s
         # and 3.6-3.9 s. OMP_NUM_THREADS set by the caller wins.
         env["OMP_NUM_THREADS"] = "1"
-    env["FEDLIB_RESULTS"] = str(default_root(profile))  # the kernels store where this job plans (quick: _explore)
+    if profile != "paper":  # every run of the job in the exploring store, a cell's ``fedlib.run(cfg)`` included
+        env["FEDLIB_RESULTS"] = str(default_root(profile))  # FEDLIB_RESULTS if set, else results/_explore/
     saved_env = {k: os.environ.get(k) for k in [*env, "FEDLIB_FIGURE_TAG"]}
     os.environ.update(env)
     try:
-        store = Store()
+        store = Store.of(None, profile)
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         only = [s for s in args.only.split(",") if s]
