@@ -410,7 +410,10 @@ def _main(ap, args, where, backend) -> int:
     if "status" in args.experiment:
         if len(args.experiment) > 1:
             ap.error("'status' takes no experiment names: it lists every experiment")
-        print(status(args.profile, where).to_string(index=False))
+        profile = resolve_profile(args.profile)
+        store = Store.of(None, profile)
+        print(f"profile {profile}, results in {store.root}")  # the exploring profiles' store is not the committed one
+        print(status(profile, where, store).to_string(index=False))
         return 0
     names = []
     for name in args.experiment:  # an experiment with a step: the experiment the step reads goes first

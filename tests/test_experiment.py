@@ -169,6 +169,8 @@ def test_exploring_profiles_store_apart_from_the_committed_runs(tmp_path, monkey
     monkeypatch.setattr(Store, "has", lambda self, cfg: seen.append(self.root) or False)
     experiments.status("smoke")
     assert set(seen) == {explore}
+    assert experiments.main(["status", "--profile", "smoke"]) == 0
+    assert capsys.readouterr().out.startswith(f"profile smoke, results in {explore}\n")
     monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path / "env"))
     assert root("quick") == root("paper") == tmp_path / "env"
 
