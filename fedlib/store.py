@@ -302,7 +302,12 @@ class Store:
             elif final.exists():  # a concurrent writer finished first: both hold the same pure result
                 shutil.rmtree(tmp)
             else:
-                os.replace(tmp, final)
+                try:
+                    os.replace(tmp, final)
+                except OSError:  # renaming onto a folder that is not empty: one stored between the check and here
+                    if not (final / MANIFEST).exists():
+                        raise
+                    shutil.rmtree(tmp)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -1,8 +1,11 @@
 """Runs through the store: pure, stored atomically, grids skip stored runs and resume after interruption."""
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import fedlib.runner as run_module
@@ -78,6 +81,27 @@ def test_grid_resumes_after_interruption(tmp_path, monkeypatch, batch):
     assert sorted(calls[:before]) == (sorted([0, 1]) if batch == 1 else [0, 1, 2])
     assert sorted(calls[before:]) == ([1, 2] if batch == 1 else [1])  # finished runs are not retrained
     assert sorted(df.seed) == [0, 1, 2] and len(store.configs()) == 3
+
+
+def test_a_run_stored_by_another_process_meanwhile_is_kept(tmp_path, monkeypatch):
+    """Two processes training one config into one store (two notebooks, a notebook beside a grid): the one that
+    finishes second finds the other's result in place, even when it appears between the check and the rename (that
+    rename onto a full folder raised OSError after the whole run had trained)."""
+    from fedlib import store as store_module
+
+    store, other = Store(tmp_path / "s"), Store(tmp_path / "other")
+    result = run(TINY, other, progress=False)
+    real = store_module.os.replace
+
+    def racing(src, dst):  # the other process renames its folder into place just before this one
+        if Path(dst) == store.path(TINY) and not Path(dst).exists():
+            shutil.copytree(other.path(TINY), dst)
+        return real(src, dst)
+
+    monkeypatch.setattr(store_module.os, "replace", racing)
+    assert store.save(TINY, result) == store.path(TINY)
+    assert store.has(TINY) and not list(store.root.glob("_tmp-*"))
+    pd.testing.assert_frame_equal(store.load(TINY).metrics, result.metrics)
 
 
 def test_forced_rerun_replaces_the_stored_result(tmp_path):
