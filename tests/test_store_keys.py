@@ -51,3 +51,31 @@ def test_readme_counts_the_runs_that_keep_their_key():
     n = len(_stored()) - len(ORPHANS)
     readme = (RESULTS.parent / "README.md").read_text()
     assert f"Every one of the {n} stored runs keeps its key" in " ".join(readme.split())
+
+
+@pytest.mark.skipif(not RESULTS.is_dir(), reason="no results/ beside the package")
+def test_git_never_converts_the_stored_runs_line_endings(tmp_path):
+    """A stored run is checked byte for byte against its manifest, so a checkout that turns its line endings into CRLF
+    (``core.autocrlf=true``, Git for Windows' default) would make every committed run read as damaged and retrain:
+    ``.gitattributes`` marks results/ as not text."""
+    import shutil
+    import subprocess
+
+    from fedlib.store import Store
+
+    key = next(p.parent.name for p in _stored() if p.parent.name not in ORPHANS)
+    files = [f"results/{key}/{name}" for name in ("config.json", "metrics.csv", "meta.json", "manifest.json")]
+    try:
+        out = subprocess.run(["git", "check-attr", "text", "--", *files], cwd=RESULTS.parent, capture_output=True,
+                             text=True, check=True).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    assert out.splitlines() == [f"{f}: text: unset" for f in files]
+    # what the attribute prevents: the same run with CRLF line endings is damaged
+    store = Store(tmp_path)
+    shutil.copytree(RESULTS / key, tmp_path / key)
+    cfg = from_dict(json.loads((RESULTS / key / "config.json").read_text()))
+    assert store.problem(cfg) is None
+    csv = tmp_path / key / "metrics.csv"
+    csv.write_bytes(csv.read_bytes().replace(b"\n", b"\r\n"))
+    assert "metrics.csv" in store.problem(cfg)
