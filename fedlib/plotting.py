@@ -2,7 +2,9 @@
 (``fedlib.papers.fedmcsa``, ``.adafl``, ``.pfedla``).
 
 Figures are saved as ``figures/<name>.<profile>.png``: a smoke run in CI never overwrites the committed paper-profile
-figures; a parametrised run adds its parameters to the name (``figure_name``). ``FEDLIB_FIGURES`` moves the folder.
+figures; a parametrised run adds its parameters to the name, and a figure drawn without a data set the committed
+figures were drawn with is ``<name>.<profile>.partial.png`` (``figure_name``, ``COMMITTED_DATA``), so neither
+replaces a committed figure. ``FEDLIB_FIGURES`` moves the folder.
 """
 
 from __future__ import annotations
@@ -11,6 +13,10 @@ import os
 from pathlib import Path
 
 import pandas as pd
+
+# The data sets the committed paper-profile runs and figures were made with (offline: CIFAR-10, Office-31,
+# Office-Home and DomainNet never were, so a committed figure may say "partial: cifar10 absent" itself).
+COMMITTED_DATA = frozenset({"synthetic", "mnist", "fmnist", "digits"})
 
 
 def figures_dir() -> Path:
@@ -24,22 +30,26 @@ def figures_dir() -> Path:
     return d
 
 
-def figure_name(name: str, profile: str) -> str:
+def figure_name(name: str, profile: str, partial: bool = False) -> str:
     """``<name>.<profile>.png``, or ``<name>_<tag>.<profile>.png`` in a parametrised run (``FEDLIB_FIGURE_TAG``, set
-    by ``scripts/run_notebooks.py -p NAME=V1,V2``), so a grid never overwrites the default run's figures."""
+    by ``scripts/run_notebooks.py -p NAME=V1,V2``), so a grid never overwrites the default run's figures. ``partial``
+    (a data set absent): ``<name>.<profile>.partial.png``, git-ignored: ``make notebooks`` on a machine without MNIST
+    replaced the committed Figure 3 of FedMCSA with its Synthetic panel alone."""
     tag = os.environ.get("FEDLIB_FIGURE_TAG", "")
-    return f"{name}{'_' + tag if tag else ''}.{profile}.png"
+    return f"{name}{'_' + tag if tag else ''}.{profile}{'.partial' if partial else ''}.png"
 
 
 def savefig(fig, name: str, profile: str, absent=()) -> Path:
     """Save ``fig`` under ``figures_dir()`` (``figure_name``). ``absent``: data sets the figure lacks; a note at the
-    bottom says so ("partial: mnist absent"), so a figure missing panels never passes for the full one."""
+    top says so ("partial: mnist absent"), so a figure missing panels never passes for the full one, and if one of
+    them is a data set the committed figures were drawn with (``COMMITTED_DATA``) the file is
+    ``<name>.<profile>.partial.png``, so it never replaces the committed one either."""
     if absent:  # above the title, where no legend or caption lies
         fig.text(
             0.5, 1.0, f"partial: {', '.join(absent)} absent (see data/README.md)", ha="center", va="bottom",
             color="#b00020", fontsize=11,
         )  # fmt: skip
-    path = figures_dir() / figure_name(name, profile)
+    path = figures_dir() / figure_name(name, profile, partial=bool(COMMITTED_DATA.intersection(absent)))
     fig.savefig(path, dpi=120, bbox_inches="tight")
     return path
 

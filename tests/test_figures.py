@@ -169,3 +169,35 @@ def test_adafl_selection_heat_map_is_labelled():
     r = np.corrcoef(mean_acc, freq)[0, 1]
     assert f"correlation {r:+.2f}" in fig.axes[3].get_title()
     assert fig.axes[3].xaxis.get_major_formatter()(85.0, 0) == "85%"
+
+
+def test_a_figure_without_some_data_never_replaces_the_full_one(tmp_path, monkeypatch):
+    """``make notebooks`` on a machine without MNIST drew FedMCSA's Figure 3 with its Synthetic panel alone and saved
+    it over the committed figure: a figure without a data set the committed ones were drawn with is
+    ``<name>.<profile>.partial.png`` (git-ignored), saying so."""
+    import subprocess
+    from pathlib import Path
+
+    monkeypatch.setenv("FEDLIB_FIGURES", str(tmp_path))
+    monkeypatch.delenv("FEDLIB_FIGURE_TAG", raising=False)
+    full = plotting.savefig(plt.figure(), "10_fig", "paper")
+    before = full.read_bytes()
+    fig = plt.figure()
+    partial = plotting.savefig(fig, "10_fig", "paper", absent=["cifar10", "mnist"])
+    assert (full.name, partial.name) == ("10_fig.paper.png", "10_fig.paper.partial.png")
+    assert full.read_bytes() == before
+    assert "partial: cifar10, mnist absent" in _texts(fig)
+    # without only what the committed figures lack too (FedMCSA Table 1: CIFAR-10), it is the committed figure
+    fig = plt.figure()
+    assert plotting.savefig(fig, "12_fig", "paper", absent=["cifar10"]).name == "12_fig.paper.png"
+    assert "partial: cifar10 absent" in _texts(fig)
+    monkeypatch.setenv("FEDLIB_FIGURE_TAG", "SEEDS-0")
+    assert plotting.figure_name("10_fig", "quick", partial=True) == "10_fig_SEEDS-0.quick.partial.png"
+    root = Path(__file__).resolve().parents[1]
+    try:
+        ignored = subprocess.run(["git", "check-ignore", "-q", "figures/10_fig.paper.partial.png"], cwd=root).returncode
+    except OSError:
+        ignored = 128
+    if ignored == 128:
+        pytest.skip("not a git checkout")
+    assert ignored == 0

@@ -79,3 +79,13 @@ def test_git_never_converts_the_stored_runs_line_endings(tmp_path):
     csv = tmp_path / key / "metrics.csv"
     csv.write_bytes(csv.read_bytes().replace(b"\n", b"\r\n"))
     assert "metrics.csv" in store.problem(cfg)
+
+
+@pytest.mark.skipif(not RESULTS.is_dir(), reason="no results/ beside the package")
+def test_the_committed_figures_data_sets_are_the_stores():
+    """``plotting.COMMITTED_DATA`` (a figure drawn without one of these is saved as ``.partial.png``, never over a
+    committed figure) names the data sets of the committed runs."""
+    from fedlib.plotting import COMMITTED_DATA
+
+    stored = {json.loads(p.read_text()).get("dataset", "synthetic") for p in _stored()}
+    assert stored == COMMITTED_DATA
