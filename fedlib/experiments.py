@@ -214,8 +214,8 @@ def experiment(
     address: str | None = None,
     batch: int = BATCH,
 ) -> Experiment:
-    """Experiment ``name`` at ``profile`` (explicit beats env FEDLIB_PROFILE; default 'quick') over the data sets present:
-    trained where not stored (``jobs`` at a time; None: one process per core, ``runner.default_jobs``), or with
+    """Experiment ``name`` at ``profile`` (explicit beats env FEDLIB_PROFILE; default 'quick') over the data sets
+    present: trained where not stored (``jobs`` at a time; None: one process per core, ``runner.default_jobs``), or with
     ``stored_only`` read from the store only (nothing trains; ``missing_runs`` lists the rest). ``seeds``: only these
     seeds (every cell's); ``where``: ``{field: value or [values]}``, fields flat or dotted (``method.mu``); ``fields``:
     values set in every cell (e.g. ``{'data_seed': 1}``; a list is an axis, as in grids). An experiment with a step

@@ -33,8 +33,8 @@ def figures_dir() -> Path:
 def figure_name(name: str, profile: str, partial: bool = False) -> str:
     """``<name>.<profile>.png``, or ``<name>_<tag>.<profile>.png`` in a parametrised run (``FEDLIB_FIGURE_TAG``, set
     by ``scripts/run_notebooks.py -p NAME=V1,V2``), so a grid never overwrites the default run's figures. ``partial``
-    (a data set absent): ``<name>.<profile>.partial.png``, git-ignored: ``make notebooks`` on a machine without MNIST
-    replaced the committed Figure 3 of FedMCSA with its Synthetic panel alone."""
+    (drawn without a data set the committed figures have): ``<name>.<profile>.partial.png``, git-ignored: ``make
+    notebooks`` on a machine without MNIST replaced the committed Figure 3 of FedMCSA with its Synthetic panel alone."""
     tag = os.environ.get("FEDLIB_FIGURE_TAG", "")
     return f"{name}{'_' + tag if tag else ''}.{profile}{'.partial' if partial else ''}.png"
 

@@ -207,7 +207,7 @@ class Store:
             return Store(default_root(profile))
         if isinstance(store, (str, os.PathLike)):
             return Store(store)
-        raise TypeError(f"store={store!r} must be a Store, a folder (str or path) or None (FEDLIB_RESULTS or results/)")
+        raise TypeError(f"store={store!r} must be a Store, a folder (str or path) or None (the default store)")
 
     def ready(self) -> "Store":
         """The store, its folder made if needed; a ``StoreNotWritable`` (a ValueError) naming it if it cannot hold
