@@ -662,16 +662,16 @@ class _RoundsBar:
         self.bar.close()
 
 
-def _run_in_worker(unit: list[RunConfig], root: str, data_root, uid: int = 0) -> None:
+def _run_in_worker(unit: list[RunConfig], where: tuple, data_root, uid: int = 0) -> None:
     if _STOP is not None and _STOP.is_set():  # the grid stopped while this unit waited in the pool's queue
         return
     if _ROUNDS is not None:
         _ROUNDS.start(uid)
     try:
         if len(unit) > 1:
-            train_together(unit, Store(root), progress=False, data_root=data_root)
+            train_together(unit, Store(*where), progress=False, data_root=data_root)
         else:
-            run(unit[0], Store(root), progress=False, data_root=data_root)
+            run(unit[0], Store(*where), progress=False, data_root=data_root)
     finally:
         if _ROUNDS is not None:
             _ROUNDS.flush()
@@ -719,7 +719,9 @@ def _run_parallel(
             initargs=(jobs, reports, stop),
         ) as pool,
     ):
-        futures = {pool.submit(_run_in_worker, u, str(store.root), data_root, i): i for i, u in enumerate(units)}
+        futures = {
+            pool.submit(_run_in_worker, u, (store.root, store.reads), data_root, i): i for i, u in enumerate(units)
+        }
         bar = _RoundsBar(units, f"training ({jobs} processes)", progress, cost)
         try:
             pending = set(futures)

@@ -172,17 +172,30 @@ EXPLORE = "_explore"  # under the committed store, git-ignored: runs of the expl
 
 
 def default_root(profile: str | None = None) -> Path:
-    """Where runs go when no store is given: ``FEDLIB_RESULTS``; else the checkout's committed ``results/`` (or
-    ./results) for the paper profile and for a run whose profile is not known (``fedlib.run(cfg)``); else, for an
-    exploring profile (quick, smoke), ``results/_explore/``, which git ignores. A notebook opened in JupyterLab at
-    the quick profile stored its runs among the committed paper runs, where ``make notebooks PROFILE=quick`` kept
-    them apart; every entry point that knows the profile (``fedlib.experiment``, the experiments CLI, the notebook
-    job) now asks here."""
+    """Where runs are written when no store is given: ``FEDLIB_RESULTS``; else, in a checkout, the committed
+    ``results/`` for the paper profile alone and ``results/_explore/`` (git-ignored) for everything else: the
+    exploring profiles (quick, smoke) and a run whose profile is not known (``fedlib.run(cfg)``, ``run_grid``),
+    which also reads the committed runs (``default_reads``); an installed package (no checkout) writes to
+    ./results, and ./results/_explore for the exploring profiles. Every entry point that knows the profile
+    (``fedlib.experiment``, the experiments CLI, the notebook job) asks here. Before, a notebook opened in
+    JupyterLab at the quick profile, and the README's first library example, stored their runs among the committed
+    paper runs, and the tests counting those failed afterwards."""
     env = os.environ.get("FEDLIB_RESULTS")
     if env:
         return Path(env)
-    root = committed_root() or Path.cwd() / "results"
-    return root if profile in (None, "paper") else root / EXPLORE
+    committed = committed_root()
+    root = committed or Path.cwd() / "results"
+    return root if profile == "paper" or (profile is None and committed is None) else root / EXPLORE
+
+
+def default_reads(profile: str | None = None) -> tuple[Path, ...]:
+    """The stores read, never written, after ``default_root(profile)``: the committed ``results/`` for a run whose
+    profile is not known, so that ``fedlib.run(paper_cfg)`` returns the committed run instead of training it again
+    into results/_explore/; nothing when ``FEDLIB_RESULTS`` is set, for a profile, or outside a checkout."""
+    committed = committed_root()
+    if os.environ.get("FEDLIB_RESULTS") or profile is not None or committed is None:
+        return ()
+    return (committed,)
 
 
 def committed_root() -> Path | None:
@@ -192,8 +205,16 @@ def committed_root() -> Path | None:
 
 
 class Store:
-    def __init__(self, root: str | os.PathLike | None = None):
-        self.root = Path(root) if root is not None else default_root()
+    """The results store: a folder of runs, one per config key (``root``), written atomically and checked on every
+    read. ``reads``: stores consulted after ``root`` for a run ``root`` lacks, never written (a run they hold is
+    read from there; one trained again, ``force``, is written to ``root``). ``Store()``: the default store of a run
+    without a profile (``default_root``, ``default_reads``)."""
+
+    def __init__(self, root: str | os.PathLike | None = None, reads=()):
+        if root is None:
+            root, reads = default_root(), default_reads()
+        self.root = Path(root)
+        self.reads = tuple(r for r in map(Path, reads) if r != self.root)
         self._checked: dict[Path, tuple] = {}  # folder -> (file stamps, problem or None)
 
     @staticmethod
@@ -204,7 +225,7 @@ class Store:
         if isinstance(store, Store):
             return store
         if store is None:
-            return Store(default_root(profile))
+            return Store(default_root(profile), default_reads(profile))
         if isinstance(store, (str, os.PathLike)):
             return Store(store)
         raise TypeError(f"store={store!r} must be a Store, a folder (str or path) or None (the default store)")
@@ -225,7 +246,14 @@ class Store:
         return self
 
     def path(self, cfg: RunConfig) -> Path:
-        return self.root / cfg.key()
+        """The folder of ``cfg``'s run: under ``root`` if it is there, else under the first of ``reads`` that has it;
+        where it would be written (under ``root``) if none has."""
+        key = cfg.key()
+        if not (self.root / key).is_dir():
+            for r in self.reads:
+                if (r / key).is_dir():
+                    return r / key
+        return self.root / key
 
     checkpoint_seconds = 300.0  # how much training an interruption may lose at most
 
@@ -255,22 +283,31 @@ class Store:
         self._checked[folder] = (stamp, found)
         return found
 
+    def _folders(self) -> list[Path]:
+        """Every run folder (names not starting with "_"): ``root``'s, then those of ``reads`` that ``root`` lacks."""
+        seen, out = set(), []
+        for r in (self.root, *self.reads):
+            if r.is_dir():
+                for d in sorted(r.iterdir()):
+                    if d.is_dir() and not d.name.startswith("_") and d.name not in seen:
+                        seen.add(d.name)
+                        out.append(d)
+        return out
+
     def damaged(self) -> list[str]:
         """What is wrong with each damaged run folder in the store (one line each, naming the folder)."""
         out = []
-        if self.root.exists():
-            for d in sorted(self.root.iterdir()):
-                if d.is_dir() and not d.name.startswith("_"):
-                    try:
-                        read_run(d)
-                    except DamagedRun as e:
-                        out.append(str(e))
+        for d in self._folders():
+            try:
+                read_run(d)
+            except DamagedRun as e:
+                out.append(str(e))
         return out
 
     def save(self, cfg: RunConfig, result: RunResult, replace: bool = False) -> Path:
         """Write ``result`` under ``cfg``'s key; an existing result is kept unless ``replace`` (a forced re-run)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        final = self.path(cfg)
+        final = self.root / cfg.key()  # never into ``reads``
         tmp = Path(tempfile.mkdtemp(prefix=f"_tmp-{cfg.key()}-", dir=self.root))
         try:
             (tmp / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
@@ -355,11 +392,9 @@ class Store:
 
     def configs(self) -> list[RunConfig]:
         """Every stored run's config."""
-        if not self.root.exists():
-            return []
         out = []
-        for d in sorted(self.root.iterdir()):
-            if d.name.startswith("_") or not (d / "metrics.csv").exists():
+        for d in self._folders():
+            if not (d / "metrics.csv").exists():
                 continue
             try:
                 out.append(from_dict(json.loads((d / "config.json").read_text())))

@@ -132,15 +132,18 @@ def test_exploring_profiles_store_apart_from_the_committed_runs(tmp_path, monkey
     """Without ``FEDLIB_RESULTS``, the paper profile's runs go to the committed results/ and the exploring profiles'
     to results/_explore/ (git-ignored) wherever the profile is known: a notebook opened in JupyterLab at the quick
     profile stored its runs among the committed paper runs, where ``make notebooks PROFILE=quick`` kept them apart.
-    ``FEDLIB_RESULTS`` and a ``store`` argument win; a config run on its own has no profile: results/."""
+    ``FEDLIB_RESULTS`` and a ``store`` argument win; a config run on its own has no profile: results/_explore/,
+    reading the committed runs too."""
     from fedlib import store as store_module
 
     committed, explore = tmp_path / "results", tmp_path / "results" / "_explore"
     monkeypatch.delenv("FEDLIB_RESULTS")
     monkeypatch.setattr(store_module, "committed_root", lambda: committed)
-    assert store_module.default_root() == store_module.default_root("paper") == committed
-    assert store_module.default_root("quick") == store_module.default_root("smoke") == explore
-    assert Store.of(None).root == committed and Store.of(None, "quick").root == explore
+    assert store_module.default_root("paper") == committed
+    assert store_module.default_root() == store_module.default_root("quick") == store_module.default_root("smoke")
+    assert store_module.default_root() == explore
+    assert Store.of(None, "paper").root == committed and Store.of(None, "quick").root == explore
+    assert Store.of(None).reads == (committed,) and Store.of(None, "paper").reads == Store.of(None, "quick").reads == ()
     assert Store.of(str(tmp_path / "mine"), "quick").root == tmp_path / "mine"
 
     def root(profile=None, **kw):
@@ -181,7 +184,7 @@ READERS = {"frame", "curves", "grid_frame", "select", "table1_runs", "table1_win
 
 def test_notebooks_read_the_store_their_experiments_use():
     """Every store read or run in a notebook names its experiment's store: a reader left to its default
-    (``Store()``: results/) drew the committed paper runs under a quick-profile experiment, whose runs are in
+    (``Store()``, then results/) drew the committed paper runs under a quick-profile experiment, whose runs are in
     results/_explore/. Checked in the notebooks' code (``fedlib``'s readers and runs on ``adafl``, ``pfedla``,
     ``fedmcsa``, ``fedlib``)."""
     import ast

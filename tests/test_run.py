@@ -47,6 +47,63 @@ def test_grid_validates_everything_first(tmp_path, monkeypatch):
         run_grid(TINY, {"lr": [0.1, -1]}, Store(tmp_path), progress=False)
 
 
+def test_a_store_reads_other_stores_and_writes_only_its_own(tmp_path, monkeypatch):
+    """``Store(root, reads)``: a run held by a read store comes from there, never trained again; a run none holds
+    trains into ``root``, and so does a forced re-run; the read store is never written. Its listing and damage
+    check cover both, ``root`` first."""
+    committed, mine = tmp_path / "committed", tmp_path / "mine"
+    run(TINY, Store(committed), progress=False)
+    third = TINY.replace(seed=2)
+    run(third, Store(committed), progress=False)
+    before = sorted(p.relative_to(committed) for p in committed.rglob("*"))
+    store = Store(mine, reads=[committed])
+    assert store.has(TINY) and store.path(TINY) == committed / TINY.key()
+    trained = []
+    real = run_module.train
+    monkeypatch.setattr(run_module, "train", lambda *a, **k: trained.append(a[0]) or real(*a, **k))
+    assert run(TINY, store, progress=False).config == TINY and trained == []
+    other = TINY.replace(seed=1)
+    run(other, store, progress=False)
+    assert trained == [other] and store.path(other) == mine / other.key() and (mine / other.key()).is_dir()
+    run(TINY, store, progress=False, force=True)  # retrained: into mine, where it now shadows the read copy
+    assert store.path(TINY) == mine / TINY.key() and store.has(TINY)
+    assert sorted(p.relative_to(committed) for p in committed.rglob("*")) == before  # never written
+    assert sorted(c.seed for c in store.configs()) == [0, 1, 2] and store.damaged() == []
+    for folder in (mine / TINY.key(), committed / TINY.key(), committed / third.key()):
+        (folder / "metrics.csv").write_text("round,test_acc\n1,1.0\n")
+    damaged = store.damaged()  # each run's copy that is read: the shadowed committed copy of TINY is not
+    assert len(damaged) == 2 and str(mine / TINY.key()) in damaged[0] and str(committed / third.key()) in damaged[1]
+    assert Store(mine, reads=[mine]).reads == ()  # itself is not read twice
+
+
+def test_a_run_without_a_profile_reads_the_committed_runs_and_writes_apart(tmp_path, monkeypatch):
+    """``fedlib.run(cfg)`` with no store in a checkout, the README's first library example, stored its run in the
+    committed results/ (an untracked folder, and the test counting the committed runs then failed): it now returns
+    a committed run from results/ and trains anything else into results/_explore/ (git-ignored)."""
+    from fedlib import store as store_module
+
+    committed = tmp_path / "results"
+    run(TINY, Store(committed), progress=False)
+    monkeypatch.delenv("FEDLIB_RESULTS")
+    monkeypatch.setattr(store_module, "committed_root", lambda: committed)
+    real = run_module.train
+    monkeypatch.setattr(run_module, "train", lambda *a, **k: pytest.fail("a committed run trained again"))
+    assert run(TINY, progress=False).config == TINY
+    monkeypatch.setattr(run_module, "train", real)
+    other = TINY.replace(seed=1)
+    run(other, progress=False)
+    assert sorted(p.name for p in committed.iterdir()) == sorted(["_explore", TINY.key()])
+    assert (committed / "_explore" / other.key() / "metrics.csv").exists()
+    df = run_grid(TINY, {"seed": [0, 1]}, progress=False)  # a grid too: both stored, nothing trains
+    assert sorted(df.seed) == [0, 1]
+    assert Store().root == committed / "_explore" and Store().reads == (committed,)
+    monkeypatch.setattr(store_module, "committed_root", lambda: None)  # an installed package: ./results, as before
+    monkeypatch.chdir(tmp_path)
+    assert Store().root == tmp_path / "results" and Store().reads == ()
+    monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path / "env"))
+    assert Store().root == tmp_path / "env" and Store().reads == ()
+
+
 def test_expand_product_and_union():
     cfgs = expand(TINY, {"lr": [0.1, 0.2], "seed": [0, 1, 2]})
     assert len(cfgs) == 6 and {c.lr for c in cfgs} == {0.1, 0.2}
@@ -210,14 +267,14 @@ def test_pool_workers_report_the_rounds_they_train(tmp_path, monkeypatch):
 
     q = queue.Queue()
     monkeypatch.setattr(run_module, "_ROUNDS", _RoundReport(q, every=0.0))  # every round sent at once
-    _run_in_worker([TINY], str(tmp_path / "r"), None, 7)
+    _run_in_worker([TINY], (tmp_path / "r",), None, 7)
     assert [q.get_nowait() for _ in range(q.qsize())] == [(7, 1), (7, 1), (7, 1)]
     pair = expand(TINY, {"seed": [1, 2]})
-    _run_in_worker(pair, str(tmp_path / "r"), None, 8)
+    _run_in_worker(pair, (tmp_path / "r",), None, 8)
     sent = [q.get_nowait() for _ in range(q.qsize())]
     assert {u for u, _ in sent} == {8} and sum(n for _, n in sent) == 6 and Store(tmp_path / "r").has(pair[1])
     monkeypatch.setattr(run_module, "_ROUNDS", _RoundReport(q, every=3600.0))  # rounds of milliseconds: one message
-    _run_in_worker(expand(TINY, {"seed": [3]}), str(tmp_path / "r"), None, 9)
+    _run_in_worker(expand(TINY, {"seed": [3]}), (tmp_path / "r",), None, 9)
     assert [q.get_nowait() for _ in range(q.qsize())] == [(9, 3)]
 
 
