@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from . import resources
 from .algorithms import build_algorithm
-from .config import RunConfig
+from .config import RunConfig, flat_name
 from .data import load_federated
 from .executors import make_executor
 from .malloc import keep_freed_memory
@@ -370,7 +370,9 @@ def run_grid(
     """Run every config of the grid (skipping stored ones); one summary row per config. ``jobs``, ``backend``,
     ``address``, ``batch``: where and how the runs train (``run_configs``)."""
     cfgs = expand(base, grid)  # validates every config before any training starts
-    varied = ["algorithm", "seed"] + [k for g in ([grid] if isinstance(grid, dict) else grid) for k in g]
+    # the varied fields by their flat names: with dotted ones (``local.lr``) the flat column (``lr``, from
+    # ``cfg.changed()``) was NaN wherever a run had the default value
+    varied = ["algorithm", "seed"] + [flat_name(k) for g in ([grid] if isinstance(grid, dict) else grid) for k in g]
     return run_configs(
         cfgs, store, progress, data_root, varied, jobs=jobs, backend=backend, address=address, batch=batch
     )
@@ -533,7 +535,9 @@ def run_configs(
     rows = []
     for cfg in bar:
         res = run(cfg, store, progress=progress, data_root=data_root)
-        rows.append({"key": cfg.key(), **cfg.changed(), **{k: cfg.get(k) for k in columns}, **res.summary()})
+        rows.append(
+            {"key": cfg.key(), **cfg.changed(), **{k: cfg.get(k) for k in dict.fromkeys(columns)}, **res.summary()}
+        )
     return pd.DataFrame(rows)
 
 

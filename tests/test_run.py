@@ -104,6 +104,17 @@ def test_a_run_without_a_profile_reads_the_committed_runs_and_writes_apart(tmp_p
     assert Store().root == tmp_path / "env" and Store().reads == ()
 
 
+def test_a_grid_in_dotted_names_tabulates_as_in_flat_names(tmp_path):
+    """The README's dotted grid printed ``lr`` as NaN wherever a run had the default lr (its column came from the
+    changed fields only, beside ``local.lr``): the varied fields are the flat names' columns, whichever way named."""
+    base = TINY.replace(algorithm="fedprox", mu=0.1)
+    store = Store(tmp_path)
+    dotted = run_grid(base, {"method.mu": [0.01, 0.1], "local.lr": [0.01, 0.02]}, store, progress=False)
+    flat = run_grid(base, {"mu": [0.01, 0.1], "lr": [0.01, 0.02]}, store, progress=False)
+    pd.testing.assert_frame_equal(dotted.drop(columns="seconds"), flat.drop(columns="seconds"))
+    assert list(dotted.lr) == [0.01, 0.02, 0.01, 0.02] and "local.lr" not in dotted
+
+
 def test_expand_product_and_union():
     cfgs = expand(TINY, {"lr": [0.1, 0.2], "seed": [0, 1, 2]})
     assert len(cfgs) == 6 and {c.lr for c in cfgs} == {0.1, 0.2}
