@@ -276,7 +276,8 @@ def test_missing_data_messages(tmp_path):
         msg = str(exc.value)
         assert repr(name) in msg and expected[name] in msg and str(tmp_path.resolve()) in msg
         assert "FEDLIB_DATA" in msg
-        assert ("download=True" in msg) == (name in ("mnist", "fmnist", "cifar10", "svhn"))
+        call = f"fedlib.data.readers.load({name!r}, 'train', download=True)"  # a call that exists, not an argument
+        assert (call in msg) == ("download=True" in msg) == (name in ("mnist", "fmnist", "cifar10", "svhn"))
         assert exc.value.dataset == name and isinstance(exc.value, FileNotFoundError)
         assert not readers.available(name, root=tmp_path)
     assert list(tmp_path.iterdir()) == []  # nothing was written into the root

@@ -114,8 +114,9 @@ class DatasetNotFoundError(FileNotFoundError):
     def __init__(self, dataset: str, root: Path, expected: list[str], hint: str = ""):
         self.dataset, self.root, self.expected, self.hint = dataset, Path(root), list(expected), hint
         fixes = f"put the files under {self.root}, or set FEDLIB_DATA to a folder that has them"
-        if dataset in _DOWNLOADABLE:
-            fixes += ", or pass download=True to fetch them"
+        if dataset in _DOWNLOADABLE:  # named as a call: fedlib.run and RunConfig take no download argument
+            fixes += f", or download them into it with fedlib.data.readers.load({dataset!r}, 'train', download=True)"
+            fixes += " and again with 'test'" if dataset == "svhn" else " (every split at once)"  # SVHN: one a call
         msg = (
             f"dataset {dataset!r} not found under data root {self.root}. "
             f"Expected (relative to the root): {', '.join(self.expected)}. "
