@@ -100,3 +100,34 @@ def test_the_committed_figures_data_sets_are_the_stores():
 
     stored = {json.loads(p.read_text()).get("dataset", "synthetic") for p in _stored()}
     assert stored == COMMITTED_DATA
+
+
+@pytest.mark.skipif(not RESULTS.is_dir(), reason="no results/ beside the package")
+def test_what_the_store_writes_beside_the_committed_runs_is_ignored(tmp_path):
+    """The folders the store keeps beside its runs (an interrupted write, a snapshot, a damaged run set aside, the
+    exploring profiles' runs) never show up in ``git status`` as if they were results to commit (``_damaged`` did),
+    and a run folder does."""
+    import subprocess
+
+    from fedlib import store
+    from fedlib.config import RunConfig
+
+    cfg = RunConfig(n_clients=4, clients_per_round=2, rounds=1, model="mlr")
+    s = store.Store(tmp_path)
+    written = [
+        s.checkpoint(cfg).path,  # _partial/<key>.pt
+        s.root / store.EXPLORE / cfg.key() / "metrics.csv",
+        s.root / "_tmp-0123456789abcdef-xyz" / "config.json",  # Store.save's tempfile.mkdtemp prefix
+    ]
+    s.root.joinpath(cfg.key()).mkdir()
+    with pytest.warns(store.DamagedRunWarning):
+        written.append(s._set_aside(s.root / cfg.key()) / "metrics.csv")  # _damaged/<key>-<time>-<pid>
+    names = [f"results/{p.relative_to(tmp_path).as_posix()}" for p in written]
+    try:
+        ignored = [subprocess.run(["git", "check-ignore", "-q", n], cwd=RESULTS.parent).returncode for n in names]
+        run = subprocess.run(["git", "check-ignore", "-q", f"results/{cfg.key()}/metrics.csv"], cwd=RESULTS.parent)
+    except OSError:
+        pytest.skip("no git")
+    if run.returncode == 128:
+        pytest.skip("not a git checkout")
+    assert dict(zip(names, ignored)) == dict.fromkeys(names, 0) and run.returncode == 1
