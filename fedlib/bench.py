@@ -5,8 +5,8 @@
 
 Each case trains every client of one round (R local steps on the same ``BatchPlan``) with
 both executors in this one process, alternating which goes first, and prints the median
-seconds per round, the median of the per-round ratios and their range. Cases (issue #2's
-targets on the 2-core CPU in brackets):
+seconds per round, the median of the per-round ratios and their range. Cases (the targets
+set for the stacked executor on the 2-core CPU in brackets):
   (a) Synthetic(0.5, 0.5), N=100, DNN 60-20-10, R=20 steps of batch 20      [ratio >= 30]
   (b) MNIST-shaped, N=20, DNN 784-100-10, R=20, batch 20 (pFedMe sizes)    [ratio >= 8]
   (c) N=100, MLP 784-200-200-10, R=20, batch 10 (AdaFL's model, 600 rows) [ratio >= 4]
@@ -15,7 +15,7 @@ The loop executor is the reference the stacked one is tested against (float64, 1
       the loop executor, the stacked executor's generic vmap/second-order path (any buffer-free model) and
       its hand-written chain fast path (Linear/ReLU chains), side by side, all clients in one group.
 
-End to end (``--e2e [--only W1,..] [--rounds R] [--tiny]``, issue 21): whole rounds (selection, start models, plan,
+End to end (``--e2e [--only W1,..] [--rounds R] [--tiny]``): whole rounds (selection, start models, plan,
 local training, aggregation, evaluation) of W1 FedAvg on MNIST Dir(0.1), W2 AdaFL's MNIST setting, W3 FedMCSA on
 Synthetic with the DNN, W4 pFedMe on Synthetic MLR, W5 FedBN+SE on the digits (LeNet-BN; also "W5s": the stacked
 executor with per-client BatchNorm buffers, opt-in) and W6 a 12-run FedMCSA grid one by one, each as

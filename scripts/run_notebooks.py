@@ -293,7 +293,11 @@ def main(argv=None) -> int:
         "--profile", default=None, help="smoke | quick | paper (default: FEDLIB_PROFILE, else paper: the store)"
     )
     ap.add_argument("--stored-only", action="store_true", help="pass STORED_ONLY=True: draw the store, train nothing")
-    ap.add_argument("--only", default="", help="comma-separated notebook number prefixes, e.g. 00,03")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="comma-separated notebook number prefixes, e.g. 00,10 (or 1 for every FedMCSA notebook)",
+    )
     ap.add_argument("-p", "--param", action="append", default=[], help="papermill parameter NAME=VALUE[,VALUE...]")
     ap.add_argument("--out", default=str(ROOT / "build" / "notebooks"))
     ap.add_argument("--dir", default=str(ROOT / "notebooks"), help="folder of the numbered notebooks")
@@ -424,6 +428,12 @@ def main(argv=None) -> int:
                 end="",
             )
         print()
+        varied = sorted({k for p in grid for k in p} - set(JOB_PARAMS))
+        if varied:  # the plan reads the experiments' profiles alone: it said "4 to train" where 12 trained
+            print(
+                f"  (the plan is for the notebooks' default parameters: -p {', '.join(varied)} runs each notebook "
+                f"{len(grid)} time(s), and each may draw and train other runs)"
+            )
         for nb in notebooks:
             if nb.name in skipped:
                 print(f"  {nb.name:40} {skipped[nb.name]}")
@@ -458,12 +468,12 @@ def main(argv=None) -> int:
                     os.environ["FEDLIB_FIGURE_TAG"] = suffix
                 else:
                     os.environ.pop("FEDLIB_FIGURE_TAG", None)
-                if plan.todo and not args.stored_only:
+                if plan.todo and not args.stored_only and not varied:
                     print(f"RUN  {label}: trains {len(plan.todo)} run(s) first: " + "; ".join(plan.lines), flush=True)
                 else:
                     print(f"RUN  {label}", flush=True)
                 t0 = time.time()
-                watch = Progress(label, partial, plan if not args.stored_only else None, args.every)
+                watch = Progress(label, partial, plan if not (args.stored_only or varied) else None, args.every)
                 watch.start()
                 try:
                     pm.execute_notebook(
@@ -473,6 +483,10 @@ def main(argv=None) -> int:
                         cwd=str(nb.parent),
                         kernel_name="python3",
                         progress_bar=False,
+                        # the kernel's own log said "running over TCP without encryption" at every start and
+                        # "KeyboardInterrupt caught in kernel" when jupyter_client interrupts it to shut it down;
+                        # errors in cells and a dying kernel still come back as papermill's exceptions
+                        extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
                     )
                     note = plan.status_note()
                     status[label] = f"{note or 'ok'} ({time.time() - t0:.0f} s)"

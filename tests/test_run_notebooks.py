@@ -109,6 +109,19 @@ def test_explicit_profile_wins_and_grid_figures_carry_their_parameters(tmp_path,
     assert "01_fig.smoke.png" in [p.name for p in figs.iterdir()]  # the default run keeps its name
 
 
+def test_the_kernels_log_stays_out_of_the_job_output(tmp_path, capfd):
+    """Every notebook printed "[IPKernelApp] WARNING | Kernel is running over TCP without encryption" (and some
+    "ERROR | KeyboardInterrupt caught in kernel" at shutdown) among the job's lines; a cell's error still fails it."""
+    nbs, out = tmp_path / "nbs", tmp_path / "out"
+    nbs.mkdir()
+    _notebook(nbs / "01_ok.ipynb", "print('fine')")
+    _notebook(nbs / "02_bad.ipynb", "raise ValueError('boom')")
+    assert runner.main(["--dir", str(nbs), "--out", str(out), "--profile", "smoke"]) == 1
+    seen = capfd.readouterr()
+    assert "IPKernelApp" not in seen.out + seen.err
+    assert "raised ValueError: boom" in seen.out
+
+
 def test_parameter_values_become_safe_file_names():
     """Issue 20: ``-p`` with a "/" in a value put it into a file name and failed with FileNotFoundError."""
     assert runner.tag({"ROOT": "/data/x y", "SEEDS": [0, 1]}) == "ROOT-data_x_y_SEEDS-0_1"
@@ -156,6 +169,12 @@ def test_jobs_reaches_the_notebooks_and_the_plan(tmp_path, monkeypatch, capsys):
         assert runner.main(["--dir", str(plan), "--out", str(out), "--profile", "paper", "--plan", *args]) == 0
         line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("plan: "))
         assert "to train (about " in line and re.search(says + "$", line), line
+    # a parameter grid: the plan is the default parameters' (it said "4 to train" where -p DATA_SEED=0,1,2 trained 12)
+    assert runner.main(["--dir", str(plan), "--out", str(out), "--profile", "paper", "--plan", "-p", "X=0,1,2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    note = lines[next(i for i, x in enumerate(lines) if x.startswith("plan: ")) + 1]
+    assert note == "  (the plan is for the notebooks' default parameters: -p X runs each notebook 3 time(s), and each "\
+        "may draw and train other runs)"  # fmt: skip
 
 
 def test_with_several_processes_every_notebooks_missing_runs_train_first_as_one_grid(tmp_path, monkeypatch, capsys):
