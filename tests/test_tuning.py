@@ -125,6 +125,34 @@ def test_table1_profiles_hold_the_stated_grid(tmp_path, monkeypatch):
     assert fr[fr.figure_setting].groupby("row").size().eq(1).all()
 
 
+def test_a_diverged_run_never_wins(tmp_path, grid):
+    """FedProx's (lr 0.05, mu 0.01) reached the best BMTA, 0.95, before its models became non-finite at round 2: the
+    next best wins, the frame says where the diverged run stopped, and a row whose every run diverged has no winner.
+    (It won, at 95%, and Table 1 re-ran a setting that ends in NaN.) A folder given as the store works too."""
+    store = Store(tmp_path)
+    for cfg, acc in zip(grid[:4], [[0.6, 0.7], [0.8, 0.5], [0.95], [0.85, 0.85]]):
+        _fake(store, cfg, acc)
+    diverged = grid[2]
+    rounds = expected_rounds(diverged, 2)
+    m = pd.DataFrame({c: np.nan for c in COLUMNS}, index=range(len(rounds)))
+    m["round"], m["test_acc"], m["test_acc_mean"] = rounds, [0.95, np.nan], [0.94, np.nan]
+    m["selected"], m["uploads"], m["seconds"] = 3, [3, 6], 1.0
+    z = np.zeros((len(rounds), 2))
+    store.save(diverged, RunResult(m, z, z, np.ones(2, int), {"diverged_at": 2}, diverged), replace=True)
+    for cfg in grid[4:]:
+        _fake(store, cfg, [0.9], gm=[0.8])
+    winners, frame = select(grid, str(tmp_path))
+    assert winners[("synthetic", "mlr", "fedprox")] == grid[3]  # 0.85, not the diverged 0.95
+    row = frame.set_index("key").loc[diverged.key()]
+    assert row.bmta == pytest.approx(95.0) and row.diverged_at == 2 and not row.winner
+    assert np.isnan(frame.set_index("key").loc[grid[3].key()].diverged_at)
+    # every run of a row diverged: no winner for it
+    for cfg in grid[4:]:
+        store.save(cfg, RunResult(m, z, z, np.ones(2, int), {"diverged_at": 2}, cfg), replace=True)
+    winners, _ = select(grid, store)
+    assert ("synthetic", "mlr", "pfedme") not in winners and ("synthetic", "mlr", "fedprox") in winners
+
+
 def test_stage2_runs_the_winners_with_three_seeds(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path))
     monkeypatch.delenv("FEDLIB_PROFILE", raising=False)

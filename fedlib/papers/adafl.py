@@ -259,7 +259,7 @@ def frame(
     ``tail``). ``max_rounds`` cuts runs to their first rounds (Figure 3 draws 500 rounds of T = 1000 runs)."""
     from ..store import Store
 
-    store = store or Store()
+    store = Store.of(store)
     rows = []
     for cfg, res in store.stored(cfgs):
         m = res.metrics if max_rounds is None else res.metrics[res.metrics["round"] <= max_rounds]

@@ -261,11 +261,12 @@ def setting(cfg: RunConfig) -> str:
 
 def grid_frame(cfgs: list[RunConfig], store: "Store | None" = None) -> pd.DataFrame:
     """One row per (grid config, Table 1 row it can fill): dataset, model, row, the tuned fields, ``setting`` (their
-    text), ``figure_setting`` (the values Figures 3-4 use), whether it is stored, and its BMTA (%, sample-weighted and
-    unweighted; NaN when not stored)."""
+    text), ``figure_setting`` (the values Figures 3-4 use), whether it is stored, its BMTA (%, sample-weighted and
+    unweighted; NaN when not stored) and ``diverged_at`` (the round a diverged run stopped at, else NaN: its BMTA is
+    its best before that round)."""
     from ..store import Store
 
-    store = store or Store()
+    store = Store.of(store)
     lr0 = base(1).get("lr")
     out = []
     for cfg in cfgs:
@@ -288,6 +289,7 @@ def grid_frame(cfgs: list[RunConfig], store: "Store | None" = None) -> pd.DataFr
                     "stored": res is not None,
                     "bmta": np.nan if res is None else 100 * best(res.metrics[wcol]),
                     "bmta_unweighted": np.nan if res is None else 100 * best(res.metrics[ucol]),
+                    "diverged_at": np.nan if res is None else res.meta.get("diverged_at") or np.nan,
                 }
             )
     return pd.DataFrame(out)
@@ -297,7 +299,9 @@ def select(cfgs: list[RunConfig], store: "Store | None" = None) -> tuple[dict, p
     """Winners of the grid ``cfgs`` (stage 1 runs): ``{(dataset, model, row): RunConfig}`` and the ``grid_frame``
     with a ``winner`` column and ``lr_at_edge`` (the winner's lr is the smallest or largest of 3 or more tried).
     A (dataset, model, row) whose grid is not completely stored gets no winner: picking among part of a grid
-    would quietly change the protocol."""
+    would quietly change the protocol. A diverged run never wins: its BMTA is its best before its models became
+    non-finite, and a setting that ends in NaN is no setting to re-run with three seeds (the paper's protocol picks
+    the best hyperparameters; it reports none that diverge). No committed grid run diverged."""
     by_key = {c.key(): c for c in cfgs}
     frame = grid_frame(cfgs, store)
     winners = {}
@@ -306,9 +310,10 @@ def select(cfgs: list[RunConfig], store: "Store | None" = None) -> tuple[dict, p
     frame["winner"] = False
     frame["lr_at_edge"] = False
     for (d, m, row), g in frame.groupby(["dataset", "model", "row"], sort=False):
-        if not g.stored.all() or g.bmta.isna().all():
+        sound = g.bmta.where(g.diverged_at.isna())
+        if not g.stored.all() or sound.isna().all():
             continue
-        i = g.bmta.idxmax()  # first maximum in grid order
+        i = sound.idxmax()  # first maximum in grid order
         frame.loc[i, "winner"] = True
         # a winner at the end of the learning-rate range says the range may be too narrow
         frame.loc[i, "lr_at_edge"] = g.lr.nunique() > 2 and frame.loc[i, "lr"] in (g.lr.min(), g.lr.max())
@@ -329,7 +334,7 @@ def table1_runs(winners: dict, seeds, store: "Store | None" = None) -> pd.DataFr
     reads (``best_acc``, ``best_acc_mean`` as fractions) and the winner's ``setting``."""
     from ..store import Store
 
-    store = store or Store()
+    store = Store.of(store)
     out = []
     for (d, m, row), w in winners.items():
         _, wcol, ucol = ROWS[row]

@@ -188,7 +188,7 @@ def _runs(cfgs, store=None):
     from ..data.domains import domain_names
     from ..store import Store
 
-    for cfg, res in (store or Store()).stored(cfgs):
+    for cfg, res in Store.of(store).stored(cfgs):
         acc = res.client_acc * 100  # (evaluated rounds, N)
         per = {d: acc[:, i] for i, d in enumerate(domain_names(cfg.get("dataset"), cfg.get("domains")))}
         per["avg"] = acc.mean(1)
