@@ -197,6 +197,31 @@ def _matches(cfg: RunConfig, where: dict) -> bool:
     return all(cfg.get(k) in v if isinstance(v, list) else cfg.get(k) == v for k, v in where.items())
 
 
+def _check_inputs(name: str, inputs) -> dict:
+    """``inputs`` as a dict: None or ``{keyword: the step's output}`` for an experiment with a step (``profiles.STEPS``:
+    ``{'winners': {(dataset, model, row): RunConfig}}``, what ``fedmcsa.table1_winners`` returns); anything else is a
+    ValueError naming the argument and what it takes (a string of winners was an AttributeError in the grid)."""
+    if inputs is None:
+        return {}
+    step = profiles.STEPS.get(name)
+    takes = (
+        f"{{{step[1]!r}: the output of {step[2].__module__}.{step[2].__name__}, a dict of RunConfigs}} or None"
+        if step
+        else "None or {} (only an experiment with a step takes inputs: "
+        + ", ".join(f"{n} takes {s[1]!r}" for n, s in profiles.STEPS.items())
+        + ")"
+    )
+    if not isinstance(inputs, dict):
+        raise ValueError(f"inputs={inputs!r}: experiment {name!r} takes {takes}")
+    unknown = [k for k in inputs if step is None or k != step[1]]
+    if unknown:
+        raise ValueError(f"inputs={inputs!r}: experiment {name!r} takes no {unknown[0]!r}; it takes {takes}")
+    for k, v in inputs.items():
+        if not isinstance(v, dict) or not all(isinstance(c, RunConfig) for c in v.values()):
+            raise ValueError(f"inputs[{k!r}]={v!r}: experiment {name!r} takes {takes}")
+    return dict(inputs)
+
+
 def experiment(
     name: str,
     profile: str | None = None,
@@ -230,9 +255,16 @@ def experiment(
     with its solo run's numbers (``fedlib.batching``; 1: one at a time)."""
     profile = resolve_profile(profile)
     runner.ray_backend(backend, address, jobs)  # bad values fail here, before any training
+    if name not in profiles.EXPERIMENTS:
+        raise ValueError(f"experiment={name!r} is not one of: {', '.join(profiles.EXPERIMENTS)}")
+    if available is not None and not isinstance(available, profiles.Available):
+        raise ValueError(
+            f"available={available!r}: must be a fedlib.profiles.Available (the data sets to count as present, e.g. "
+            "fedlib.profiles.Available.scan()) or None (what is under the data root)"
+        )
+    inputs, after = _check_inputs(name, inputs), None
     given, store = store, Store.of(store, profile)  # none given: paper runs in results/, others in results/_explore/
     available = available if available is not None else profiles.Available.scan()
-    inputs, after = dict(inputs or {}), None
     if name in profiles.STEPS:
         prior, keyword, step = profiles.STEPS[name]
         if keyword not in inputs:
@@ -353,6 +385,7 @@ def main(argv=None) -> int:
     try:
         args.jobs = runner.jobs_arg(args.jobs)
         malloc_mode()  # a bad FEDLIB_MALLOC: here, not as a traceback from every worker
+        resolve_profile(args.profile)  # a bad FEDLIB_PROFILE (--profile's choices are checked above): a usage error
     except ValueError as e:
         ap.error(str(e))
     if args.batch < 1:
@@ -399,6 +432,18 @@ def main(argv=None) -> int:
 DATA_ERRORS = (DatasetNotFoundError, DatasetChecksumError, DatasetFormatError)
 
 
+def _absent_for_empty(name: str, profile: str, inputs: dict) -> list[str]:
+    """The data sets absent under the data root that experiment ``name`` would run on, for one whose grid is empty:
+    an experiment that has cells only for the data sets present (pFedLA's Office grids, its digits grids below two
+    domains) reports no absent data set (``Experiment.absent``), so its grid is built again as if every data set were
+    present and checked against what is (``profiles.available_cells``)."""
+    from .data.domains import DOMAINS
+
+    every = profiles.Available(frozenset({"synthetic", "mnist", "fmnist", "cifar10", *DOMAINS}), tuple(DOMAINS.items()))
+    base, grid = profiles.get(name, profile, every, **inputs)
+    return profiles.available_cells(profiles.flat_cells(grid), base, profiles.Available.scan())[1]
+
+
 def _main(ap, args, where, backend) -> int:
     def planned(name, **kw) -> Experiment:
         """The experiment's configs, nothing trained; bad input (a --where that matches nothing) is a usage error."""
@@ -441,7 +486,10 @@ def _main(ap, args, where, backend) -> int:
                 # before anything trains); a data file absent, damaged or malformed (the message names it; the runs
                 # finished before it are stored)
                 raise SystemExit(f"python -m fedlib.experiments: error: {e}") from None
-            print(table.drop(columns=["key"]).to_string())
+            if table.empty:  # no configs at all (a grid empty for another reason than absent data): nothing to show
+                print("nothing to run: no configs")
+            else:
+                print(table.drop(columns=["key"]).to_string())
         queue.clear()
 
     for name in names:
@@ -457,7 +505,8 @@ def _main(ap, args, where, backend) -> int:
             )
         ex = planned(name, where=where, inputs=inputs)
         queue += [c for c in ex.configs if c.key() not in seen and not seen.add(c.key())]
-        missing += [m for m in ex.absent if m not in missing]
+        absent = ex.absent if ex.configs or ex.absent else _absent_for_empty(name, ex.profile, inputs)
+        missing += [m for m in absent if m not in missing]
         if missing and name == names[-1]:
             print(f"data absent, skipped: {', '.join(missing)} (see data/README.md)")
     if missing and not seen:  # it printed "0 configs" and then failed on an empty table (a KeyError traceback)

@@ -315,8 +315,10 @@ def main(argv=None) -> int:
         "notebook misses train first, as one grid)",
     )
     args = ap.parse_args(argv)
-    if args.every <= 0:  # 0 made the progress thread re-read the running notebook without pause
-        ap.error(f"--every={args.every:g}: seconds between progress lines, more than 0")
+    # 0 made the progress thread re-read the running notebook without pause; nan passed "<= 0" (every comparison with
+    # it is false) and inf never printed: a finite number of seconds, more than 0 (written so that nan fails it)
+    if not 0 < args.every < float("inf"):
+        ap.error(f"--every={args.every:g}: seconds between progress lines, more than 0 (a finite number)")
     if not Path(args.dir).is_dir():  # it ran nothing and exited 0
         ap.error(f"--dir {args.dir}: no such folder")
     if Path(args.out).exists() and not Path(args.out).is_dir():  # it was a FileExistsError traceback

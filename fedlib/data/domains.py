@@ -120,7 +120,7 @@ import torch
 
 from . import readers
 from .federated import FederatedData, Split
-from .readers import DatasetNotFoundError
+from .readers import DatasetFormatError, DatasetNotFoundError
 
 __all__ = [
     "DATASETS",
@@ -523,14 +523,22 @@ def _scan(dataset: str, domain: str, root: Path):
     return folder, files
 
 
+_IMAGE_LAYOUT = "an image file PIL can read (.jpg, .jpeg or .png), any size, grey, palette or RGB"
+
+
 def _decode(path: Path, size: int) -> np.ndarray:
+    """One image, RGB, resized to ``size``; a file PIL cannot read is a DatasetFormatError naming it (PIL's own
+    errors, UnidentifiedImageError, OSError for a truncated file, ..., are not the data errors callers catch)."""
     from PIL import Image
 
-    with Image.open(path) as im:
-        im = im.convert("RGB")
-        if im.size != (size, size):
-            im = im.resize((size, size), Image.BILINEAR)
-        return np.asarray(im, dtype=np.uint8)
+    try:
+        with Image.open(path) as im:
+            im = im.convert("RGB")
+            if im.size != (size, size):
+                im = im.resize((size, size), Image.BILINEAR)
+            return np.asarray(im, dtype=np.uint8)
+    except Exception as e:  # PIL raises many types (UnidentifiedImageError, OSError, SyntaxError, ...) on bad data
+        raise DatasetFormatError(path, f"not a readable image ({type(e).__name__}: {e})", _IMAGE_LAYOUT) from None
 
 
 def _read_domain(dataset: str, domain: str, size: int, root: Path):
@@ -565,16 +573,29 @@ def _read_domain(dataset: str, domain: str, size: int, root: Path):
     return x, y, paths
 
 
+def _split_list(path: Path) -> set[str]:
+    """A DomainNet split list's images as 'class/file' (each line '<path> <label>'; only the last two parts of the
+    path are kept, to match the scanned folder, so nothing is read from the path); not UTF-8: DatasetFormatError."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise DatasetFormatError(
+            path,
+            f"is not UTF-8 text (line {line}: byte 0x{data[e.start]:02x} at offset {e.start})",
+            "DomainNet's split list: one '<domain>/<class>/<file> <label>' line per image",
+        ) from None
+    return {"/".join(Path(line.split()[0]).parts[-2:]) for line in text.splitlines() if line.strip()}
+
+
 def _official_lists(domain: str, root: Path):
     """DomainNet's ``<domain>_{train,test}.txt`` (in the DomainNet folder or its ``splits/``) as sets of 'class/file'."""
     for base in _dataset_dirs("domainnet", root):
         for folder in (base, base / "splits"):
             tr, te = folder / f"{domain}_train.txt", folder / f"{domain}_test.txt"
             if tr.is_file() and te.is_file():
-                read = lambda p: {
-                    "/".join(Path(line.split()[0]).parts[-2:]) for line in p.read_text().splitlines() if line.strip()
-                }
-                return read(tr), read(te)
+                return _split_list(tr), _split_list(te)
     raise DatasetNotFoundError(
         "domainnet",
         root,

@@ -561,15 +561,43 @@ _MNISTM_LAYOUT = (
 )
 
 
-def _parse_labels(text: str, where) -> list[tuple[str, int]]:
-    rows = []
+def _parse_labels(data: bytes, where) -> list[tuple[str, int]]:
+    """The ``<file> <label>`` lines of an MNIST-M labels file, checked: UTF-8 text, each image named once by a bare
+    file name (read from its split's folder only: no folder part, no ``..``, not absolute) and at least one line; a
+    DatasetFormatError naming ``where`` (and the line) otherwise."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise DatasetFormatError(
+            where, f"is not UTF-8 text (line {line}: byte 0x{data[e.start]:02x} at offset {e.start})", _MNISTM_LAYOUT
+        ) from None
+    rows, first = [], {}
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         parts = line.split()
-        if len(parts) != 2 or not parts[1].isdigit():
+        # isascii: str.isdigit() is also true of superscripts and other digits that int() refuses
+        if len(parts) != 2 or not (parts[1].isascii() and parts[1].isdigit()):
             raise DatasetFormatError(where, f"line {i} is {line[:80]!r}, not '<file> <label>'", _MNISTM_LAYOUT)
-        rows.append((parts[0], int(parts[1])))
+        name = parts[0]
+        if "/" in name or "\\" in name or "\x00" in name or name in (".", ".."):
+            raise DatasetFormatError(
+                where,
+                f"line {i} names {name[:300]!r}, not a file name: an image is named by its bare file name, read from "
+                "the split's own folder (no folder part, no '..', not an absolute path)",
+                _MNISTM_LAYOUT,
+            )
+        if name in first:
+            raise DatasetFormatError(
+                where,
+                f"line {i} lists {name[:300]!r} again (first on line {first[name]}): each image once",
+                _MNISTM_LAYOUT,
+            )
+        first[name] = i
+        rows.append((name, int(parts[1])))
+    if not rows:
+        raise DatasetFormatError(where, "lists no images (no '<file> <label>' line)", _MNISTM_LAYOUT)
     return rows
 
 
@@ -605,7 +633,7 @@ def _decode_mnistm(source: Path, root: Path) -> dict[str, np.ndarray]:
     out = {}
     if source.name.endswith("_labels.txt"):
         split = source.name[len("mnist_m_") : -len("_labels.txt")]
-        labels = _parse_labels(source.read_text(), source)
+        labels = _parse_labels(source.read_bytes(), source)
         folder = source.parent / f"mnist_m_{split}"
         images = {f: _decode_png((folder / f).read_bytes(), folder / f) for f, _ in labels if (folder / f).is_file()}
         out[f"x_{split}"], out[f"y_{split}"] = _stack(split, labels, images, root, source)
@@ -622,8 +650,7 @@ def _decode_mnistm(source: Path, root: Path) -> dict[str, np.ndarray]:
                 where = f"{source} [{member.name}]"
                 for split in ("train", "test"):
                     if p.name == f"mnist_m_{split}_labels.txt":
-                        text = tf.extractfile(member).read().decode("utf-8", errors="replace")
-                        labels[split] = _parse_labels(text, where)
+                        labels[split] = _parse_labels(tf.extractfile(member).read(), where)
                     elif p.parent.name == f"mnist_m_{split}" and p.suffix == ".png":
                         images[split][p.name] = _decode_png(tf.extractfile(member).read(), where)
     except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
@@ -636,6 +663,29 @@ def _decode_mnistm(source: Path, root: Path) -> dict[str, np.ndarray]:
     for split, rows in labels.items():
         out[f"x_{split}"], out[f"y_{split}"] = _stack(split, rows, images[split], root, source)
     return out
+
+
+# Bump when decoding or the checks on what is decoded change: a cache written before (say, from a labels file that
+# named an image outside its folder, or one image twice) is then never read again.
+_MNISTM_CACHE_VERSION = "2"
+
+
+def _mnistm_cache_key(source: Path) -> str:
+    """What the decoded cache of ``source`` depends on: the source's path, size and mtime, and for the folder layout
+    every listed image's too. The labels file is parsed (and checked) here, before any cache is read, so a labels
+    file that became bad is refused even where a cache decoded from an earlier version of it exists; and an image
+    replaced under an unchanged labels file is decoded (and checked) again, not served from the cache."""
+    st = source.stat()
+    parts = [_MNISTM_CACHE_VERSION, str(source.resolve()), str(st.st_size), str(st.st_mtime_ns)]
+    if source.name.endswith("_labels.txt"):
+        folder = source.parent / f"mnist_m_{source.name[len('mnist_m_') : -len('_labels.txt')]}"
+        for name, _ in _parse_labels(source.read_bytes(), source):
+            try:
+                ist = (folder / name).stat()
+                parts.append(f"{name}:{ist.st_size}:{ist.st_mtime_ns}")
+            except OSError:  # absent: decoding says so (DatasetNotFoundError naming it)
+                parts.append(f"{name}:-")
+    return "|".join(parts)
 
 
 def _valid_mnistm_cache(arrays: dict) -> bool:
@@ -656,8 +706,7 @@ def _read_mnist_m(split: str, root: Path, verify: bool = True):
     source = _mnistm_source(split, root)
     if verify and not source.name.endswith("_labels.txt"):
         _verify(source, source.relative_to(root).as_posix())
-    st = source.stat()
-    key = hashlib.sha1(f"{source.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:20]
+    key = hashlib.sha1(_mnistm_cache_key(source).encode()).hexdigest()[:20]
     cached = cache_dir() / f"mnist_m-{key}.npz"
     arrays = None
     if cached.is_file():
@@ -887,8 +936,11 @@ def load_mnist_m(split="train", root=None, *, verify=True):
 
     Reads ``<root>/mnist_m/`` (original layout) or a tarball of it without
     extracting; decoded arrays are cached as ``.npz`` in :func:`cache_dir`,
-    keyed by the source's path, size and mtime (a damaged cache is decoded
-    again, with a warning). Only ``mnist_m/mnist_m_subset.tar.gz`` has a known
+    keyed by the source's path, size and mtime (folder layout: and every listed
+    image's; the labels file is checked before any cache is read; a damaged
+    cache is decoded again, with a warning). A labels file must be UTF-8, name
+    each image once by its bare file name (no folder part, no ``..``) and list
+    at least one. Only ``mnist_m/mnist_m_subset.tar.gz`` has a known
     MD5; the release itself publishes none.
     """
     return _load("mnistm", split, root, False, verify)
