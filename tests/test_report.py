@@ -5,6 +5,7 @@ import pytest
 from fedlib import paper_data
 from fedlib.profiles import available_cells, get
 from fedlib.report import paper_vs_ours
+from fedlib.store import Store
 
 
 def test_paper_numbers_are_complete():
@@ -34,6 +35,28 @@ def test_paper_vs_ours_golden():
     assert out.loc["fedavg", "ours_weighted_std"] == 5.0 and out.loc["fedavg", "diff"] == -2.26
     assert out.loc["fedavg", "ours_unweighted"] == 50.0 and out.loc["fedavg", "runs"] == 2
     assert pd.isna(out.loc["local", "paper"])  # not in the paper
+
+
+def test_a_diverged_run_is_left_out_of_paper_vs_ours():
+    """A diverged seed's best (before its models became non-finite) was averaged in as a good number: it is left
+    out, counted in ``diverged``, and a cell whose every run diverged has no number."""
+    table = pd.DataFrame(
+        {
+            "dataset": ["synthetic"] * 4,
+            "model": ["mlr"] * 4,
+            "algorithm": ["fedavg", "fedavg", "fedprox", "local"],
+            "seed": [0, 1, 0, 0],
+            "best_acc": [0.70, 0.99, 0.95, 0.9],
+            "best_acc_mean": [0.4, 0.99, 0.95, 0.9],
+            "diverged_at": [None, 7, 3, None],
+        }
+    )
+    out = paper_vs_ours(table, "fedmcsa", "table2").set_index("algorithm")
+    assert out.loc["fedavg", "ours_weighted"] == 70.0 and out.loc["fedavg", "runs"] == 1
+    assert out.loc["fedavg", "diverged"] == 1 and out.loc["local", "diverged"] == 0
+    assert np.isnan(out.loc["fedprox", "ours_weighted"]) and out.loc["fedprox", "runs"] == 0
+    # no run diverged: the table as before, without the column
+    assert "diverged" not in paper_vs_ours(table[table.diverged_at.isna()], "fedmcsa", "table2")
 
 
 def test_available_cells_drops_absent_datasets(monkeypatch, tmp_path):
@@ -350,10 +373,12 @@ def test_pfedla_fig4_bars_show_their_differences():
     assert labels == ["87.00", "85.50", "87.00", "87.50", "86.70"]  # the bars' means, in the panel's order
 
 
-class _FakeStore:
-    """Yields the given (config, result) pairs, as ``Store.stored`` does for stored configs."""
+class _FakeStore(Store):
+    """Yields the given (config, result) pairs, as ``Store.stored`` does for stored configs (a ``Store``, as the
+    readers take one: ``Store.of``)."""
 
     def __init__(self, runs):
+        super().__init__("/nonexistent-fake-store")
         self.runs = runs
 
     def stored(self, cfgs):
@@ -424,6 +449,27 @@ def test_pfedla_frame_golden():
     assert f.loc["usps", ["final", "best", "last3"]].tolist() == pytest.approx([60.0, 80.0, 220 / 3])
     # the average's best is the best of the averaged curve (85 at the second evaluation), not a mean of bests
     assert f.loc["avg", ["final", "best", "last3"]].tolist() == pytest.approx([65.0, 85.0, 220 / 3])
+
+
+def test_diverged_runs_give_no_number_to_the_adafl_and_pfedla_tables():
+    """AdaFL's and pFedLA's frames: a diverged run's every metric is NaN (its best was the best before its models
+    became non-finite), so AdaFL's cell has no mean and pFedLA's counts one run fewer."""
+    from fedlib.config import RunConfig
+    from fedlib.papers import adafl
+    from fedlib.papers.pfedla import frame as pfedla_frame
+    from fedlib.simulation import RunResult
+
+    cfg, res = _digits_run("se", 0, [[0.5, 0.7], [np.nan, np.nan]])
+    res.meta = {"diverged_at": 20}
+    f = pfedla_frame([cfg], store=_FakeStore([(cfg, res)]))
+    assert f[["final", "best", "last3"]].isna().all().all()
+    mnist = RunConfig(dataset="mnist", n_clients=4, clients_per_round=2, rounds=3, model="mlr")
+    m = pd.DataFrame({"round": [1, 2, 3], "global_test_acc": [0.5, 0.9, np.nan], "uploads": [2, 4, 6]})
+    runs = [(mnist, RunResult(m, np.zeros((3, 4)), np.zeros((3, 4)), np.ones(4, int), {"diverged_at": 3}, mnist))]
+    row = adafl.frame([mnist], store=_FakeStore(runs)).iloc[0]
+    assert np.isnan(row.best) and np.isnan(row.average) and row.rounds == 3
+    runs[0][1].meta = {}
+    assert adafl.frame([mnist], store=_FakeStore(runs)).iloc[0].best == pytest.approx(90.0)  # not diverged: its best
 
 
 def test_pfedla_gains_golden():

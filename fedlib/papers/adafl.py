@@ -256,7 +256,10 @@ def frame(
     cfgs, label=label, store=None, targets=None, max_rounds: int | None = None, tail: int | None = None
 ) -> pd.DataFrame:
     """One row per stored run: dataset, method (``label(cfg)``), seed, rounds and ``run_metrics`` (with
-    ``tail``). ``max_rounds`` cuts runs to their first rounds (Figure 3 draws 500 rounds of T = 1000 runs)."""
+    ``tail``). ``max_rounds`` cuts runs to their first rounds (Figure 3 draws 500 rounds of T = 1000 runs). A
+    diverged run (``diverged_at`` in its meta) has every metric NaN: its best is the best before its models became
+    non-finite, and ``paper_vs_ours`` then gives its cell no mean (``reached`` < ``runs``), as for a target a seed
+    never reached."""
     from ..store import Store
 
     store = Store.of(store)
@@ -273,6 +276,8 @@ def frame(
                 **run_metrics(m, tg, tail=tail),
             }
         )
+        if res.meta.get("diverged_at") is not None:
+            rows[-1].update({k: np.nan for k in rows[-1] if k not in ("dataset", "method", "seed", "rounds")})
     return pd.DataFrame(rows)
 
 

@@ -351,6 +351,7 @@ def table1_runs(winners: dict, seeds, store: "Store | None" = None) -> pd.DataFr
                     "setting": setting(w),
                     "best_acc": best(res.metrics[wcol]),
                     "best_acc_mean": best(res.metrics[ucol]),
+                    "diverged_at": res.meta.get("diverged_at"),  # such a run is left out of the table (ours_summary)
                 }
             )
     return pd.DataFrame(out)

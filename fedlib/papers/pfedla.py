@@ -183,8 +183,9 @@ EXPERIMENTS = {
 
 # -- reports: per-domain accuracy, ours beside the paper's, with the arrows against each base method -----------------
 def _runs(cfgs, store=None):
-    """For each stored run of ``cfgs``: (config, evaluated rounds, {domain: accuracy curve in %}), the domains in the
-    config's client order and ``'avg'``, the plain mean over them (the paper's Average)."""
+    """For each stored run of ``cfgs``: (config, evaluated rounds, {domain: accuracy curve in %}, whether it
+    diverged), the domains in the config's client order and ``'avg'``, the plain mean over them (the paper's
+    Average)."""
     from ..data.domains import domain_names
     from ..store import Store
 
@@ -192,7 +193,7 @@ def _runs(cfgs, store=None):
         acc = res.client_acc * 100  # (evaluated rounds, N)
         per = {d: acc[:, i] for i, d in enumerate(domain_names(cfg.get("dataset"), cfg.get("domains")))}
         per["avg"] = acc.mean(1)
-        yield cfg, res.metrics["round"].to_numpy(), per
+        yield cfg, res.metrics["round"].to_numpy(), per, res.meta.get("diverged_at") is not None
 
 
 def frame(cfgs, store=None) -> pd.DataFrame:
@@ -200,16 +201,17 @@ def frame(cfgs, store=None) -> pd.DataFrame:
     ``final`` (the last evaluated round's accuracy, %), ``best`` (over evaluated rounds) and ``last3`` (the mean
     of the last three evaluations: rounds 80-100 at the paper profile, a check on how much the paper's unstated
     choice of the reported round matters). Each client is one domain, in the config's domain order;
-    ``domain='avg'`` is the plain mean over the domains (the paper's Average)."""
+    ``domain='avg'`` is the plain mean over the domains (the paper's Average). A diverged run's numbers are all NaN
+    (its best would be the best before its models became non-finite): ``paper_vs_ours`` counts it out of ``runs``."""
     rows = []
-    for cfg, _, per in _runs(cfgs, store):
+    for cfg, _, per, diverged in _runs(cfgs, store):
         for d, curve in per.items():
             rows.append(
                 {
                     **{k: cfg.get(k) for k in ("algorithm", "attention", "attention_local", "domain_percent", "seed")},
                     "domain": d,
                     "final": float(curve[-1]),
-                    "best": float(np.nanmax(curve)),
+                    "best": np.nan if diverged else float(np.nanmax(curve)),
                     "last3": float(curve[-3:].mean()),
                 }
             )
@@ -221,7 +223,7 @@ def curves(cfgs, store=None) -> pd.DataFrame:
     plain mean over the domains): algorithm, attention, attention_local, seed, round, domain, ``acc`` (%).
     The rounds are the run's evaluated ones (every 10th at the paper profile)."""
     rows = []
-    for cfg, rounds, per in _runs(cfgs, store):
+    for cfg, rounds, per, _ in _runs(cfgs, store):
         fields = {k: cfg.get(k) for k in ("algorithm", "attention", "attention_local", "seed")}
         for d, curve in per.items():
             rows.extend({**fields, "round": int(rnd), "domain": d, "acc": float(v)} for rnd, v in zip(rounds, curve))
