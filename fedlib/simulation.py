@@ -516,7 +516,7 @@ class Checkpointing(Callback):
     last_save: float = 0.0
 
     def resume(self, run: Run) -> tuple[int, list]:
-        snap = self.checkpoint.load(self.rounds) if self.checkpoint is not None else None
+        snap = self.checkpoint.load(self.rounds, param_shapes(run.state)) if self.checkpoint is not None else None
         elapsed = 0.0
         if snap is not None:
             run.load_state_dict(snap["run"])
@@ -552,6 +552,7 @@ class Checkpointing(Callback):
                 "rounds": self.rounds,
                 "elapsed": time.perf_counter() - self.t0,
                 "run": run.state_dict(),
+                "params": param_shapes(run.state),
                 "select": select,
                 "resumed": self.resumed,
                 "callbacks": {k: cb.state_dict() for k, cb in self.callbacks.items() if k != "checkpoint"},
@@ -599,6 +600,8 @@ class Checkpoint:
     therefore gives the numbers an uninterrupted run gives, bit for bit (tested over every registered
     algorithm). ``path`` (a ``.pt`` file) is written atomically, with a small ``.json`` beside it saying
     how far the run got; one is written when ``every_seconds`` have passed since the last (0: every round).
+    A snapshot records which run it belongs to (its file's name, ``key``: in a store, the config key; and the
+    model's parameter names, dtypes and shapes) and only that run resumes it.
     The result's ``meta['resumed']`` lists the round and git commit of each resumption, since a resumed
     run could mix code versions. ``Store.checkpoint(cfg)`` gives the one ``runner.run`` uses.
     """
@@ -613,6 +616,11 @@ class Checkpoint:
             raise ValueError(f"Checkpoint.every_seconds={self.every_seconds!r} must be a number >= 0")
 
     @property
+    def key(self) -> str:
+        """The run this snapshot belongs to: its file's name without ``.pt`` (``Store.checkpoint``: the config key)."""
+        return self.path.stem
+
+    @property
     def info_path(self) -> Path:
         return self.path.with_suffix(".json")
 
@@ -623,18 +631,25 @@ class Checkpoint:
         except (OSError, ValueError):
             return None
 
-    def load(self, rounds: int) -> dict | None:
+    def load(self, rounds: int, params: dict | None = None) -> dict | None:
         """The snapshot on disk (tensors on the CPU), if there is one for a run of ``rounds`` rounds (else None).
+        ``params``: the run's ``param_shapes``, which the snapshot's must equal.
 
         Read with ``torch.load(weights_only=True)``: a snapshot is tensors and plain data, so a file planted in a
         store cannot run code. One that is not such a snapshot (written by fedlib before snapshots were plain
-        data, or damaged) is refused with a warning, and the run restarts from round 1."""
+        data or recorded their run, or damaged), or is another run's (copied under this one's name, or of another
+        model), is refused with a warning, and the run restarts from round 1."""
         if not self.path.exists():
             return None
         try:
             snap = torch.load(self.path, map_location="cpu", weights_only=True)
             if not isinstance(snap, dict) or snap.get("format") != SNAPSHOT_FORMAT:
                 raise ValueError(f"not a fedlib snapshot of format {SNAPSHOT_FORMAT}")
+            # resuming another run's snapshot would store its rounds as this run's
+            if snap.get("key") != self.key:
+                raise ValueError(f"a snapshot of run {snap.get('key')!r}, not of {self.key!r}")
+            if params is not None and snap.get("params") != params:
+                raise ValueError("its model's parameters (names, dtypes, shapes) are not this run's")
         except Exception as e:  # noqa: BLE001  (any unreadable file: refuse it, never execute it)
             aside = self._set_aside()
             warnings.warn(
@@ -660,7 +675,7 @@ class Checkpoint:
         (``disabled``): the run goes on, it only loses the ability to resume."""
         if self.disabled:
             return
-        snap = _to_plain({**snap, "commit": git_commit(), "format": SNAPSHOT_FORMAT})
+        snap = _to_plain({**snap, "commit": git_commit(), "format": SNAPSHOT_FORMAT, "key": self.key})
         # unique per process: two processes on one config never write the same temporary file
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
         info = {k: snap[k] for k in ("round", "rounds")} | {"elapsed": round(snap["elapsed"], 1)}
@@ -681,7 +696,14 @@ class Checkpoint:
             p.unlink(missing_ok=True)
 
 
-SNAPSHOT_FORMAT = 2  # 1: pickled objects (before the engine redesign), refused; 2: tensors and plain data
+# 1: pickled objects (before the engine redesign), refused; 2: tensors and plain data, refused (it does not say
+# which run it belongs to); 3: and its run's key and parameter shapes
+SNAPSHOT_FORMAT = 3
+
+
+def param_shapes(state: State) -> dict:
+    """Each client-model parameter's dtype and shape (clients first), as plain data: what a snapshot is for."""
+    return {n: [str(t.dtype), *t.shape] for n, t in state.client_params.items()}
 
 
 def _to_plain(obj):

@@ -26,8 +26,17 @@ def _fake(store: Store, cfg: RunConfig, test_acc, gm=None):
         m["gm_test_acc"] = _repeat_last(gm, rounds)
         m["gm_test_acc_mean"] = m["gm_test_acc"] - 0.01
     m["selected"], m["uploads"], m["seconds"] = 3, 3 * np.arange(1, len(rounds) + 1), 1.0
-    z = np.zeros((len(rounds), 2))
-    store.save(cfg, RunResult(m, z, z, np.ones(2, int), {}, cfg))
+    store.save(cfg, RunResult(m, _clients(acc), np.zeros((len(rounds), 2)), N, {}, cfg))
+
+
+N = np.array([1, 3])  # two clients' test sizes
+
+
+def _clients(test_acc):
+    """Per-client accuracies whose weighted mean (by ``N``) is ``test_acc`` and plain mean ``test_acc`` - 0.01, as a
+    stored run's must be (``fedlib.store.read_run`` checks it)."""
+    a = np.asarray(test_acc, float)[:, None]
+    return np.hstack([a - 0.03, a + 0.01])
 
 
 def _repeat_last(v, rounds):
@@ -135,10 +144,10 @@ def test_a_diverged_run_never_wins(tmp_path, grid):
     diverged = grid[2]
     rounds = expected_rounds(diverged, 2)
     m = pd.DataFrame({c: np.nan for c in COLUMNS}, index=range(len(rounds)))
-    m["round"], m["test_acc"], m["test_acc_mean"] = rounds, [0.95, np.nan], [0.94, np.nan]
+    m["round"], m["test_acc"], m["test_acc_mean"] = rounds, [0.95, np.nan], [0.94, np.nan]  # round 2: NaN
     m["selected"], m["uploads"], m["seconds"] = 3, [3, 6], 1.0
     z = np.zeros((len(rounds), 2))
-    store.save(diverged, RunResult(m, z, z, np.ones(2, int), {"diverged_at": 2}, diverged), replace=True)
+    store.save(diverged, RunResult(m, _clients(m.test_acc), z, N, {"diverged_at": 2}, diverged), replace=True)
     for cfg in grid[4:]:
         _fake(store, cfg, [0.9], gm=[0.8])
     winners, frame = select(grid, str(tmp_path))
@@ -148,7 +157,7 @@ def test_a_diverged_run_never_wins(tmp_path, grid):
     assert np.isnan(frame.set_index("key").loc[grid[3].key()].diverged_at)
     # every run of a row diverged: no winner for it
     for cfg in grid[4:]:
-        store.save(cfg, RunResult(m, z, z, np.ones(2, int), {"diverged_at": 2}, cfg), replace=True)
+        store.save(cfg, RunResult(m, _clients(m.test_acc), z, N, {"diverged_at": 2}, cfg), replace=True)
     winners, _ = select(grid, store)
     assert ("synthetic", "mlr", "pfedme") not in winners and ("synthetic", "mlr", "fedprox") in winners
 
