@@ -34,6 +34,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
@@ -42,7 +43,7 @@ from . import algorithms  # noqa: F401  (registers every method's options class)
 from .data.domains import DOMAINS
 from .local_attention import ATTENTIONS
 from .models import MODELS, check_attention
-from .options import METHODS, MethodOptions, Part, option
+from .options import METHODS, MethodOptions, Part, check_magnitude, option
 
 SCHEMA = 1
 
@@ -57,6 +58,10 @@ PARTITIONS = {  # which partitions make sense for which data sets
     "officehome": ("domains",),
     "domainnet": ("domains",),
 }
+# partitions whose clients' own test splits are the run's only test data (the others keep the data set's test set)
+OWN_TEST = ("natural", "labels")
+# the largest number a float option may hold, by the run's dtype: what the tensors it is fed into hold
+LARGEST = {"float32": 3.4028234663852886e38, "float64": sys.float_info.max}
 
 # The schema-1 flat config, field by field, in its order: the reference every key is computed against.
 # Never edit a value here (it would orphan stored runs); new fields go into the parts, not here.
@@ -137,14 +142,31 @@ class DataConfig(Part):
         when_doc="dataset='synthetic'",
         doc="... and feature heterogeneity",
     )
-    labels_per_client: int = option(2, ge=1, when=lambda d: d.partition == "labels", when_doc="partition='labels'")
+    labels_per_client: int = option(
+        2,
+        ge=1,
+        le=10,  # mnist, fmnist and cifar10 (the data sets partition='labels' splits) have 10 classes each
+        when=lambda d: d.partition == "labels",
+        when_doc="partition='labels'",
+        doc="k labels per client, of the data set's 10 classes",
+    )
     shard_size: int = option(300, ge=1, when=lambda d: d.partition == "shards", when_doc="partition='shards'")
     dirichlet_alpha: float = option(
         0.5, gt=0, when=lambda d: d.partition == "dirichlet", when_doc="partition='dirichlet'"
     )
-    train_frac: float = option(0.75, gt=0, le=1, doc="per-client train share (FedMCSA: 75/25)")
+    train_frac: float = option(
+        0.75,
+        gt=0,
+        le=1,
+        doc="per-client train share (FedMCSA: 75/25); below 1 where the clients' splits are the test data",
+    )
     normalize: str = option("standardize", choices=("standardize", "unit"))
-    data_seed: int = option(0, ge=0, doc="partition/generation seed (0 reproduces pFedMe's Synthetic)")
+    data_seed: int = option(
+        0,
+        ge=0,
+        lt=2**32,  # Synthetic's generator is numpy's RandomState, which takes seeds below 2**32
+        doc="partition/generation seed (0 reproduces pFedMe's Synthetic); below 2**32",
+    )
     domains: tuple | None = option(None, doc="feature-shift data: which domains, one client each (None: all)")
     domain_percent: float | None = option(
         None,
@@ -158,6 +180,13 @@ class DataConfig(Part):
         if self.partition not in PARTITIONS[self.dataset]:
             raise ValueError(
                 f"RunConfig.partition={self.partition!r} is not one of: {', '.join(PARTITIONS[self.dataset])}"
+            )
+        if self.partition in OWN_TEST and self.train_frac >= 1:
+            others = ", ".join(p for p in PARTITIONS["mnist"] if p not in OWN_TEST)
+            raise ValueError(
+                f"RunConfig.train_frac={self.train_frac!r} must be in (0, 1) for partition={self.partition!r}: its "
+                "clients' test splits (the other 1 - train_frac of each) are the run's only test data, and 1 leaves "
+                f"none (every test metric NaN); the partitions that keep the data set's test set ({others}) take 1"
             )
 
     def _check_domains(self) -> None:
@@ -314,7 +343,12 @@ class RunConfig(Part):
     selection: SelectionConfig = SelectionConfig()
     method: MethodOptions = field(default_factory=_default_method)
     rounds: int = option(100, ge=1, doc="T communication rounds")
-    seed: int = option(0, ge=0, doc="model init, client sampling, mini-batches")
+    seed: int = option(
+        0,
+        ge=0,
+        lt=2**63,  # torch's generators take a 64-bit integer (seed + 2 seeds the evaluation's)
+        doc="model init, client sampling, mini-batches; below 2**63",
+    )
     executor: str = option("auto", choices=("auto", "stacked", "loop"))
     device: str = option("auto", choices=("auto", "cpu", "cuda"))
     dtype: str = option("float32", choices=("float32", "float64"))
@@ -332,6 +366,7 @@ class RunConfig(Part):
             given.setdefault(p, None)
             object.__setattr__(self, p, given[p] if given[p] is not None else cls())
         object.__setattr__(self, "method", method if method is not None else _default_method())
+        self._check_parts()
         for f in fields(self):
             if f.name in _TOP:
                 object.__setattr__(self, f.name, f.default)
@@ -444,12 +479,35 @@ class RunConfig(Part):
         return " ".join(f"{k}={v}" for k, v in self.changed().items()) or "defaults"
 
     # -- checks -------------------------------------------------------------------------------------
+    def _check_parts(self) -> None:
+        """Each part of its class: a TypeError naming the part and what it takes (``RunConfig(data=5)`` and
+        ``RunConfig(method="fedavg")`` reached "'int' object has no attribute 'check'" in ``validate``)."""
+        for p, cls in (*_PARTS.items(), ("method", MethodOptions)):
+            v = getattr(self, p)
+            if isinstance(v, cls):
+                continue
+            if p == "method":
+                how = "to pick a method by name use algorithm=" + (repr(v) if isinstance(v, str) else "'fedavg'")
+                want = "a method's options (a MethodOptions such as fedlib.options.METHODS['fedavg']())"
+            else:
+                own = [_flat_of(p, f.name) for f in fields(cls)][:2]
+                how = f"or set its fields by name ({', '.join(f'{n}=...' for n in own)})"
+                want = f"a {cls.__name__}"
+            raise TypeError(f"RunConfig.{p}={v!r:.60} must be {want}, not {type(v).__name__}; {how}")
+
     def validate(self) -> "RunConfig":
         """Raise ValueError naming the field and its allowed values; returns self for chaining."""
+        self._check_parts()
         super().check("RunConfig")
         for p in _PARTS:
             getattr(self, p).check("RunConfig", rename=lambda f, p=p: _flat_of(p, f))
         self.method.check("RunConfig")
+        why = f"the largest number dtype={self.dtype!r} holds"  # lr=1e39 overflowed a float32 step once training ran
+        for p in _PARTS:
+            check_magnitude(
+                getattr(self, p), LARGEST[self.dtype], why, "RunConfig", rename=lambda f, p=p: _flat_of(p, f)
+            )
+        check_magnitude(self.method, LARGEST[self.dtype], why, "RunConfig")
         m, s = self.method, self.selection
         if not m.SELECTS and (s.rule != "uniform" or s.fraction_schedule is not None):
             raise ValueError(

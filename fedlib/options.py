@@ -6,6 +6,7 @@ declared with ``option(default, ...)``; its type comes from the annotation, its 
 values from the keywords, and ``Part.check()`` enforces all of them, naming the field and what is
 allowed: wrong types (``"no"`` for a bool, ``2.0`` for an int), NaN and infinities, values out of
 range, names not in ``choices``, and a value set where ``when`` says the field does not apply.
+``check_magnitude`` bounds the float fields by what the run's tensors hold (``RunConfig.validate``: its dtype).
 
 This module imports nothing from fedlib, so models, data and algorithms can all depend on it.
 """
@@ -40,7 +41,10 @@ def option(
 
 
 def _kinds(annotation) -> tuple[set, bool]:
-    """(kinds, None allowed) from an annotation string such as ``'int | None'``."""
+    """(kinds, None allowed) from an annotation string such as ``'int | None'``, or the type itself where a module
+    does not postpone its annotations (FedProx's ``mu: float`` read as no kind at all: ``mu='abc'`` was accepted)."""
+    if isinstance(annotation, type):
+        annotation = annotation.__name__
     words = {w.strip() for w in str(annotation).replace("Optional[", "").replace("]", "").split("|")}
     kinds = {w for w in words if w in _KINDS}
     return kinds, "None" in words
@@ -90,6 +94,23 @@ class Part:
     def changed(self) -> dict:
         """Fields that differ from their defaults."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) != f.default}
+
+
+def check_magnitude(
+    part: Part, largest: float, why: str, where: str, rename: Callable[[str], str] | None = None
+) -> None:
+    """Raise ValueError naming ``{where}.{field}`` when a number in one of ``part``'s float fields lies beyond
+    ``largest`` in magnitude (``why``: what sets it, e.g. the largest float32). A value may be finite as a Python
+    number and still not fit the tensors it is fed into: ``lr=1e39`` overflowed a float32 step after training had
+    started (and an int such as ``10**400`` overflows any float)."""
+    for f in dataclasses.fields(part):
+        v = getattr(part, f.name)
+        if "float" not in _kinds(f.type)[0] or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if abs(v) > largest:
+            raise ValueError(
+                f"{where}.{rename(f.name) if rename else f.name}={v!r} must be at most {largest:.7g} in magnitude ({why})"
+            )
 
 
 def _check_bounds(name: str, v, m: dict) -> None:

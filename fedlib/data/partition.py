@@ -15,6 +15,9 @@ Recipes:
 * :func:`shards`            -- McMahan et al. 2017 pathological non-IID shards.
 * :func:`iid`               -- uniform random split.
 * :func:`dirichlet`         -- Hsu et al. 2019 / Yurochkin et al. 2019 Dir(alpha).
+* :func:`labels_per_client_sizes`, :func:`dirichlet_sizes` -- the clients' sizes those
+  two draw, from the class counts alone (what a run's config is checked against
+  before its data loads: ``fedlib.resources.check``).
 * :func:`by_domain`         -- one client per domain (multi-domain datasets).
 * :func:`split_train_test`  -- per-client train/test split (pFedMe rule).
 * :func:`summary`, :func:`describe` -- tables and one-line statistics.
@@ -29,9 +32,11 @@ import pandas as pd
 
 __all__ = [
     "labels_per_client",
+    "labels_per_client_sizes",
     "shards",
     "iid",
     "dirichlet",
+    "dirichlet_sizes",
     "by_domain",
     "split_train_test",
     "summary",
@@ -159,8 +164,7 @@ def labels_per_client(
     max_tries = _int("max_tries", max_tries, lo=1)
     label_stride = _int("label_stride", label_stride, lo=1)
 
-    held = [{(label_stride * u + j) % n_cls for j in range(k)} for u in range(n_clients)]
-    holders = [[u for u in range(n_clients) if c in held[u]] for c in range(n_cls)]
+    holders = _label_holders(n_cls, n_clients, k, label_stride)
     members = [np.flatnonzero(y == c) for c in range(n_cls)]
 
     if size_range is not None:
@@ -184,10 +188,7 @@ def labels_per_client(
     # Draw only the sizes inside the retry loop: cheap, and the sample order
     # below does not affect whether the sizes satisfy size_range.
     for _ in range(max_tries):
-        split = [_progressive_split(rng, len(members[c]), len(holders[c])) if holders[c] else [] for c in range(n_cls)]
-        sizes = np.zeros(n_clients, dtype=np.int64)
-        for c in range(n_cls):
-            sizes[holders[c]] += np.asarray(split[c], dtype=np.int64)
+        split, sizes = _label_split(rng, [len(m) for m in members], holders, n_clients)
         if size_range is None or (sizes.min() >= lo and sizes.max() <= hi):
             break
     else:
@@ -205,6 +206,37 @@ def labels_per_client(
         for u, chunk in zip(holders[c], chunks):
             parts[u].append(chunk)
     return _sorted_parts(np.concatenate(p) for p in parts)
+
+
+def _label_holders(n_cls, n_clients, k, label_stride):
+    """For every label, the clients holding it, in client order (client u holds ``(label_stride * u + j) % C``)."""
+    held = [{(label_stride * u + j) % n_cls for j in range(k)} for u in range(n_clients)]
+    return [[u for u in range(n_clients) if c in held[u]] for c in range(n_cls)]
+
+
+def _label_split(rng, counts, holders, n_clients):
+    """One draw of every label's split among its holders (``_progressive_split``), and the clients' sizes."""
+    split = [_progressive_split(rng, counts[c], len(holders[c])) if holders[c] else [] for c in range(len(counts))]
+    sizes = np.zeros(n_clients, dtype=np.int64)
+    for c in range(len(counts)):
+        sizes[holders[c]] += np.asarray(split[c], dtype=np.int64)
+    return split, sizes
+
+
+def labels_per_client_sizes(class_counts, n_clients=20, k=2, seed=1, *, label_stride=1):
+    """The clients' sizes ``labels_per_client(labels, n_clients, k, seed, label_stride=...)`` gives a data set whose
+    l-th label has ``class_counts[l]`` samples, from the counts alone: the same draws (no ``size_range``), so the
+    same sizes, without the labels. Client u's size is 0 when every holder of its labels before it took all: with
+    many clients per label the progressive split runs dry (MNIST, k=2: from a few hundred clients on)."""
+    counts = [_int(f"class_counts[{i}]", c, lo=0) for i, c in enumerate(class_counts)]
+    if not counts:
+        raise ValueError("class_counts=[]: must list at least one class")
+    n_clients = _int("n_clients", n_clients, lo=1)
+    k = _int("k", k, lo=1, hi=len(counts))
+    seed = _int("seed", seed, lo=0)
+    label_stride = _int("label_stride", label_stride, lo=1)
+    holders = _label_holders(len(counts), n_clients, k, label_stride)
+    return _label_split(np.random.default_rng(seed), counts, holders, n_clients)[1]
 
 
 # --------------------------------------------------------------------------
@@ -300,6 +332,31 @@ def dirichlet(labels, n_clients, alpha=0.5, seed=0, min_size=10, max_tries=1000)
     the proportions of clients already above N_total/N: plain Dirichlet.
     """
     labels = _labels(labels)
+    classes, y = np.unique(labels, return_inverse=True)
+    members = [np.flatnonzero(y == c) for c in range(len(classes))]
+    cuts = _dirichlet_draw(members, n_clients, alpha, seed, min_size, max_tries)[1]
+    parts = [[] for _ in range(n_clients)]
+    for idx, cut in cuts:
+        for u, chunk in enumerate(np.split(idx, cut)):
+            parts[u].append(chunk)
+    return _sorted_parts(np.concatenate(p) for p in parts)
+
+
+def dirichlet_sizes(class_counts, n_clients, alpha=0.5, seed=0, min_size=10, max_tries=1000):
+    """The clients' sizes ``dirichlet(labels, n_clients, alpha, seed, min_size, max_tries)`` gives a data set whose
+    l-th label has ``class_counts[l]`` samples, from the counts alone: the same draws (a shuffle's draws depend on
+    the length shuffled, not on what it holds), so the same sizes, and the same ValueError where none is reached."""
+    counts = [_int(f"class_counts[{i}]", c, lo=0) for i, c in enumerate(class_counts)]
+    members = [np.arange(c, dtype=np.int64) for c in counts if c > 0]  # np.unique sees only the labels present
+    if not members:
+        raise ValueError(f"class_counts={list(class_counts)!r}: must hold at least one sample")
+    return _dirichlet_draw(members, n_clients, alpha, seed, min_size, max_tries)[0]
+
+
+def _dirichlet_draw(members, n_clients, alpha, seed, min_size, max_tries):
+    """``dirichlet``'s draw for the classes' index arrays ``members``: (the clients' sizes, per class its shuffled
+    indices and where they are cut). The clients' sizes are counted from the cuts, and the parts cut only from the
+    draw that gives every client ``min_size``."""
     n_clients = _int("n_clients", n_clients, lo=1)
     if (
         isinstance(alpha, bool)
@@ -310,28 +367,26 @@ def dirichlet(labels, n_clients, alpha=0.5, seed=0, min_size=10, max_tries=1000)
     seed = _int("seed", seed, lo=0)
     min_size = _int("min_size", min_size, lo=0)
     max_tries = _int("max_tries", max_tries, lo=1)
-    if n_clients * min_size > len(labels):
+    n = sum(len(m) for m in members)
+    if n_clients * min_size > n:
         raise ValueError(
-            f"min_size={min_size}: unreachable, n_clients*min_size={n_clients * min_size} > len(labels)={len(labels)}"
+            f"min_size={min_size}: unreachable, n_clients*min_size={n_clients * min_size} > len(labels)={n}"
         )
 
-    classes, y = np.unique(labels, return_inverse=True)
-    members = [np.flatnonzero(y == c) for c in range(len(classes))]
     rng = np.random.default_rng(seed)
     for _ in range(max_tries):
-        parts = [[] for _ in range(n_clients)]
+        sizes, cuts = np.zeros(n_clients, dtype=np.int64), []
         for idx in members:
             idx = rng.permutation(idx)
             p = rng.dirichlet(np.full(n_clients, float(alpha)))
-            cuts = (np.cumsum(p)[:-1] * len(idx)).astype(int)
-            for u, chunk in enumerate(np.split(idx, cuts)):
-                parts[u].append(chunk)
-        parts = [np.concatenate(p) for p in parts]
-        if min(len(p) for p in parts) >= min_size:
-            return _sorted_parts(parts)
+            cut = (np.cumsum(p)[:-1] * len(idx)).astype(int)
+            cuts.append((idx, cut))
+            sizes += np.diff(np.clip(np.concatenate([[0], cut, [len(idx)]]), 0, len(idx)))  # np.split's chunks
+        if sizes.min() >= min_size:
+            return sizes, cuts
     raise ValueError(
         f"min_size={min_size}: not reached in max_tries={max_tries} draws "
-        f"(alpha={alpha}, n_clients={n_clients}, len(labels)={len(labels)})"
+        f"(alpha={alpha}, n_clients={n_clients}, len(labels)={n})"
     )
 
 
