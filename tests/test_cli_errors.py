@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_bad_input import _cli  # python -m fedlib.experiments in a subprocess
 
 import fedlib
 from fedlib import experiments
@@ -19,17 +18,6 @@ from fedlib.report import paper_vs_ours
 from fedlib.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _cli(*args, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "fedlib.experiments", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=120,
-        cwd=ROOT,
-    )
 
 
 # -- python -m fedlib.experiments: Office grids with the Office data absent ------------------------------------------
