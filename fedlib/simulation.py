@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -627,8 +628,10 @@ class Checkpoint:
     def info(self) -> dict | None:
         """{'round', 'rounds', 'elapsed'} of the snapshot on disk, without reading it; None if there is none."""
         try:
+            if not _regular(self.info_path):  # a fifo or a device planted there would be read forever
+                return None
             return json.loads(self.info_path.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
 
     def load(self, rounds: int, params: dict | None = None) -> dict | None:
@@ -642,6 +645,8 @@ class Checkpoint:
         if not self.path.exists():
             return None
         try:
+            if not _regular(self.path):  # a link to /dev/zero would be read until memory ran out
+                raise ValueError("not a regular file")
             snap = torch.load(self.path, map_location="cpu", weights_only=True)
             if not isinstance(snap, dict) or snap.get("format") != SNAPSHOT_FORMAT:
                 raise ValueError(f"not a fedlib snapshot of format {SNAPSHOT_FORMAT}")
@@ -699,6 +704,11 @@ class Checkpoint:
 # 1: pickled objects (before the engine redesign), refused; 2: tensors and plain data, refused (it does not say
 # which run it belongs to); 3: and its run's key and parameter shapes
 SNAPSHOT_FORMAT = 3
+
+
+def _regular(path: Path) -> bool:
+    """Whether ``path`` (followed through links) is a regular file: what a snapshot and its info are."""
+    return stat.S_ISREG(os.stat(path).st_mode)
 
 
 def param_shapes(state: State) -> dict:

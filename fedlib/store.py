@@ -51,6 +51,7 @@ from .simulation import COLUMNS, Checkpoint, RunResult
 
 FILES = ("config.json", "metrics.csv", "clients.npz", "meta.json")
 MANIFEST = "manifest.json"
+MANIFEST_BYTES = 1 << 16  # a manifest names four files (~500 bytes): a larger one is not read whole
 LATER_COLUMNS = ("gm_test_acc", "gm_test_acc_mean")  # metrics columns added after the first stored runs
 
 
@@ -112,7 +113,7 @@ def read_run(folder: Path, key: str | None = None) -> RunResult:
     def bad(what: str) -> DamagedRun:
         return DamagedRun(f"stored run {folder} (key {key}) is damaged: {what}")
 
-    def read(name: str, size: int | None = None) -> bytes:
+    def read(name: str, size: int | None = None, most: int | None = None) -> bytes:
         # stat first: a symlink to /dev/zero or a fifo would be read forever, and a size the manifest does not
         # give is refused before the file is read whole
         try:
@@ -121,13 +122,15 @@ def read_run(folder: Path, key: str | None = None) -> RunResult:
                 raise bad(f"{name} is not a regular file")
             if size is not None and st.st_size != size:
                 raise bad(f"{name} has {st.st_size} bytes, its manifest says {size}: changed after it was stored")
+            if most is not None and st.st_size > most:
+                raise bad(f"{name} has {st.st_size} bytes, more than a {name} holds ({most})")
             return (folder / name).read_bytes()
         except OSError as e:
             raise bad(f"cannot read {name} ({e.strerror or e})") from None
 
     files = None
     if os.path.lexists(folder / MANIFEST):
-        raw = read(MANIFEST)
+        raw = read(MANIFEST, most=MANIFEST_BYTES)
         try:
             files = json.loads(raw)["files"]
         except (ValueError, KeyError, TypeError, RecursionError) as e:  # RecursionError: "[[[[..." nested deep

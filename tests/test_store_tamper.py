@@ -225,6 +225,14 @@ def test_a_file_of_another_size_than_its_manifest_says_is_not_read(tmp_path, gua
     with pytest.raises(DamagedRun, match=f"metrics.csv has {size + 2**30} bytes, its manifest says {size}"):
         read_run(folder)
     assert "metrics.csv" not in guarded_reads
+    # nor is a huge manifest (it has no manifest of its own to say its size)
+    guarded_reads.clear()
+    folder = _copy(_committed(), tmp_path / "b")
+    with open(folder / "manifest.json", "ab") as f:
+        f.truncate(2**30)
+    with pytest.raises(DamagedRun, match=f"manifest.json has {2**30} bytes, more than a manifest.json holds"):
+        read_run(folder)
+    assert "manifest.json" not in guarded_reads
 
 
 # -- snapshots ----------------------------------------------------------------------------------------------------
@@ -294,3 +302,23 @@ def test_a_snapshot_of_another_model_under_the_same_name_is_not_resumed(tmp_path
         res = simulate(dnn, checkpoint=ck)
     assert "resumed" not in res.meta and res.metrics["round"].tolist() == list(range(1, 7))
     assert res.metrics.drop(columns="seconds").equals(simulate(dnn).metrics.drop(columns="seconds"))
+
+
+def test_a_snapshot_or_its_info_that_is_not_a_regular_file_is_not_read(tmp_path, monkeypatch, guarded_reads):
+    """A snapshot linked to /dev/zero was handed to ``torch.load`` (read until memory ran out), a fifo as its info
+    file was read forever: neither is read; the snapshot is set aside and its run restarts."""
+    real = simulation.torch.load
+
+    def load(path, *args, **kwargs):
+        assert stat.S_ISREG(os.stat(path).st_mode), f"torch.load of {path}, not a regular file"
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(simulation.torch, "load", load)
+    ck = simulation.Checkpoint(tmp_path / "_partial" / "0123456789abcdef.pt", 0)
+    ck.path.parent.mkdir()
+    os.symlink("/dev/zero", ck.path)
+    os.mkfifo(ck.info_path)
+    assert ck.info() is None
+    with pytest.warns(UserWarning, match="not a regular file"):
+        assert ck.load(3) is None
+    assert not os.path.lexists(ck.path) and not os.path.lexists(ck.info_path)
