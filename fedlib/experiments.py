@@ -437,9 +437,10 @@ def _absent_for_empty(name: str, profile: str, inputs: dict) -> list[str]:
     an experiment that has cells only for the data sets present (pFedLA's Office grids, its digits grids below two
     domains) reports no absent data set (``Experiment.absent``), so its grid is built again as if every data set were
     present and checked against what is (``profiles.available_cells``)."""
+    from .data import readers
     from .data.domains import DOMAINS
 
-    every = profiles.Available(frozenset({"synthetic", "mnist", "fmnist", "cifar10", *DOMAINS}), tuple(DOMAINS.items()))
+    every = profiles.Available(frozenset({"synthetic", *readers.DATASETS, *DOMAINS}), tuple(DOMAINS.items()))
     base, grid = profiles.get(name, profile, every, **inputs)
     return profiles.available_cells(profiles.flat_cells(grid), base, profiles.Available.scan())[1]
 

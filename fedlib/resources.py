@@ -133,10 +133,8 @@ def estimate(cfg) -> dict[str, float]:
     d, m = cfg.data, cfg.model
     b = 8 if cfg.dtype == "float64" else 4
     check_model(cfg)  # model_size builds the model for the data set's inputs
-    if d.dataset == "synthetic":
-        shape, samples = SYNTHETIC_SHAPE, d.n_clients * SYNTHETIC_MEAN_SIZE
-    else:
-        shape, samples = DATA[d.dataset]
+    shape = input_shape(d.dataset)
+    samples = d.n_clients * SYNTHETIC_MEAN_SIZE if d.dataset == "synthetic" else DATA[d.dataset][1]
     params, acts = model_size(m.name, m.hidden, m.attention, shape, 10)  # class count: a rounding error here
     n = d.n_clients
     s = cfg.selection

@@ -535,9 +535,7 @@ def run_configs(
     rows = []
     for cfg in bar:
         res = run(cfg, store, progress=progress, data_root=data_root)
-        rows.append(
-            {"key": cfg.key(), **cfg.changed(), **{k: cfg.get(k) for k in dict.fromkeys(columns)}, **res.summary()}
-        )
+        rows.append({"key": cfg.key(), **cfg.changed(), **{k: cfg.get(k) for k in columns}, **res.summary()})
     return pd.DataFrame(rows)
 
 

@@ -220,7 +220,7 @@ def _check_accuracies(bad, metrics, acc, stored, n, diverged) -> None:
     else:
         a = acc if has.all() else np.where(has, acc, 0.0)
         w = n.astype(np.float64)
-        means = {"test_acc": a @ w / w.sum(), "test_acc_mean": a[:, has].mean(1) if not has.all() else a.mean(1)}
+        means = {"test_acc": a @ w / w.sum(), "test_acc_mean": acc[:, has].mean(1)}
     # the per-client accuracies were rounded to their stored dtype (float16 in runs stored before float32, float32
     # since: each off by at most eps/2 of at most 1), the metrics to %.6g (relative 5e-6 of at most 1): a genuine
     # run's two differ by at most eps/2 + 5e-6; twice that is allowed (the committed runs use up to 0.24 of it), so
