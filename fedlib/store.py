@@ -52,6 +52,8 @@ from .simulation import COLUMNS, Checkpoint, RunResult
 FILES = ("config.json", "metrics.csv", "clients.npz", "meta.json")
 MANIFEST = "manifest.json"
 MANIFEST_BYTES = 1 << 16  # a manifest names four files (~500 bytes): a larger one is not read whole
+CONFIG_BYTES = 1 << 16  # a config is ~1 KB: ``Store.configs`` reads no larger one whole (``read_run`` checks sizes
+# against the manifest)
 LATER_COLUMNS = ("gm_test_acc", "gm_test_acc_mean")  # metrics columns added after the first stored runs
 
 
@@ -100,6 +102,24 @@ LEGACY_KEYS = {"f3e86d78f34c24f9": "80b02409beb5ab9f"}
 ACC_COLUMNS = ("test_acc", "test_acc_mean")  # the metrics recomputed from the per-client accuracies
 
 
+def _read_file(path: Path, size: int | None = None, most: int | None = None) -> bytes:
+    """The bytes of the stored file ``path``; ValueError saying why it cannot be. Stat first: a symlink to /dev/zero
+    or a fifo would be read forever, and a size other than ``size`` (its manifest's) or above ``most`` is refused
+    before the file is read whole."""
+    name = path.name
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{name} is not a regular file")
+        if size is not None and st.st_size != size:
+            raise ValueError(f"{name} has {st.st_size} bytes, its manifest says {size}: changed after it was stored")
+        if most is not None and st.st_size > most:
+            raise ValueError(f"{name} has {st.st_size} bytes, more than a {name} holds ({most})")
+        return path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"cannot read {name} ({e.strerror or e})") from None
+
+
 def read_run(folder: Path, key: str | None = None) -> RunResult:
     """A stored run read from ``folder`` and checked (manifest, key, structure, accuracies); raises ``DamagedRun``
     naming the folder.
@@ -114,19 +134,10 @@ def read_run(folder: Path, key: str | None = None) -> RunResult:
         return DamagedRun(f"stored run {folder} (key {key}) is damaged: {what}")
 
     def read(name: str, size: int | None = None, most: int | None = None) -> bytes:
-        # stat first: a symlink to /dev/zero or a fifo would be read forever, and a size the manifest does not
-        # give is refused before the file is read whole
         try:
-            st = os.stat(folder / name)
-            if not stat.S_ISREG(st.st_mode):
-                raise bad(f"{name} is not a regular file")
-            if size is not None and st.st_size != size:
-                raise bad(f"{name} has {st.st_size} bytes, its manifest says {size}: changed after it was stored")
-            if most is not None and st.st_size > most:
-                raise bad(f"{name} has {st.st_size} bytes, more than a {name} holds ({most})")
-            return (folder / name).read_bytes()
-        except OSError as e:
-            raise bad(f"cannot read {name} ({e.strerror or e})") from None
+            return _read_file(folder / name, size, most)
+        except ValueError as e:
+            raise bad(str(e)) from None
 
     files = None
     if os.path.lexists(folder / MANIFEST):
@@ -483,8 +494,8 @@ class Store:
             if not (d / "metrics.csv").exists():
                 continue
             try:
-                out.append(from_dict(json.loads((d / "config.json").read_text())))
-            except (OSError, ValueError, TypeError) as e:
+                out.append(from_dict(json.loads(_read_file(d / "config.json", most=CONFIG_BYTES))))
+            except (ValueError, TypeError, RecursionError) as e:
                 warnings.warn(f"stored run {d}: config.json unreadable ({e}); left out", DamagedRunWarning, 2)
         return out
 

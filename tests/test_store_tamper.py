@@ -235,6 +235,27 @@ def test_a_file_of_another_size_than_its_manifest_says_is_not_read(tmp_path, gua
     assert "manifest.json" not in guarded_reads
 
 
+@needs_results
+def test_configs_reads_no_device_fifo_or_huge_config(tmp_path, guarded_reads):
+    """``Store.configs`` read each config.json whole, unchecked: one linked to /dev/zero filled memory, a fifo hung
+    it. Each such run is left out with a warning; a sound run beside them is listed."""
+    sound = _copy(_committed(want_data=False), tmp_path)
+    keys = sorted(d.name for d in RESULTS.iterdir() if d.is_dir() and not d.name.startswith("_"))
+    planted = [_copy(k, tmp_path) for k in [k for k in keys if k not in (sound.name, ORPHAN)][:3]]
+    _link(planted[0], "config.json", "/dev/zero")
+    _fifo(planted[1], "config.json")
+    with open(planted[2] / "config.json", "ab") as f:
+        f.truncate(2**30)  # sparse: takes no disk
+    want = [_cfg(sound)]
+    guarded_reads.clear()
+    with pytest.warns(DamagedRunWarning) as seen:
+        assert Store(tmp_path).configs() == want
+    said = " ".join(str(w.message) for w in seen)
+    assert said.count("config.json is not a regular file") == 2
+    assert f"config.json has {2**30} bytes, more than a config.json holds" in said
+    assert guarded_reads.count("config.json") == 1  # the sound run's only
+
+
 # -- snapshots ----------------------------------------------------------------------------------------------------
 TINY = RunConfig(n_clients=4, clients_per_round=2, rounds=6, local_steps=2, model="mlr")
 
