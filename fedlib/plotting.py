@@ -167,11 +167,15 @@ def percent_axis(ax, axis: str = "y") -> None:
     (ax.yaxis if axis == "y" else ax.xaxis).set_major_formatter(PercentFormatter(1.0, decimals=None))
 
 
-def caption_text(seeds: int, coinciding=()) -> str:
+def caption_text(seeds: int, coinciding=(), fewest: int | None = None) -> str:
     """What the bands mean, and which curves lie on each other (so a legend entry without a visible line is
-    explained)."""
-    parts = [f"lines: mean over {seeds} seeds; shaded band: ± 1 std over seeds (n = {seeds})" if seeds > 1 else
-             "one seed per curve (no band)"]  # fmt: skip
+    explained). ``fewest``: where panels hold different numbers of seeds, the fewest (``seeds`` the most)."""
+    if fewest is not None and fewest < seeds:
+        parts = [f"lines: mean over each panel's seeds ({fewest} to {seeds}); shaded band: ± 1 std over seeds where "
+                 "there are several"]  # fmt: skip
+    else:
+        parts = [f"lines: mean over {seeds} seeds; shaded band: ± 1 std over seeds (n = {seeds})" if seeds > 1 else
+                 "one seed per curve (no band)"]  # fmt: skip
     pairs: dict = {}
     for a, b, *where in coinciding:
         pairs.setdefault((a, b), []).extend(where)
@@ -259,11 +263,12 @@ def accuracy_curves(
     # panels that show different methods (e.g. one per base method) get a legend each; otherwise one for the figure
     sets = {tuple(pd.unique(frame[frame[panels] == v][hue])) for v in values} if panels is not None else set()
     own_legends = len(sets) > 1
-    seeds, coinciding = 1, []
+    seeds, coinciding, counts = 1, [], []
     for ax, (m, v) in zip(axes, cells):
         data = frame if v is None else frame[frame[panels] == v]
         handles, labels, n, co = draw_lines(ax, data, "round", m, hue, order, lw=0.9 if zoom else 1.2)
         seeds = max(seeds, n)
+        counts.append(n)
         where = [] if m in ACCURACY_LABELS else [f"{m}"]  # e.g. uploads: equal fractions upload alike
         where += [str(v)] if v is not None else []
         coinciding += [c for c in ((a, b, *where) for a, b in co) if c not in coinciding]
@@ -282,10 +287,10 @@ def accuracy_curves(
     if own_legends:
         fig.suptitle(title)
         fig.tight_layout()
-        fig.text(0.5, -0.05 * 3.6 / fig.get_figheight(), caption_text(seeds, coinciding), ha="center", va="top",
-                 fontsize=9, color="#444444")  # fmt: skip
+        fig.text(0.5, -0.05 * 3.6 / fig.get_figheight(), caption_text(seeds, coinciding, min(counts)), ha="center",
+                 va="top", fontsize=9, color="#444444")  # fmt: skip
     else:
-        finish(fig, handles, labels, caption_text(seeds, coinciding), title)
+        finish(fig, handles, labels, caption_text(seeds, coinciding, min(counts)), title)
     return fig
 
 

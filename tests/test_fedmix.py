@@ -387,6 +387,7 @@ def test_adafl_fedmix_cells_take_the_batch_scale_and_the_ablation_differs_only_t
     """AdaFL Table 3's FedMix cells use the batch-scale Taylor term; the scale ablation's cells are the same
     AdaFL+FedMix and FedMix-0.1 configs with the per-sample term, nothing else changed."""
     from fedlib import profiles
+    from fedlib.papers import adafl
     from fedlib.runner import expand
 
     table3 = expand(*profiles.get("adafl_table3", profile))
@@ -400,3 +401,8 @@ def test_adafl_fedmix_cells_take_the_batch_scale_and_the_ablation_differs_only_t
     for c in ablation:
         assert c.mix_taylor_scale == "sample"
         assert c.replace(mix_taylor_scale="batch") == mix[profiles.adafl_label(c)]
+    both = adafl.with_counterparts(ablation, table3, "fedmix")  # what notebook 23 draws: each beside its cell
+    assert both[: len(ablation)] == ablation
+    assert sorted(c.key() for c in both[len(ablation) :]) == sorted(
+        mix[profiles.adafl_label(c)].key() for c in ablation
+    )

@@ -154,6 +154,25 @@ def test_adafl_schedules_legend_below_and_coinciding_named():
     assert styles[0] != styles[1] and styles[0][1] != styles[1][1]
 
 
+def test_curves_caption_says_when_panels_hold_different_seeds():
+    """Notebook 23's SCAFFOLD ablation has one seed in one panel and three in the other: its caption said "mean over
+    3 seeds" for both."""
+    rows = [
+        (panel, hue, seed, r, 0.9 + 0.01 * seed)
+        for panel, seeds in (("one", [0]), ("three", [0, 1, 2]))
+        for hue in ("a", "b")
+        for seed in seeds
+        for r in range(1, 6)
+    ]
+    frame = pd.DataFrame(rows, columns=["panel", "method", "seed", "round", "test_acc"])
+    fig = plotting.accuracy_curves(frame, hue="method", metrics=("test_acc",), panels="panel")
+    assert "lines: mean over each panel's seeds (1 to 3); shaded band: ± 1 std over seeds where there are several" in (
+        _texts(fig)
+    )
+    fig = plotting.accuracy_curves(frame[frame.panel == "three"], hue="method", metrics=("test_acc",), panels="panel")
+    assert "lines: mean over 3 seeds; shaded band: ± 1 std over seeds (n = 3)" in _texts(fig)
+
+
 def test_adafl_selection_heat_map_is_labelled():
     from fedlib.papers.adafl import plot_selection_dynamics
 
