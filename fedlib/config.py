@@ -239,6 +239,14 @@ class ModelConfig(Part):
         when_doc="attention is not 'none'",
         doc="pFedLA: attention parameters stay on the client (False: the non-local ablation)",
     )
+    attention_init: str = option(
+        "shared",
+        choices=("shared", "per_client"),
+        when=lambda m: m.attention != "none" and m.attention_local,
+        when_doc="the attention is local (attention not 'none', attention_local)",
+        doc="pFedLA: every client's attention starts as the seed's one model has it ('shared', every stored run), "
+        "or each client's is drawn on its own ('per_client', Algorithm 1 line 9)",
+    )
 
     def check(self, where=None, rename=None) -> None:
         h = self.hidden
@@ -484,6 +492,7 @@ class RunConfig(Part):
     def changed(self) -> dict:
         """Flat fields that differ from their defaults (schema-1 ``LEGACY`` or, for newer fields, their own)."""
         own = {f.name: f.default for f in fields(self.method)}
+        own.update((_flat_of(p, f.name), f.default) for p, cls in _PARTS.items() for f in fields(cls))  # newer parts'
         return {k: v for k, v in self.flat().items() if v != LEGACY.get(k, own.get(k))}
 
     def key(self) -> str:
@@ -598,7 +607,9 @@ def _switch_method(old: MethodOptions, name: str) -> MethodOptions:
 
 def flat_field_names() -> tuple[str, ...]:
     """Every flat field name a config, grid cell or ``--where`` filter may use (schema-1 and newer ones)."""
-    extra = [f.name for cls in METHODS.values() for f in fields(cls) if f.name not in LEGACY]
+    extra = [n for n in _FLAT if n not in LEGACY] + [
+        f.name for cls in METHODS.values() for f in fields(cls) if f.name not in LEGACY
+    ]
     return tuple(LEGACY) + tuple(dict.fromkeys(extra))
 
 

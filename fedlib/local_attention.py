@@ -195,3 +195,25 @@ def hybrid_logits(model: nn.Module) -> list[str]:
     """State-dict names of every pFedLA_h module's mixing logits u (Eq. 7), sorted by name: found by module type,
     so the round loop's hybrid-weight trace never guesses from names."""
     return sorted(f"{name}.logits" for name, m in model.named_modules() if isinstance(m, Hybrid))
+
+
+def per_client_attention(build, n_clients: int, seed: int) -> dict[str, torch.Tensor]:
+    """Each client's attention drawn on its own, as pFedLA's Algorithm 1 (line 9) initialises W_{i,la} "randomly"
+    for every client i (``ModelConfig.attention_init='per_client'``; the default 'shared' starts every client from
+    the seed's one model, attention included). Client i's modules are those of ``build(seed_i)``, a whole model
+    drawn with its own seed (seed_i from ``numpy.random.SeedSequence([seed, i])``, so no client's draw is another
+    run's model), whose backbone is dropped: the backbone stays the run's shared draw. Returns every parameter and
+    buffer of the "attn" group (``fedlib.models.param_groups``) as name -> (n_clients, ...).
+
+    Why it matters: a slot with one hidden unit (LeNet's SE, C // r = 1) starts dead on some draws (``SE``); from
+    one shared draw, a dead unit is dead on every client of that seed at once."""
+    import numpy as np
+
+    from .models import param_groups
+
+    rows = []
+    for i in range(n_clients):
+        model = build(int(np.random.SeedSequence([seed, i]).generate_state(1)[0]))
+        groups = param_groups(model)
+        rows.append({k: v for k, v in model.state_dict().items() if groups[k] == "attn"})
+    return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}

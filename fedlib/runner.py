@@ -29,6 +29,7 @@ from .algorithms import build_algorithm
 from .config import RunConfig, flat_name
 from .data import load_federated
 from .executors import make_executor
+from .local_attention import per_client_attention
 from .malloc import keep_freed_memory
 from .malloc import mode as malloc_mode
 from .models import MODELS, build_model
@@ -80,9 +81,16 @@ def train(
     dtype = getattr(torch, cfg.dtype)
     data = together.data if together is not None else load_federated(cfg, data_root).to(device, dtype)
     m = cfg.model
-    model = build_model(
-        m.name, data.input_shape, data.n_classes, m.hidden, seed=cfg.seed, dtype=dtype, attention=m.attention
-    ).to(device)
+
+    def drawn(seed):
+        return build_model(
+            m.name, data.input_shape, data.n_classes, m.hidden, seed=seed, dtype=dtype, attention=m.attention
+        )
+
+    model = drawn(cfg.seed).to(device)
+    client_init = None
+    if m.attention_init == "per_client":  # pFedLA Algorithm 1, line 9
+        client_init = {k: v.to(device) for k, v in per_client_attention(drawn, data.n_clients, cfg.seed).items()}
     algorithm = build_algorithm(cfg, n_samples=data.train.sizes.cpu().numpy())
     executor = (
         together.executor if together is not None else make_executor(cfg.executor, model, group_bytes=_GROUP_BYTES)
@@ -106,6 +114,7 @@ def train(
         checkpoint=checkpoint,
         stop=together.stop if together is not None else None,
         on_round=together.tick if together is not None else _ROUNDS.tick if _ROUNDS is not None else None,
+        client_init=client_init,
     )
     resumed, simulated = result.meta.get("resumed", []), dict(result.meta)  # simulate's meta
     before = resumed[-1]["elapsed"] if resumed else 0.0  # wall time of the interrupted part(s)

@@ -327,7 +327,7 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
              local_steps: int | None = 20, local_epochs: int | None = None, batch_size: int = 20, seed: int = 0,
              eval_every: int = 1, eval_train: bool = False, progress: bool = True, desc: str | None = None,
              on_round=None, lr_decay: float = 1.0, checkpoint: "Checkpoint | None" = None,
-             stop=None) -> RunResult:  # fmt: skip
+             stop=None, client_init: "Params | None" = None) -> RunResult:  # fmt: skip
     """Run ``rounds`` rounds of ``alg``; ``model`` holds the initial weights (on the data's device and dtype).
 
     Each round is ``run_round``; after it the callbacks run in order: the traces (selection, attention), the
@@ -341,10 +341,17 @@ def simulate(alg: Algorithm, data: FederatedData, model: nn.Module, executor, ro
 
     ``stop``: for a run in a thread (``batching``), whose Ctrl-C the main thread takes: an object whose
     ``requested`` turning True stops the run as a Ctrl-C would (default: this thread's own ``DeferredInterrupt``).
+    ``client_init``: name -> (N, ...) each client's own initial value of these parameters (local ones: pFedLA's
+    per-client attention, ``local_attention.per_client_attention``), in place of ``model``'s.
     """
     if alg.local_groups:  # declared groups (FedBN's bn, pFedLA's attn) -> which parameters stay on the clients
         alg.shared = keep_local(param_groups(model), tuple(alg.local_groups))
     run = Run(alg, data, model, executor, rounds, seed, Schedule(local_steps, local_epochs, batch_size, lr_decay))
+    for name, v in (client_init or {}).items():
+        if alg.shared(name):  # the server would overwrite it: a shared parameter has one initial value
+            raise ValueError(f"client_init names {name!r}, a parameter the clients share; only local ones may differ")
+        run.state.client_params[name].copy_(v)
+        run.state.sent[name].copy_(v)
     evaluation, n = Evaluation(eval_every, eval_train), data.n_clients
     callbacks = {"selection": SelectionTrace(n, rounds), "attention": AttentionTrace(n, rounds),
                  "user": OnRound(on_round), "evaluation": evaluation,

@@ -129,6 +129,97 @@ def test_attention_config_errors():
         RunConfig(attention="cbam", model="lenet").validate()
 
 
+def _initial_client_params(monkeypatch) -> list:
+    """The clients' models as round 1 starts, one dict per run trained after this call."""
+    import fedlib.simulation as simulation
+
+    seen, real = [], simulation.run_round
+
+    def first(run, t):
+        if t == 1:
+            seen.append({k: v.clone() for k, v in run.state.client_params.items()})
+        return real(run, t)
+
+    monkeypatch.setattr(simulation, "run_round", first)
+    return seen
+
+
+@pytest.mark.parametrize("attention", ["se", "hybrid"])
+def test_per_client_attention_draws_each_clients_own(attention, monkeypatch):
+    """pFedLA Algorithm 1, line 9: each client's attention starts from its own random draw (``attention_init=
+    'per_client'``): client i's from the model drawn with seed SeedSequence([seed, i]), the backbone the run's one
+    draw. The default ('shared', every stored run) starts every client from the run's one model."""
+    from fedlib.local_attention import per_client_attention
+    from fedlib.models import param_groups
+
+    data, cfg = _digits_like(), LENET.replace(algorithm="fedbn", attention=attention)
+    build = lambda s: build_model("lenet", data.input_shape, 10, seed=s, dtype=torch.float64, attention=attention)
+    init = per_client_attention(build, 3, seed=0)
+    alg = build_algorithm(cfg.validate(), n_samples=data.train.sizes.numpy())
+    train = lambda **kw: simulate(
+        alg, data, build(0), LoopExecutor(), 1, local_steps=2, batch_size=4, progress=False, **kw
+    )
+    seen = _initial_client_params(monkeypatch)
+    train(client_init=init), train()
+    own, shared = seen
+    groups, model = param_groups(build(0)), build(0).state_dict()
+    attn = [k for k in model if groups[k] == "attn"]
+    assert sorted(init) == sorted(attn)
+    for k, v in own.items():
+        if groups[k] != "attn":  # the backbone: the run's one draw on every client
+            assert all(torch.equal(row, model[k]) for row in v) and torch.equal(v, shared[k]), k
+            continue
+        assert all(torch.equal(row, shared[k][0]) for row in shared[k]), k  # 'shared': one draw for all
+        for i in range(3):
+            seed_i = int(np.random.SeedSequence([0, i]).generate_state(1)[0])
+            assert torch.equal(v[i], build(seed_i).state_dict()[k]), (k, i)
+    weights = [k for k in attn if k.endswith("weight") and own[k][0].dim() > 1]  # drawn, not set (BN, logits)
+    assert weights and all(not torch.equal(own[k][0], own[k][i]) for k in weights for i in (1, 2))
+
+
+def test_client_init_of_a_shared_parameter_is_refused():
+    data = _digits_like()
+    cfg = LENET.replace(algorithm="fedavg", attention="se")
+    alg = build_algorithm(cfg.validate(), n_samples=data.train.sizes.numpy())
+    model = build_model("lenet", data.input_shape, 10, seed=0, dtype=torch.float64, attention="se")
+    shared = {k: v.unsqueeze(0).repeat(3, *[1] * v.dim()) for k, v in model.state_dict().items() if "conv" in k}
+    with pytest.raises(ValueError, match="client_init names 'conv1.weight', a parameter the clients share"):
+        simulate(alg, data, model, LoopExecutor(), 1, local_steps=1, batch_size=4, progress=False,
+                 client_init=dict(list(shared.items())[:1]))  # fmt: skip
+
+
+def test_runs_with_per_client_attention_draw_it(monkeypatch):
+    """``runner.train`` hands ``simulate`` each client's own draw for ``attention_init='per_client'`` only."""
+    import fedlib.runner as runner
+
+    got = []
+
+    def stop(*args, client_init=None, **kwargs):
+        got.append(client_init)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "simulate", stop)
+    base = RunConfig(dataset="digits", partition="domains", model="lenet", algorithm="fedbn", attention="se",
+                     n_clients=3, domains=("mnist", "usps", "mnist_m"), clients_per_round=None, local_epochs=1,
+                     local_steps=None, domain_percent=0.02, rounds=1)  # fmt: skip
+    for cfg in (base, base.replace(attention_init="per_client")):
+        with pytest.raises(KeyboardInterrupt):
+            runner.train(cfg, progress=False)
+    assert got[0] is None
+    assert got[1] and all(v.shape[0] == 3 for v in got[1].values()) and all("attn" in k for k in got[1])
+    assert any(not torch.equal(v[0], v[1]) for v in got[1].values())
+
+
+def test_attention_init_is_refused_where_no_attention_is_local():
+    base = dict(dataset="digits", partition="domains", model="lenet", n_clients=5, clients_per_round=None)
+    for extra in ({}, {"attention": "se", "attention_local": False}):
+        with pytest.raises(ValueError, match="attention_init='per_client' is set but applies only when the attention"):
+            RunConfig(**base, **extra, attention_init="per_client").validate()
+    with pytest.raises(ValueError, match="attention_init='random' is not one of: shared, per_client"):
+        RunConfig(**base, attention="se", attention_init="random").validate()
+    assert RunConfig(**base, attention="se").key() == RunConfig(**base, attention="se", attention_init="shared").key()
+
+
 def test_ditto_large_lambda_pins_personal_to_global():
     """lr * lambda = 1, one local step: v = v_old - lr (grad F(v_old) + lambda (v_old - w^t)) = w^t - lr grad F(v_old)."""
     data = small_synthetic(n_clients=2)
@@ -176,3 +267,17 @@ def test_ditto_lambda_zero_personal_is_local_training():
     )
     for n, v in res.state.extra["ditto"].v.items():
         assert torch.allclose(v, captured[n], rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("profile", ["smoke", "quick", "paper"])
+def test_the_init_ablation_is_table1s_fedbn_cells_with_per_client_attention(profile):
+    """``pfedla_attention_init``: Table 1's FedBN + SE / hybrid cells, every seed, with ``attention_init='per_client'``
+    and nothing else changed (notebook 31 pairs each run with its Table 1 cell)."""
+    from fedlib import profiles
+    from fedlib.runner import expand
+
+    table1 = {c.replace(attention_init="per_client").key() for c in expand(*profiles.get("pfedla_table1", profile))
+              if c.algorithm == "fedbn" and c.attention in ("se", "hybrid")}  # fmt: skip
+    ablation = expand(*profiles.get("pfedla_attention_init", profile))
+    assert {c.attention_init for c in ablation} == {"per_client"}
+    assert {c.key() for c in ablation} == table1 and len(ablation) == len(table1) > 0

@@ -534,6 +534,32 @@ def test_pfedla_table1(pfedla_table1):
     assert "Three-domain average: " + " > ".join(f"{names[a]} {f2(v)}" for a, v in avg.items()) in reading("31")
 
 
+def test_pfedla_attention_init_as_quoted(pfedla_table1):
+    """Notebook 31's Reading and the README quote the per-client attention ablation from the store."""
+    own = pfedla.frame(_paper("pfedla_attention_init").configs, Store(RESULTS))
+    e = pfedla.init_effect(own, pfedla_table1).set_index(["attention", "domain"])
+    best = pfedla.init_effect(own, pfedla_table1, metric="best").set_index(["attention", "domain"])
+    sg = lambda x: f"{x:+.2f}".replace("-", "−")
+    iv = lambda r: f"{sg(r.low)}..{sg(r.high)}"
+    se, hy = e.loc[("se", "avg")], e.loc[("hybrid", "avg")]
+    text = " ".join(reading("31").split())
+    assert (
+        f"the last round moves by {sg(se.change)} (SE, interval {iv(se)}) and {sg(hy.change)} (hybrid, {iv(hy)})"
+    ) in text
+    assert set(e.sign) == {""}  # "no per-domain change is distinguishable from 0" (nor on the average)
+    assert f"on the best round the average moves by {sg(best.loc[('se', 'avg'), 'change'])} and " in text
+    assert f"and {sg(best.loc[('hybrid', 'avg'), 'change'])}." in text
+    fedbn = pfedla_table1[pfedla_table1.algorithm == "fedbn"]
+    per_client = pfedla.gains(pd.concat([fedbn[fedbn.attention == "none"], own])).set_index(["attention", "domain"])
+    shared = pfedla.gains(fedbn).set_index(["attention", "domain"])
+    g = per_client.loc[("se", "avg")]
+    assert (
+        f"SE drawn per client is {sg(g.gain)} on the average ({iv(g)}), drawn once {sg(shared.loc[('se', 'avg'), 'gain'])}"
+    ) in text
+    row = readme_row("pFedLA Table 1")
+    assert f"moves the average by {sg(se.change)} / {sg(hy.change)}, not distinguishable from 0" in row
+
+
 def test_pfedla_fig4():
     ex = _paper("pfedla_fig4")
     f = pfedla.frame(ex.configs, Store(RESULTS))

@@ -500,6 +500,33 @@ def test_pfedla_gains_golden():
     ]
 
 
+def test_pfedla_init_effect_golden():
+    """Per-client attention minus the shared draw, paired by seed: usps diffs (1, -1, 3) -> mean 1, sd 2, 95%
+    half-width t(0.975, 2) 2 / sqrt(3), the interval contains 0; mnist diffs (-2, -3, -2) -> mean -7/3, sd
+    sqrt(1/3), half-width 4.303 / 3, below 0. A seed with only the shared run (seed 3) is left out."""
+    from fedlib.papers.pfedla import init_effect
+
+    cols = ["algorithm", "attention", "domain", "seed", "final"]
+    shared = pd.DataFrame(
+        [("fedbn", "se", d, s, v) for s, (u, m) in enumerate([(90, 80), (80, 70), (85, 75), (50, 50)])
+         for d, v in (("mnist", m), ("usps", u))], columns=cols)  # fmt: skip
+    per_client = pd.DataFrame(
+        [("fedbn", "se", d, s, v) for s, (u, m) in enumerate([(91, 78), (79, 67), (88, 73)])
+         for d, v in (("mnist", m), ("usps", u))], columns=cols)  # fmt: skip
+    e = init_effect(per_client, shared).set_index("domain")
+    assert list(e.index) == ["mnist", "usps"] and set(e.seeds) == {3}
+    half = 4.303 * 2 / np.sqrt(3)
+    assert e.loc["usps", ["shared", "per_client", "change", "low", "high"]].tolist() == pytest.approx(
+        [85.0, 86.0, 1.0, round(1 - half, 2), round(1 + half, 2)]
+    )
+    assert e.loc["mnist", ["change", "low", "high"]].tolist() == pytest.approx(
+        [-2.33, round(-7 / 3 - 4.303 / 3, 2), round(-7 / 3 + 4.303 / 3, 2)]
+    )
+    assert e.loc["usps", "sign"] == "" and e.loc["mnist", "sign"] == "↓"
+    with pytest.raises(ValueError, match="metric='avg' is not one of"):
+        init_effect(per_client, shared, metric="avg")
+
+
 def test_pfedla_paired_gains_golden():
     """Paired by seed: usps diffs (1, 2, 1) -> mean 4/3, sd sqrt(1/3), 95% half-width t(0.975, 2) sqrt(1/3)/sqrt(3)
     = 4.303 / 3, so the interval contains 0; mnist diffs (2, 2, 3) -> mean 7/3, same half-width, interval above 0.

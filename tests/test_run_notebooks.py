@@ -247,9 +247,16 @@ def test_every_notebook_takes_stored_only_and_names_its_experiments():
         nb = json.loads(path.read_text())
         params = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
         assert "STORED_ONLY" in "".join(params["source"]), path.name
+        named = set()
         for entry in nb["metadata"]["fedlib"].get("experiments", []):
             name = entry if isinstance(entry, str) else entry["name"]
             assert name in fedlib.profiles.EXPERIMENTS, (path.name, name)
+            named.add(name)
+        # every experiment a cell draws is named there, so that the job's plan counts it and trains it first (notebook
+        # 31's per-client attention ablation was not: the plan said 696 runs drawn where the notebooks drew 706)
+        code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+        called = set(re.findall(r"fedlib\.experiment\(\s*\"(\w+)\"", code))
+        assert called <= named, (path.name, sorted(called - named))
 
 
 def test_unit_tests_and_nbval_find_the_shared_data_the_same_way(tmp_path):

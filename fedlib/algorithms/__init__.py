@@ -41,7 +41,9 @@ def build_algorithm(cfg, n_samples=None):
     Two choices for local groups that pFedLA leaves open or reads otherwise, kept by every stored run: (1) every
     client starts from the one model the seed draws, attention included (``simulation.init_state``), where pFedLA's
     Algorithm 1 (line 9) initialises each client's W_{i,la} at random; so a unit of LeNet's one-unit SE slot that
-    starts dead (``local_attention.SE``) is dead on every client of that seed at once. (2) A proximal term (FedProx's
+    starts dead (``local_attention.SE``) is dead on every client of that seed at once. ``attention_init=
+    'per_client'`` draws each client's attention on its own (``local_attention.per_client_attention``; the
+    ablation ``pfedla_attention_init``, notebook 31). (2) A proximal term (FedProx's
     mu, Ditto's lambda) covers every trained parameter, local ones too: a local group's anchor is the client's own
     value at the round's start (FedProx) or its global-path copy (Ditto), where a global model has no counterpart."""
     from ..selection import build_selection

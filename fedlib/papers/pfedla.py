@@ -134,6 +134,23 @@ def fig4(profile: str, available: "Available | None" = None):
     return digits_base(doms, rounds), (fig4_cells(seeds, extra, percents) if len(doms) >= 2 else [])
 
 
+# Each client's attention drawn on its own (an ablation, not in the paper's tables): Algorithm 1 (line 9) initialises
+# every client's W_{i,la} at random, where Table 1's cells start every client from the seed's one model, attention
+# included (``attention_init='shared'``). FedBN with the two attention kinds that hold SE, whose one-unit slot in
+# LeNet can start dead (``local_attention.SE``): from one draw, on every client of that seed at once. Table 1's seeds.
+INIT_ATTENTIONS = ["se", "hybrid"]
+
+
+def attention_init(profile: str, available: "Available | None" = None):
+    """FedBN + SE / hybrid on the digits with each client's attention drawn on its own (``per_client``)."""
+    doms = digits_domains(available)
+    base, cells = table1(profile, available)
+    keep = [
+        {**c, "attention": INIT_ATTENTIONS, "attention_init": "per_client"} for c in cells if c["algorithm"] == "fedbn"
+    ]
+    return base, keep if len(doms) >= 2 else []
+
+
 # pFedLA on Office-31, Office-Home, DomainNet (Sec. 4.3, Appendix): AlexNet with BN (Table 8), SGD lr 0.01, T = 200,
 # E = 1, every domain's full training split (domain_percent None = 100%), batch 32 (ours; the paper gives none).
 # Cells exist only for the data sets present (all their domains), so offline both grids are empty.
@@ -184,6 +201,7 @@ def office_fig4(profile: str, available: "Available | None" = None):
 EXPERIMENTS = {
     "pfedla_table1": table1,
     "pfedla_fig4": fig4,
+    "pfedla_attention_init": attention_init,
     "pfedla_office_table3": office_table3,
     "pfedla_office_fig4": office_fig4,
 }
@@ -304,6 +322,58 @@ _T975 = (
 )
 
 
+def _paired(d: pd.Series) -> tuple[int, float, float, float]:
+    """Seeds, mean and 95% confidence interval (Student's t) of paired differences ``d``."""
+    n, m = len(d), float(d.mean())
+    half = _T975[min(n - 1, 30) - 1] * float(d.std(ddof=1)) / np.sqrt(n) if n > 1 else np.nan
+    return n, m, m - half, m + half
+
+
+def _order_domains(out: pd.DataFrame, domains) -> pd.DataFrame:
+    """Rows of ``out`` by domain in the order of ``domains`` (the average last), then by algorithm."""
+    order = {d: i for i, d in enumerate(dict.fromkeys(list(domains[domains != "avg"]) + ["avg"]))}
+    out = out.sort_values(
+        ["domain", "algorithm"], key=lambda s: s.map(order) if s.name == "domain" else s, kind="stable"
+    )
+    return out.reset_index(drop=True)
+
+
+def init_effect(per_client: pd.DataFrame, shared: pd.DataFrame, metric: str = "final") -> pd.DataFrame:
+    """What drawing each client's attention on its own changes (``attention_init='per_client'``, the ablation
+    ``pfedla_attention_init``), paired by seed: ``per_client`` and ``shared`` are ``frame`` rows of the same cells
+    (Table 1's are 'shared'). One row per (algorithm, attention, domain): ``shared`` and ``per_client`` (means over
+    the seeds both have, points of ``metric``), ``change`` (their paired mean difference) with its 95% interval
+    ``low``..``high``, ``seeds`` and ``sign`` ('↑'/'↓' where the interval excludes 0). The pairs share the data, the
+    batches and the backbone's initial weights: only the attention's initial weights differ."""
+    if metric not in ("final", "last3", "best"):
+        raise ValueError(f"metric={metric!r} is not one of: final, last3, best")
+    key = ["algorithm", "attention", "domain", "seed"]
+    both = (
+        per_client.set_index(key)[metric]
+        .to_frame("per_client")
+        .join(shared.set_index(key)[metric].rename("shared"), how="inner")
+    )
+    rows = []
+    for (alg, att, dom), g in both.groupby(level=[0, 1, 2], sort=False):
+        n, m, low, high = _paired(g.per_client - g.shared)
+        rows.append(
+            {
+                "algorithm": alg,
+                "attention": att,
+                "domain": dom,
+                "shared": float(g.shared.mean()),
+                "per_client": float(g.per_client.mean()),
+                "change": m,
+                "low": low,
+                "high": high,
+                "seeds": n,
+                "sign": "↑" if low > 0 else "↓" if high < 0 else "",
+            }
+        )
+    out = _order_domains(pd.DataFrame(rows), per_client.domain) if rows else pd.DataFrame(rows)
+    return out.round({c: 2 for c in ("shared", "per_client", "change", "low", "high")})
+
+
 def gains(frame: pd.DataFrame, metric: str = "final", dataset: str = "digits", table: str = "table1") -> pd.DataFrame:
     """What attention adds to each FL method, paired by seed: one row per (algorithm, attention, domain) with
     ``gain`` = mean over seeds of (with attention - the same method without, same seed), in points of ``metric``,
@@ -326,9 +396,7 @@ def gains(frame: pd.DataFrame, metric: str = "final", dataset: str = "digits", t
     for att in [a for a in ("se", "eca", "ca", "hybrid") if a in wide]:
         diff = (wide[att] - wide["none"]).dropna()
         for (alg, dom), d in diff.groupby(level=[0, 1]):
-            n, m = len(d), float(d.mean())
-            half = _T975[min(n - 1, 30) - 1] * float(d.std(ddof=1)) / np.sqrt(n) if n > 1 else np.nan
-            low, high = m - half, m + half
+            n, m, low, high = _paired(d)
             paper = ref.get((alg, att, dom), np.nan) - ref.get((alg, "none", dom), np.nan)
             rows.append(
                 {
@@ -344,12 +412,8 @@ def gains(frame: pd.DataFrame, metric: str = "final", dataset: str = "digits", t
                     "paper_in_ci": bool(low <= paper <= high) if not np.isnan(paper) else None,
                 }
             )
-    out = pd.DataFrame(rows)
-    order = {d: i for i, d in enumerate(dict.fromkeys(list(local.domain[local.domain != "avg"]) + ["avg"]))}
-    out = out.sort_values(
-        ["domain", "algorithm"], key=lambda s: s.map(order) if s.name == "domain" else s, kind="stable"
-    )
-    return out.reset_index(drop=True).round({"gain": 2, "low": 2, "high": 2, "paper_gain": 2})
+    out = _order_domains(pd.DataFrame(rows), local.domain)
+    return out.round({"gain": 2, "low": 2, "high": 2, "paper_gain": 2})
 
 
 # -- figures ---------------------------------------------------------------------------------------------------------
