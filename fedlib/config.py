@@ -353,6 +353,7 @@ def _flat_of(part: str, name: str) -> str:
 
 _FLAT = {_flat_of(p, f.name): (p, f.name) for p, cls in _PARTS.items() for f in fields(cls)}
 _FLAT.update({n: ("", n) for n in _TOP})
+_PART_DEFAULTS = {_flat_of(p, f.name): f.default for p, cls in _PARTS.items() for f in fields(cls)}
 
 
 def _default_method() -> MethodOptions:
@@ -491,8 +492,7 @@ class RunConfig(Part):
 
     def changed(self) -> dict:
         """Flat fields that differ from their defaults (schema-1 ``LEGACY`` or, for newer fields, their own)."""
-        own = {f.name: f.default for f in fields(self.method)}
-        own.update((_flat_of(p, f.name), f.default) for p, cls in _PARTS.items() for f in fields(cls))  # newer parts'
+        own = {**_PART_DEFAULTS, **{f.name: f.default for f in fields(self.method)}}  # newer fields' own defaults
         return {k: v for k, v in self.flat().items() if v != LEGACY.get(k, own.get(k))}
 
     def key(self) -> str:

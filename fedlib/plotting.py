@@ -263,11 +263,10 @@ def accuracy_curves(
     # panels that show different methods (e.g. one per base method) get a legend each; otherwise one for the figure
     sets = {tuple(pd.unique(frame[frame[panels] == v][hue])) for v in values} if panels is not None else set()
     own_legends = len(sets) > 1
-    seeds, coinciding, counts = 1, [], []
+    coinciding, counts = [], []  # counts: each panel's most seeds per curve
     for ax, (m, v) in zip(axes, cells):
         data = frame if v is None else frame[frame[panels] == v]
         handles, labels, n, co = draw_lines(ax, data, "round", m, hue, order, lw=0.9 if zoom else 1.2)
-        seeds = max(seeds, n)
         counts.append(n)
         where = [] if m in ACCURACY_LABELS else [f"{m}"]  # e.g. uploads: equal fractions upload alike
         where += [str(v)] if v is not None else []
@@ -284,6 +283,7 @@ def accuracy_curves(
                 ax.set_ylim(*late_range(frame, m))
             percent_axis(ax)
         ax.grid(alpha=0.3)
+    seeds = max([1, *counts])
     if own_legends:
         fig.suptitle(title)
         fig.tight_layout()
