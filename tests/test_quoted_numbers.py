@@ -483,10 +483,10 @@ def test_adafl_scaffold_control_as_quoted(adafl_table3):
         f"SCAFFOLD-0.1 reaches {f2(v(s, 'gradient', 'best'))} / last-10 {f2(v(s, 'gradient', 'average'))} over seeds "
         f"0-2 (as written {f2(v(s, 'update', 'best'))} / {f2(v(s, 'update', 'average'))}), {d('FedAvg-0.1')} / "
         f"{e('FedAvg-0.1')} over FedAvg-0.1, and AdaFL+SCAFFOLD {f2(v(a, 'gradient', 'best'))} / "
-        f"{f2(v(a, 'gradient', 'average'))} (seed 0), above every FedAvg mean"
+        f"{f2(v(a, 'gradient', 'average'))} (seed 0), above every FedAvg run"
     ) in row
-    fa = g.groupby("method").mean(numeric_only=True)
-    assert grad.best.mean() > fa.best.max() and grad.average.mean() > fa.average.max()  # "above every FedAvg mean"
+    ours = f[f.method.str.endswith("gradient")]
+    assert ours.best.min() > g.best.max() and ours.average.min() > g.average.max()  # "above every FedAvg run"
     top = readme_row("AdaFL helps FedProx")
     assert (
         f"SCAFFOLD-0.1 {f2(v(s, 'gradient', 'best'))} over three seeds, {f2(v(a, 'gradient', 'best'))} with AdaFL"
