@@ -1,12 +1,7 @@
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
-
-from fedlib.data.federated import FederatedData
-from fedlib.data.synthetic import synthetic
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -16,15 +11,6 @@ def _isolated_results(tmp_path, monkeypatch):
     """Every test writes results into its own folder, never into the project's results/."""
     monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("FEDLIB_CACHE", str(tmp_path / "cache"))
-
-
-def small_synthetic(n_clients=6, rows=120, dtype=torch.float64) -> FederatedData:
-    """A few Synthetic(0.5, 0.5) clients cut to ``rows`` rows each, split 75/25."""
-    xs, ys = synthetic(n_clients=n_clients, seed=0)
-    xs, ys = [x[:rows] for x in xs], [y[:rows] for y in ys]
-    tr = [np.arange(int(0.75 * len(y))) for y in ys]
-    te = [np.arange(int(0.75 * len(y)), len(y)) for y in ys]
-    return FederatedData.from_clients("small", xs, ys, tr, te, 10).to("cpu", dtype)
 
 
 def shared_data_env(environ, shared: Path = SHARED) -> dict:
@@ -38,11 +24,6 @@ def shared_data_env(environ, shared: Path = SHARED) -> dict:
 
 def pytest_configure(config):
     os.environ.update(shared_data_env(os.environ))
-
-
-def shared_data_root():
-    root = Path(os.environ.get("FEDLIB_DATA", SHARED))
-    return root if (root / "MNIST" / "raw").exists() else None
 
 
 def pytest_collection_modifyitems(config, items):

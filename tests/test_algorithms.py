@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import small_synthetic
+from helpers import small_synthetic
 
 from fedlib.algorithms import ALGORITHMS, build_algorithm
 from fedlib.config import RunConfig

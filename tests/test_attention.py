@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import small_synthetic
+from helpers import small_synthetic
 
 from fedlib.algorithms import build_algorithm
 from fedlib.attention import cosine_matrix, heurfedamp_weights, mcsa_weights

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import small_synthetic
+from helpers import small_synthetic
 
 import fedlib.runner as runner
 from fedlib import RunConfig, Store, run

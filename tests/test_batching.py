@@ -5,7 +5,7 @@ leaves the others alone; a stop snapshots every run; ``run_configs`` batches by 
 import numpy as np
 import pytest
 import torch
-from conftest import small_synthetic
+from helpers import small_synthetic
 from test_checkpoint import _same
 
 import fedlib.runner as runner

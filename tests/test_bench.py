@@ -189,7 +189,7 @@ def test_arithmetic_log_sees_each_steps_matmuls():
     """A stacked step of a 2-layer chain (no momentum, no proximal term) is, by hand: two forward baddbmm (bias +
     x W^T, then the logits by class, bias + W h^T), one bmm for the hidden layer's input gradient, two weight
     updates fused into baddbmm_; all of them local training's, at the group's shapes."""
-    from conftest import small_synthetic
+    from helpers import small_synthetic
 
     from fedlib.bench import ArithmeticLog, _CountingExecutor
     from fedlib.data.federated import sample_steps

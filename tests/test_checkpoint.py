@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import small_synthetic
+from helpers import small_synthetic
 
 import fedlib.simulation as simulation
 from fedlib import RunConfig, Store, run

@@ -9,7 +9,7 @@ the order of floating-point sums inside the kernels (cuBLAS vs the CPU's BLAS), 
 import numpy as np
 import pytest
 import torch
-from conftest import small_synthetic
+from helpers import small_synthetic
 
 from fedlib.algorithms import ALGORITHMS
 from fedlib.config import RunConfig

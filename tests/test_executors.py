@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import small_synthetic
+from helpers import small_synthetic
 from torch import nn
 
 from fedlib.data.federated import sample_epochs, sample_steps

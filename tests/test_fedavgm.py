@@ -4,7 +4,7 @@ contract tests over every registered algorithm in test_algorithms.py and test_ch
 import numpy as np
 import pytest
 import torch
-from conftest import small_synthetic
+from helpers import small_synthetic
 
 from fedlib import RunConfig
 from fedlib.algorithms import build_algorithm

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import small_synthetic
+from helpers import small_synthetic
 
 from fedlib import metrics as M
 from fedlib.models import build_model, linear_chain

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import small_synthetic
+from helpers import small_synthetic
 
 from fedlib.algorithms import build_algorithm
 from fedlib.config import RunConfig

@@ -2,7 +2,7 @@
 
 import torch
 import torch.nn.functional as F
-from conftest import small_synthetic
+from helpers import small_synthetic
 from torch.func import functional_call
 
 from fedlib.algorithms import build_algorithm

@@ -20,6 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("run_notebooks", ROOT / "scripts" / "run_notebooks.py")
 runner = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(runner)
+# tests/conftest.py by its path: ``import conftest`` finds notebooks/conftest.py in a session that collects both
+_conftest_spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
+conftest = importlib.util.module_from_spec(_conftest_spec)
+_conftest_spec.loader.exec_module(conftest)
 
 
 def _notebook(path, source, requires=(), experiments=()):
@@ -262,8 +266,6 @@ def test_every_notebook_takes_stored_only_and_names_its_experiments():
 def test_unit_tests_and_nbval_find_the_shared_data_the_same_way(tmp_path):
     """`make test` with ../shared/data beside the clone: the session sets FEDLIB_DATA (inherited by nbval's kernels),
     the notebooks' conftest takes the same hooks, and a data root already set is kept."""
-    import conftest
-
     shared = tmp_path / "shared" / "data"
     (shared / "MNIST" / "raw").mkdir(parents=True)
     assert conftest.shared_data_env({}, shared) == {"FEDLIB_DATA": str(shared)}
@@ -271,6 +273,23 @@ def test_unit_tests_and_nbval_find_the_shared_data_the_same_way(tmp_path):
     assert conftest.shared_data_env({}, tmp_path / "none") == {}
     nb_conftest = (ROOT / "notebooks" / "conftest.py").read_text()
     assert "pytest_configure" in nb_conftest and "pytest_collection_modifyitems" in nb_conftest
+
+
+def test_one_session_collects_the_unit_tests_and_the_notebooks():
+    """``pytest tests notebooks --nbval`` once stopped at collection: both folders' conftest.py load as ``conftest``,
+    and the unit tests' ``from conftest import small_synthetic`` found the notebooks' one. Their helpers now live in
+    tests/helpers.py."""
+    import subprocess
+    import sys
+
+    tests = sorted(p.name for p in (ROOT / "tests").glob("test_*.py") if "from helpers import" in p.read_text())
+    assert tests, "no test imports tests/helpers.py"
+    notebook = sorted((ROOT / "notebooks").glob("*.ipynb"))[0]
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", "--nbval"]
+    cmd += [f"tests/{name}" for name in tests] + [str(notebook.relative_to(ROOT))]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert notebook.name in out.stdout and "test_fedavgm.py::" in out.stdout
 
 
 def test_make_lab_allows_root_only_when_root():
@@ -288,8 +307,6 @@ def test_make_lab_allows_root_only_when_root():
 def test_nbval_skips_a_notebook_whose_outputs_need_absent_data(tmp_path, monkeypatch):
     """Notebook 10 runs without MNIST (Synthetic only) but its committed tables were drawn with MNIST: nbval must
     skip it there (``metadata.fedlib.outputs_need``), not report differing outputs."""
-    import conftest
-
     nb = tmp_path / "10_x.ipynb"
     nb.write_text(json.dumps({"metadata": {"fedlib": {"requires": [], "outputs_need": ["mnist"]}}}))
     monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "empty-root"))

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from conftest import small_synthetic
+from helpers import small_synthetic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -295,7 +295,7 @@ def test_a_snapshot_copied_to_another_run_is_not_resumed(other, tmp_path, monkey
 
 def test_a_snapshot_of_another_model_under_the_same_name_is_not_resumed(tmp_path, monkeypatch):
     """Outside a store a snapshot's name need not be a config key: its parameters' shapes tell the model."""
-    from conftest import small_synthetic
+    from helpers import small_synthetic
 
     from fedlib.algorithms import build_algorithm
     from fedlib.executors import StackedExecutor

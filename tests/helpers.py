@@ -1,0 +1,28 @@
+"""What the tests share besides pytest's hooks: small data sets and the shared data root. A module of its own, not
+``conftest``, because ``pytest tests notebooks --nbval`` loads both folders' conftest.py under the one name
+``conftest``, and ``from conftest import ...`` then finds the notebooks' one."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedlib.data.federated import FederatedData
+from fedlib.data.synthetic import synthetic
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"  # as in conftest.py, which cannot import this
+
+
+def small_synthetic(n_clients=6, rows=120, dtype=torch.float64) -> FederatedData:
+    """A few Synthetic(0.5, 0.5) clients cut to ``rows`` rows each, split 75/25."""
+    xs, ys = synthetic(n_clients=n_clients, seed=0)
+    xs, ys = [x[:rows] for x in xs], [y[:rows] for y in ys]
+    tr = [np.arange(int(0.75 * len(y))) for y in ys]
+    te = [np.arange(int(0.75 * len(y)), len(y)) for y in ys]
+    return FederatedData.from_clients("small", xs, ys, tr, te, 10).to("cpu", dtype)
+
+
+def shared_data_root():
+    root = Path(os.environ.get("FEDLIB_DATA", SHARED))
+    return root if (root / "MNIST" / "raw").exists() else None
