@@ -270,14 +270,15 @@ def test_ditto_lambda_zero_personal_is_local_training():
 
 
 @pytest.mark.parametrize("profile", ["smoke", "quick", "paper"])
-def test_the_init_ablation_is_table1s_fedbn_cells_with_per_client_attention(profile):
-    """``pfedla_attention_init``: Table 1's FedBN + SE / hybrid cells, every seed, with ``attention_init='per_client'``
-    and nothing else changed (notebook 31 pairs each run with its Table 1 cell)."""
+def test_the_init_ablation_is_table1s_se_cells_with_per_client_attention(profile):
+    """``pfedla_attention_init``: Table 1's cells of every method with SE, and FedBN's with the hybrid, every seed,
+    with ``attention_init='per_client'`` and nothing else changed (notebook 31 pairs each run with its Table 1 cell)."""
     from fedlib import profiles
     from fedlib.runner import expand
 
+    wanted = lambda c: c.attention == "se" or (c.algorithm == "fedbn" and c.attention == "hybrid")
     table1 = {c.replace(attention_init="per_client").key() for c in expand(*profiles.get("pfedla_table1", profile))
-              if c.algorithm == "fedbn" and c.attention in ("se", "hybrid")}  # fmt: skip
+              if wanted(c)}  # fmt: skip
     ablation = expand(*profiles.get("pfedla_attention_init", profile))
     assert {c.attention_init for c in ablation} == {"per_client"}
     assert {c.key() for c in ablation} == table1 and len(ablation) == len(table1) > 0

@@ -525,6 +525,19 @@ def test_pfedla_init_effect_golden():
     assert e.loc["usps", "sign"] == "" and e.loc["mnist", "sign"] == "↓"
     with pytest.raises(ValueError, match="metric='avg' is not one of"):
         init_effect(per_client, shared, metric="avg")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from fedlib.papers.pfedla import plot_init_effect
+
+    fig = plot_init_effect(init_effect(per_client, shared))
+    assert [ax.get_title() for ax in fig.axes] == ["MNIST", "USPS"]
+    from matplotlib.collections import PathCollection
+
+    # per panel, the points drawn: (x, filled); a filled (black) circle where the interval excludes 0, no paper marker
+    points = lambda ax: [(round(float(c.get_offsets()[0][0]), 2), bool(c.get_facecolors()[0][3]) and c.get_facecolors()[0][0] == 0)
+                         for c in ax.collections if isinstance(c, PathCollection) and len(c.get_offsets())]  # fmt: skip
+    assert points(fig.axes[0]) == [(-2.33, True)] and points(fig.axes[1]) == [(1.0, False)]
 
 
 def test_pfedla_paired_gains_golden():
