@@ -534,10 +534,16 @@ def test_pfedla_init_effect_golden():
     assert [ax.get_title() for ax in fig.axes] == ["MNIST", "USPS"]
     from matplotlib.collections import PathCollection
 
-    # per panel, the points drawn: (x, filled); a filled (black) circle where the interval excludes 0, no paper marker
-    points = lambda ax: [(round(float(c.get_offsets()[0][0]), 2), bool(c.get_facecolors()[0][3]) and c.get_facecolors()[0][0] == 0)
-                         for c in ax.collections if isinstance(c, PathCollection) and len(c.get_offsets())]  # fmt: skip
+    def points(ax):
+        """The points a panel draws, as (x, filled): a filled (black) circle where the interval excludes 0, an
+        open one where it does not, and no paper marker (no paper numbers here)."""
+        drawn = [c for c in ax.collections if isinstance(c, PathCollection) and len(c.get_offsets())]
+        return [(round(float(c.get_offsets()[0][0]), 2), tuple(c.get_facecolors()[0]) == (0, 0, 0, 1)) for c in drawn]
+
     assert points(fig.axes[0]) == [(-2.33, True)] and points(fig.axes[1]) == [(1.0, False)]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
 
 
 def test_pfedla_paired_gains_golden():
