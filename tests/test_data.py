@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from helpers import shared_data_root
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -126,7 +127,7 @@ def test_load_federated_synthetic_split_75_25():
 
 
 requires_mnist = pytest.mark.skipif(
-    __import__("helpers").shared_data_root() is None,
+    shared_data_root() is None,
     reason="MNIST files not found under FEDLIB_DATA or ../shared/data",
 )
 
@@ -134,8 +135,6 @@ requires_mnist = pytest.mark.skipif(
 @requires_mnist
 def test_mnist_labels_partition_pfedme_recipe():
     """FedMCSA's MNIST: all 70,000 images, N = 20, 2 labels per client, 75/25 per client, standardised pixels."""
-    from helpers import shared_data_root
-
     cfg = RunConfig(dataset="mnist", partition="labels", n_clients=20, data_seed=1)
     fd = load_federated(cfg, root=shared_data_root())
     summ = partition_summary(cfg, root=shared_data_root())
@@ -149,8 +148,6 @@ def test_mnist_labels_partition_pfedme_recipe():
 @requires_mnist
 def test_mnist_shards_partition_mcmahan():
     """AdaFL's MNIST: 60,000 training images in 200 shards of 300, 2 per client; official test set kept global."""
-    from helpers import shared_data_root
-
     cfg = RunConfig(dataset="mnist", partition="shards", n_clients=100, train_frac=1.0, normalize="unit")
     fd = load_federated(cfg, root=shared_data_root())
     assert fd.train.sizes.tolist() == [600] * 100 and int(fd.test.sizes.sum()) == 0
