@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import shared_data_root
 from test_attention import _simulate, assert_is_fedavg  # the same few-client runs
 
 from fedlib.algorithms import build_algorithm
@@ -262,6 +263,67 @@ def test_readings_smoke_table_and_switches():
     # bars on an axis that does not start at 0: the caption says where it starts
     bottom = fig.axes[0].get_ylim()[0]
     assert bottom > 0 and any(f"y-axis starts at {bottom:.0f}%" in t.get_text() for t in fig.texts)
+    plt.close(fig)
+
+
+@pytest.mark.skipif(shared_data_root() is None, reason="needs MNIST and FMNIST (../shared/data or FEDLIB_DATA)")
+def test_readings_on_the_images_reuse_table2s_runs():
+    """The image-data readings are FedMCSA's rows of the Synthetic readings and Local, on Table 2's image cells; their
+    paper's-equations and Local configs are Table 2's (the same keys, so those runs are not trained twice)."""
+    from fedlib.experiments import configs
+
+    assert [r["algorithm"] for r in fedmcsa.READINGS_IMAGES] == ["fedmcsa"] * 6 + ["local"]
+    assert {c["dataset"] for c in fedmcsa.readings_images("paper")[1]} == {"mnist", "fmnist", "cifar10"}
+    (ours, absent), (table2, _) = configs("fedmcsa_readings_images", "paper"), configs("fedmcsa_table2", "paper")
+    assert {c.get("dataset") for c in ours} == {"mnist", "fmnist"} and absent == ["cifar10"]  # no CIFAR-10 offline
+    assert {c.get("seed") for c in ours} == {0, 1, 2}
+    shared = {c.key() for c in ours} & {c.key() for c in table2}
+    plain = [c for c in ours if fedmcsa.reading(c)[0] in ("FedMCSA, paper's equations", "Local")]
+    assert len(plain) == 2 * 2 * 2 * 3 and shared == {c.key() for c in plain}  # data set x model x method x seed
+
+
+def test_readings_table_keeps_one_data_set():
+    """``readings_table(..., dataset)`` tabulates that data set's runs beside its own paper numbers, and leaves the
+    others out (the Synthetic notebook passes one data set, the image section one at a time)."""
+    cfgs = [RunConfig(**fedmcsa.DATA[d], model="mlr", algorithm="fedmcsa", seed=0) for d in ("mnist", "fmnist")]
+    table = pd.DataFrame({"seed": [0, 0], "best_acc": [0.9856, 0.9846], "best_acc_mean": [0.98, 0.97]})
+    out = fedmcsa.readings_table(table, cfgs, "fmnist")
+    assert out.reading.tolist() == ["FedMCSA, paper's equations"] and out.weighted.tolist() == [98.46]
+    assert out["paper Table 2"].tolist() == [99.32] and out["paper Table 1"].tolist() == [99.33]  # FMNIST's
+    assert fedmcsa.readings_table(table, cfgs, "synthetic").empty
+
+
+@pytest.mark.skipif(shared_data_root() is None, reason="needs MNIST (../shared/data or FEDLIB_DATA)")
+def test_readings_on_the_images_smoke_switches_and_figure():
+    """The image grid end to end at the smoke profile (MNIST): the 2x2 per model, the per-layer and sigma = 1000
+    readings beside it, and the figure with one panel per (data set, model) whose axis starts where asked."""
+    import matplotlib.pyplot as plt
+
+    import fedlib
+
+    ex = fedlib.experiment("fedmcsa_readings_images", "smoke", progress=False)
+    assert len(ex.runs) == len(ex.configs) == 2 * 7
+    readings = fedmcsa.readings_table(ex.table, ex.runs, "mnist")
+    assert len(readings) == 2 * 7 and (readings.seeds == 1).all()
+    assert readings[readings.reading == "FedMCSA, paper's equations"]["paper Table 2"].tolist() == [98.82, 99.48]
+    assert len(fedmcsa.switches(readings)) == 4 and fedmcsa.plus_mcsa(readings).empty
+    fig = fedmcsa.plot_switches({"mnist": readings, "fmnist": readings}, bottom=20)
+    assert [ax.get_title() for ax in fig.axes] == ["mnist / mlr", "mnist / dnn", "fmnist / mlr", "fmnist / dnn"]
+    assert all(ax.get_ylim()[0] == 20 for ax in fig.axes)
+    assert any("y-axis starts at 20%" in t.get_text() for t in fig.texts)
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert labels and all(len(x.split(".")[1]) == 1 for x in labels)  # an 80-point axis: one decimal
+    plt.close(fig)
+    fig = fedmcsa.plot_switches({"mnist": readings}, bottom=95)
+    assert all(len(t.get_text().split(".")[1]) == 2 for t in fig.axes[0].texts)  # a 5-point axis: two decimals
+    plt.close(fig)
+    # bottom=None: below the lowest of the 2x2's bars (not of the per-layer or sigma = 1000 rows) by half its gap
+    bars = readings.reading.str.startswith("FedMCSA,") & ~readings.reading.str.contains("σ = ")
+    assert bars.sum() == 8
+    low = readings[bars].weighted.min()
+    others_low = readings.assign(weighted=readings.weighted.where(bars, 10.0))  # every other row far below the bars
+    fig = fedmcsa.plot_switches({"mnist": others_low}, bottom=None)
+    assert fig.axes[0].get_ylim()[0] == np.floor(low - (100 - low) / 2) < low
     plt.close(fig)
 
 

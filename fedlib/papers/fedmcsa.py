@@ -218,8 +218,27 @@ def readings(profile: str, available: "Available | None" = None):
     return _sized(profile, rounds, c)
 
 
+# The readings on the image data of Table 2 (MNIST, FMNIST; CIFAR-10 where present): FedMCSA's rows only (the 2x2 of
+# the code's two switches, the text's per-layer component, the code at its default sigma) and Local. Their paper's-
+# equations and Local cells are Table 2's runs (the same keys).
+READINGS_IMAGES = [r for r in READINGS if r["algorithm"] in ("fedmcsa", "local")]
+
+
+def readings_images(profile: str, available: "Available | None" = None):
+    """FedMCSA's readings (the 2x2 of the authors' code's switches, per layer, the code at sigma 1000) and Local on
+    Table 2's image data, at Table 2's setting (N = 20, S = 10, 2 labels per client)."""
+    datasets, rounds, seeds = {
+        "smoke": (["mnist"], 3, [0]),
+        "quick": (["mnist"], 200, [0]),
+        "paper": (["mnist", "fmnist", "cifar10"], 800, [0, 1, 2]),  # CIFAR-10 where its data is present
+    }[profile]
+    c = [{**cell, **r, "seed": seeds} for cell in cells(datasets, ["mlr", "dnn"]) for r in READINGS_IMAGES]
+    return _sized(profile, rounds, c)
+
+
 EXPERIMENTS = {
     "fedmcsa_readings": readings,
+    "fedmcsa_readings_images": readings_images,
     "fedmcsa_fig3": fig3,
     "fedmcsa_fig4": fig4,
     "fedmcsa_table1_grid": table1_grid,
@@ -641,18 +660,19 @@ def reading(cfg: RunConfig) -> tuple[str, str, str]:
     return f"{name}, paper's equations{sigma}", f"on (λ = {lam:g})", reweighting
 
 
-def readings_table(table: pd.DataFrame, cfgs: list[RunConfig]) -> pd.DataFrame:
-    """Both readings side by side on Synthetic: per model and reading, the best sample-weighted and unweighted mean
-    test accuracy (%, mean ± std over seeds) beside the paper's Synthetic numbers (Table 1: FedMCSA tuned; Table 2:
-    FedMCSA, FedMCSA^-MCSA, FedAvg^+MCSA and pFedMe^+MCSA at σ = 50, λ = 5). ``table``: ``Experiment.table`` of
-    ``cfgs`` (same order)."""
+def readings_table(table: pd.DataFrame, cfgs: list[RunConfig], dataset: str = "synthetic") -> pd.DataFrame:
+    """Both readings side by side on ``dataset``: per model and reading, the best sample-weighted and unweighted mean
+    test accuracy (%, mean ± std over seeds) beside the paper's numbers for that data set (Table 1: FedMCSA tuned;
+    Table 2: FedMCSA, FedMCSA^-MCSA, FedAvg^+MCSA and pFedMe^+MCSA at σ = 50, λ = 5). ``table``: ``Experiment.table``
+    of ``cfgs`` (same order); the runs on other data sets are left out."""
     ref = published()
-    ref = ref[ref.dataset == "synthetic"].set_index(["table", "model", "algorithm"]).accuracy
+    ref = ref[ref.dataset == dataset].set_index(["table", "model", "algorithm"]).accuracy
     rows = pd.DataFrame([(c.get("model"), c.get("algorithm"), *reading(c)) for c in cfgs],
                         columns=["model", "algorithm", "reading", "prox", "reweighting"])  # fmt: skip
     t = pd.concat([table.reset_index(drop=True)[["seed", "best_acc", "best_acc_mean"]], rows], axis=1)
-    sweep_only = [c.get("algorithm") == "fedmcsa" and c.get("sigma") not in (50.0, 1000.0) for c in cfgs]
-    t = t[~pd.Series(sweep_only)]  # Figure 5's sweep points are drawn, not tabulated
+    # Figure 5's sweep points are drawn, not tabulated; the other data sets' runs are left out
+    sweep_only = lambda c: c.get("algorithm") == "fedmcsa" and c.get("sigma") not in (50.0, 1000.0)
+    t = t[pd.Series([c.get("dataset") == dataset and not sweep_only(c) for c in cfgs], dtype=bool)]
     g = t.groupby(["model", "reading", "algorithm", "prox", "reweighting"], sort=False)
     out = pd.DataFrame(
         {
@@ -742,17 +762,26 @@ def plus_mcsa(readings: pd.DataFrame) -> pd.DataFrame:
 _SWITCHES_BOTTOM = 75  # the 2x2's accuracy axis starts here (%): every cell is above 80; the caption says so
 
 
-def plot_switches(readings: pd.DataFrame, title: str = ""):
-    """The 2x2 as bars: per model, the proximal anchor on / off, each with data-size reweighting off / on (mean over
-    the seeds, ± std as error bars), Local and the paper's Synthetic FedMCSA numbers as lines."""
+def plot_switches(
+    readings: "pd.DataFrame | dict[str, pd.DataFrame]", title: str = "", bottom: float | None = _SWITCHES_BOTTOM
+):
+    """The 2x2 as bars: per data set and model, the proximal anchor on / off, each with data-size reweighting off / on
+    (mean over the seeds, ± std as error bars), Local and the paper's FedMCSA numbers for that data set as lines.
+    ``readings``: Synthetic's ``readings_table``, or {data set: its ``readings_table``}. ``bottom``: where the accuracy
+    axis starts (%; None: below the lowest bar by half its gap to 100%, whole points); the bars' labels get two
+    decimals where the axis spans 10 points or less."""
     from .. import plotting
 
-    r = _two_by_two(readings)
-    models = list(dict.fromkeys(r.model))
-    fig, axes = plotting.grid_axes(len(models), 2, width=4.6, height=3.6)
-    width = 0.36
-    for ax, m in zip(axes, models):
-        rm = r[r.model == m]
+    by = readings if isinstance(readings, dict) else {"synthetic": readings}
+    if bottom is None:
+        low = min(_two_by_two(r).weighted.min() for r in by.values())
+        bottom = float(np.floor(low - (100 - low) / 2))
+    panels = [(d, m, r) for d, r in by.items() for m in dict.fromkeys(_two_by_two(r).model)]
+    fig, axes = plotting.grid_axes(len(panels), 2, width=4.6, height=3.6)
+    width, fmt = 0.36, "%.1f" if 100 - bottom > 10 else "%.2f"
+    for ax, (d, m, rd) in zip(axes, panels):
+        rm = _two_by_two(rd)
+        rm = rm[rm.model == m]
         for j, rw in enumerate(("off", "on")):
             ys, es = [], []
             for anchor in ("on", "off"):
@@ -763,25 +792,25 @@ def plot_switches(readings: pd.DataFrame, title: str = ""):
             bars = ax.bar(pos, ys, width, yerr=es, capsize=3, color=plotting.COLORS[j], hatch=("", "//")[j],
                           edgecolor="white", label=f"data-size reweighting {rw}")  # fmt: skip
             # inside the bar's top: above it the Local and paper lines would cross the numbers
-            for text in ax.bar_label(bars, fmt="%.1f", padding=-20, fontsize=8, color="white", fontweight="bold"):
+            for text in ax.bar_label(bars, fmt=fmt, padding=-20, fontsize=8, color="white", fontweight="bold"):
                 text.set_bbox(dict(facecolor=plotting.COLORS[j], edgecolor="none", pad=1.0))  # legible on the hatch
-        loc = readings[(readings.reading == "Local") & (readings.model == m)]
+        loc = rd[(rd.reading == "Local") & (rd.model == m)]
         if len(loc):
             ax.axhline(loc.weighted.iloc[0], color="k", ls="-", lw=1.2, label="Local (each client alone)")
         first = rm.iloc[0]
         ax.axhline(first["paper Table 2"], color="#555555", ls="--", lw=1.2, label="paper, Table 2 (σ = 50, λ = 5)")
         ax.axhline(first["paper Table 1"], color="#555555", ls=":", lw=1.5, label="paper, Table 1 (tuned)")
         ax.set_xticks(np.arange(2), ["proximal anchor on\n(λ = 5, the paper)", "proximal anchor off"])
-        ax.set_ylim(_SWITCHES_BOTTOM, 100)
+        ax.set_ylim(bottom, 100)
         ax.set_ylabel("best mean test accuracy (%)")
-        ax.set_title(f"synthetic / {m}")
+        ax.set_title(f"{d} / {m}")
         ax.grid(alpha=0.3, axis="y")
     handles, labels = axes[0].get_legend_handles_labels()
     order = [labels.index(x) for x in labels if x.startswith("data-size")]  # the bars first, then the lines
     order += [i for i in range(len(labels)) if i not in order]
     handles, labels = [handles[i] for i in order], [labels[i] for i in order]
-    n = int(readings.seeds.max()) if len(readings) else 0
-    caption = f"bars: mean over seeds, error bars ± std over seeds (n = {n}); the y-axis starts at {_SWITCHES_BOTTOM}%"
+    n = max((int(r.seeds.max()) for r in by.values() if len(r)), default=0)
+    caption = f"bars: mean over seeds, error bars ± std over seeds (n = {n}); the y-axis starts at {bottom:g}%"
     plotting.finish(fig, handles, labels, caption, title, legend_cols=3)
     return fig
 
