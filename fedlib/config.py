@@ -153,6 +153,15 @@ class DataConfig(Part):
         when_doc="partition='labels'",
         doc="k labels per client, of the data set's 10 classes",
     )
+    label_stride: int = option(
+        1,
+        ge=1,
+        le=10,
+        when=lambda d: d.partition == "labels",
+        when_doc="partition='labels'",
+        doc="client u holds the labels (label_stride * u + j) mod 10, j < k: 1 is pFedMe's script (the papers' "
+        "default), k FedMCSA's copy of it (clients u, u + 5, ... then share one label pair)",
+    )
     shard_size: int = option(300, ge=1, when=lambda d: d.partition == "shards", when_doc="partition='shards'")
     dirichlet_alpha: float = option(
         0.5, gt=0, when=lambda d: d.partition == "dirichlet", when_doc="partition='dirichlet'"

@@ -340,16 +340,23 @@ def client_sizes(cfg) -> np.ndarray | None:
     if d.dataset not in CLASS_COUNTS and d.dataset != "synthetic":
         return None
     return _client_sizes(
-        d.dataset, d.partition, d.n_clients, d.labels_per_client, d.shard_size, d.dirichlet_alpha, d.data_seed
+        d.dataset,
+        d.partition,
+        d.n_clients,
+        d.labels_per_client,
+        d.label_stride,
+        d.shard_size,
+        d.dirichlet_alpha,
+        d.data_seed,
     )
 
 
 @functools.lru_cache(maxsize=64)
-def _client_sizes(dataset, partition_name, n, k, shard_size, alpha, seed) -> np.ndarray:
+def _client_sizes(dataset, partition_name, n, k, stride, shard_size, alpha, seed) -> np.ndarray:
     if dataset == "synthetic":  # fedlib.data.synthetic: sizes = (floor(LogNormal(4, 2)) + 50) * 5, drawn first
         sizes = (np.random.RandomState(seed).lognormal(4, 2, n).astype(int) + 50) * 5
     elif partition_name == "labels":
-        sizes = partition.labels_per_client_sizes(np.add(*CLASS_COUNTS[dataset]), n, k, seed)
+        sizes = partition.labels_per_client_sizes(np.add(*CLASS_COUNTS[dataset]), n, k, seed, label_stride=stride)
     elif partition_name == "dirichlet":
         sizes = partition.dirichlet_sizes(CLASS_COUNTS[dataset][0], n, alpha, seed, DIRICHLET_MIN_SIZE)
     elif partition_name == "shards":

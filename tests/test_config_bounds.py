@@ -96,6 +96,7 @@ def test_the_limits_are_the_partitions_own():
     [
         ("mnist", "labels", 20, 1, {}),  # FedMCSA's MNIST
         ("fmnist", "labels", 137, 0, dict(labels_per_client=3)),
+        ("fmnist", "labels", 20, 1, dict(label_stride=2)),  # FedMCSA's own partition
         ("mnist", "labels", 300, 2, {}),  # some clients empty
         ("cifar10", "dirichlet", 50, 3, dict(dirichlet_alpha=0.1)),
         ("mnist", "iid", 7, 0, {}),
@@ -108,7 +109,9 @@ def test_client_sizes_are_those_the_partition_draws(dataset, part, n, seed, extr
     cfg = RunConfig(dataset=dataset, partition=part, n_clients=n, clients_per_round=1, data_seed=seed, **extra)
     k, alpha = cfg.data.labels_per_client, cfg.data.dirichlet_alpha
     parts = {
-        "labels": lambda: partition.labels_per_client(np.concatenate([train, test]), n, k, seed=seed),
+        "labels": lambda: partition.labels_per_client(
+            np.concatenate([train, test]), n, k, seed=seed, label_stride=cfg.data.label_stride
+        ),
         "dirichlet": lambda: partition.dirichlet(train, n, alpha, seed=seed),
         "iid": lambda: partition.iid(len(train), n, seed=seed),
         "shards": lambda: partition.shards(train, n, 2, cfg.data.shard_size, seed=seed),

@@ -146,6 +146,22 @@ def test_mnist_labels_partition_pfedme_recipe():
 
 
 @requires_mnist
+def test_label_stride_is_fedmcsas_partition():
+    """``label_stride=2``: client u holds (2u + j) mod 10, as FedMCSA's copy of the pFedMe script cuts MNIST, so clients
+    u, u + 5, u + 10, u + 15 share one label pair; every image is still used. The default (1) is pFedMe's partition,
+    and its key is the key from before the option."""
+    cfg = RunConfig(dataset="mnist", partition="labels", n_clients=20, data_seed=1)
+    theirs = cfg.replace(label_stride=2)
+    assert cfg.replace(label_stride=1).key() == cfg.key() != theirs.key()
+    summ = partition_summary(theirs, root=shared_data_root())
+    assert summ.labels.tolist() == ["0,1", "2,3", "4,5", "6,7", "8,9"] * 4
+    assert int(summ.n_total.sum()) == 70_000
+    assert summ.n_total.tolist() != partition_summary(cfg, root=shared_data_root()).n_total.tolist()
+    with pytest.raises(ValueError, match="label_stride=2 is set but applies only when partition='labels'"):
+        RunConfig(dataset="mnist", partition="shards", label_stride=2).validate()
+
+
+@requires_mnist
 def test_mnist_shards_partition_mcmahan():
     """AdaFL's MNIST: 60,000 training images in 200 shards of 300, 2 per client; official test set kept global."""
     cfg = RunConfig(dataset="mnist", partition="shards", n_clients=100, train_frac=1.0, normalize="unit")

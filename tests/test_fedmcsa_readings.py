@@ -282,6 +282,40 @@ def test_readings_on_the_images_reuse_table2s_runs():
     assert len(plain) == 2 * 2 * 2 * 3 and shared == {c.key() for c in plain}  # data set x model x method x seed
 
 
+def test_reading_names_fedmcsas_partition():
+    """A run on FedMCSA's own partition (``label_stride=2``) is its own row, never averaged with the same reading on
+    pFedMe's, and not one of the 2x2's cells; Synthetic's rows (no such partition) are unchanged."""
+    mnist = fedmcsa.DATA["mnist"]
+    cfg = RunConfig(**mnist, model="mlr", algorithm="fedmcsa", mcsa_code=True)
+    assert fedmcsa.reading(cfg) == ("FedMCSA, authors' code", "off (code)", "on")
+    assert (
+        fedmcsa.reading(cfg.replace(**fedmcsa.FEDMCSA_PARTITION))[0] == "FedMCSA, authors' code, labels (2u + j) mod 10"
+    )
+    local = RunConfig(**mnist, model="mlr", algorithm="local", label_stride=2)
+    assert fedmcsa.reading(local) == ("Local, labels (2u + j) mod 10", "-", "-")
+    assert fedmcsa.reading(RunConfig(algorithm="local")) == ("Local", "-", "-")
+    cfgs = [
+        RunConfig(**mnist, model="mlr", algorithm="fedmcsa", lam=lam, label_stride=s)
+        for s in (1, 2)
+        for lam in (5.0, 0.0)
+    ]
+    table = pd.DataFrame({"seed": [0] * 4, "best_acc": [0.97, 0.98, 0.99, 0.995], "best_acc_mean": [0.9] * 4})
+    readings = fedmcsa.readings_table(table, cfgs, "mnist")
+    assert readings.reading.tolist() == [
+        "FedMCSA, paper's equations",
+        "FedMCSA, paper with λ = 0",
+        "FedMCSA, paper's equations, labels (2u + j) mod 10",
+        "FedMCSA, paper with λ = 0, labels (2u + j) mod 10",
+    ]
+    assert fedmcsa.switches(readings)["reweighting off"].tolist() == ["97.00 ± 0.00", "98.00 ± 0.00"]
+    parts = fedmcsa.by_partition(readings)
+    assert parts.index.tolist() == [("mlr", "FedMCSA, paper's equations"), ("mlr", "FedMCSA, paper with λ = 0")]
+    assert parts.change.tolist() == [2.0, 1.5] and parts["paper Table 2"].tolist() == [98.82, 98.82]
+    assert parts[fedmcsa.PARTITIONS[1]].tolist() == ["99.00 ± 0.00", "99.50 ± 0.00"]
+    alone = fedmcsa.by_partition(readings.iloc[[2]])  # run on FedMCSA's partition only: the other cells empty
+    assert alone[fedmcsa.PARTITIONS[0]].tolist() == [""] and alone.change.isna().all()
+
+
 def test_readings_table_keeps_one_data_set():
     """``readings_table(..., dataset)`` tabulates that data set's runs beside its own paper numbers, and leaves the
     others out (the Synthetic notebook passes one data set, the image section one at a time)."""
@@ -302,9 +336,14 @@ def test_readings_on_the_images_smoke_switches_and_figure():
     import fedlib
 
     ex = fedlib.experiment("fedmcsa_readings_images", "smoke", progress=False)
-    assert len(ex.runs) == len(ex.configs) == 2 * 7
+    assert len(ex.runs) == len(ex.configs) == 2 * (7 + 3)  # per model: 7 readings, 3 of them on FedMCSA's partition
     readings = fedmcsa.readings_table(ex.table, ex.runs, "mnist")
-    assert len(readings) == 2 * 7 and (readings.seeds == 1).all()
+    assert len(readings) == 2 * 10 and (readings.seeds == 1).all()
+    parts = fedmcsa.by_partition(readings)
+    assert parts.index.tolist() == [
+        (m, r) for m in ("mlr", "dnn") for r in ("FedMCSA, paper's equations", "FedMCSA, authors' code", "Local")
+    ]
+    assert (parts[list(fedmcsa.PARTITIONS)] != "").all().all() and parts.change.notna().all()
     assert readings[readings.reading == "FedMCSA, paper's equations"]["paper Table 2"].tolist() == [98.82, 99.48]
     assert len(fedmcsa.switches(readings)) == 4 and fedmcsa.plus_mcsa(readings).empty
     fig = fedmcsa.plot_switches({"mnist": readings, "fmnist": readings}, bottom=20)
@@ -317,8 +356,9 @@ def test_readings_on_the_images_smoke_switches_and_figure():
     fig = fedmcsa.plot_switches({"mnist": readings}, bottom=95)
     assert all(len(t.get_text().split(".")[1]) == 2 for t in fig.axes[0].texts)  # a 5-point axis: two decimals
     plt.close(fig)
-    # bottom=None: below the lowest of the 2x2's bars (not of the per-layer or sigma = 1000 rows) by half its gap
-    bars = readings.reading.str.startswith("FedMCSA,") & ~readings.reading.str.contains("σ = ")
+    # bottom=None: below the lowest of the 2x2's bars (not of the per-layer, sigma = 1000 or FedMCSA's-partition rows)
+    # by half its gap
+    bars = readings.reading.str.startswith("FedMCSA,") & ~readings.reading.str.contains("σ = |labels \\(")
     assert bars.sum() == 8
     low = readings[bars].weighted.min()
     others_low = readings.assign(weighted=readings.weighted.where(bars, 10.0))  # every other row far below the bars

@@ -5,7 +5,8 @@ Recipes (documented here because notebooks print them):
 - 'labels' (pFedMe/FedMCSA MNIST, FMNIST, CIFAR-10): the train and test sets are pooled
   (FedMCSA: "the complete dataset ... 70,000 instances"), pixels standardised per pixel
   over the pool ((x - mean) / (std + 0.001), as pFedMe's script), client u holds labels
-  (u + j) mod 10 for j < k, and each client's samples are split 75/25.
+  (u + j) mod 10 for j < k (``label_stride`` s: (s u + j) mod 10; FedMCSA's copy of the script
+  has s = k), and each client's samples are split 75/25.
 - 'shards' (McMahan et al.; AdaFL): the 60,000 training images sorted by label, 2 shards of
   ``shard_size`` per client; the official test set is kept as a global test set.
 - 'iid', 'dirichlet': over the training set, official test set kept as global test set.
@@ -56,7 +57,19 @@ def _normalise(x: np.ndarray, how: str, ref: np.ndarray | None = None) -> np.nda
 
 @functools.lru_cache(maxsize=8)
 def _load_cached(
-    dataset, partition_name, n_clients, s_alpha, s_beta, k, shard_size, d_alpha, train_frac, normalize, seed, root
+    dataset,
+    partition_name,
+    n_clients,
+    s_alpha,
+    s_beta,
+    k,
+    stride,
+    shard_size,
+    d_alpha,
+    train_frac,
+    normalize,
+    seed,
+    root,
 ) -> tuple[FederatedData, object]:
     if dataset == "synthetic":
         xs, ys = synthetic(s_alpha, s_beta, n_clients, seed)
@@ -76,7 +89,7 @@ def _load_cached(
     if partition_name == "labels":
         x = _normalise(np.concatenate([x_tr, x_te]), normalize)
         y = np.concatenate([y_tr, y_te])
-        parts = partition.labels_per_client(y, n_clients, k, seed=seed)
+        parts = partition.labels_per_client(y, n_clients, k, seed=seed, label_stride=stride)
     else:
         x = _normalise(x_tr, normalize)
         y = np.asarray(y_tr)
@@ -113,6 +126,7 @@ def _load(cfg, root):
         cfg.synthetic_alpha,
         cfg.synthetic_beta,
         cfg.labels_per_client,
+        cfg.label_stride,
         cfg.shard_size,
         cfg.dirichlet_alpha,
         cfg.train_frac,

@@ -220,19 +220,29 @@ def readings(profile: str, available: "Available | None" = None):
 
 # The readings on the image data of Table 2 (MNIST, FMNIST; CIFAR-10 where present): FedMCSA's rows only (the 2x2 of
 # the code's two switches, the text's per-layer component, the code at its default sigma) and Local. Their paper's-
-# equations and Local cells are Table 2's runs (the same keys).
+# equations and Local cells are Table 2's runs (the same keys). Then the paper's equations, the code and Local once
+# more on the partition of FedMCSA's own copy of the pFedMe script: client u holds the labels (2u + j) mod 10
+# (``label_stride=2``), where pFedMe's, ours everywhere else, has (u + j) mod 10.
 READINGS_IMAGES = [r for r in READINGS if r["algorithm"] in ("fedmcsa", "local")]
+FEDMCSA_PARTITION = {"label_stride": 2}
+READINGS_PARTITION = [{"algorithm": "fedmcsa"}, {"algorithm": "fedmcsa", "mcsa_code": True}, {"algorithm": "local"}]
 
 
 def readings_images(profile: str, available: "Available | None" = None):
     """FedMCSA's readings (the 2x2 of the authors' code's switches, per layer, the code at sigma 1000) and Local on
-    Table 2's image data, at Table 2's setting (N = 20, S = 10, 2 labels per client)."""
+    Table 2's image data, at Table 2's setting (N = 20, S = 10, 2 labels per client); the paper's equations, the code
+    and Local also on FedMCSA's own partition (``FEDMCSA_PARTITION``)."""
     datasets, rounds, seeds = {
         "smoke": (["mnist"], 3, [0]),
         "quick": (["mnist"], 200, [0]),
         "paper": (["mnist", "fmnist", "cifar10"], 800, [0, 1, 2]),  # CIFAR-10 where its data is present
     }[profile]
     c = [{**cell, **r, "seed": seeds} for cell in cells(datasets, ["mlr", "dnn"]) for r in READINGS_IMAGES]
+    c += [
+        {**cell, **r, **FEDMCSA_PARTITION, "seed": seeds}
+        for cell in cells(datasets, ["mlr", "dnn"])
+        for r in READINGS_PARTITION
+    ]
     return _sized(profile, rounds, c)
 
 
@@ -633,7 +643,14 @@ def reading(cfg: RunConfig) -> tuple[str, str, str]:
     """(row, proximal anchor, data-size reweighting) of a ``fedmcsa_readings`` config: which reading of FedMCSA it is
     and where it sits on the two switches the authors' code flips (``fedlib.algorithms.fedmcsa``: ``mcsa_code`` drops
     the anchor, and on FedMCSA also reweights; ``by_data_size`` reweights alone). FedAvg^+MCSA and pFedMe^+MCSA keep
-    their own clients (``prox`` says which), so their code reading is the reweighting alone (``PLUS_MCSA``)."""
+    their own clients (``prox`` says which), so their code reading is the reweighting alone (``PLUS_MCSA``). On a
+    partition other than pFedMe's the row says so: ', labels (2u + j) mod 10' (``label_stride=2``)."""
+    row, prox, reweighting = _reading(cfg)
+    stride = cfg.get("label_stride") if cfg.get("partition") == "labels" else 1
+    return (row if stride == 1 else f"{row}, labels ({stride}u + j) mod 10"), prox, reweighting
+
+
+def _reading(cfg: RunConfig) -> tuple[str, str, str]:
     alg = cfg.get("algorithm")
     if alg == "local":
         return "Local", "-", "-"
@@ -693,8 +710,8 @@ def readings_table(table: pd.DataFrame, cfgs: list[RunConfig], dataset: str = "s
 
 def _two_by_two(readings: pd.DataFrame) -> pd.DataFrame:
     """FedMCSA's rows at σ = 50 of ``readings_table``, with ``anchor`` ('on' / 'off') from the prox column."""
-    # "FedMCSA per layer, ..." does not start so: the 2x2's cells are all per tensor
-    r = readings[readings.reading.str.startswith("FedMCSA,") & ~readings.reading.str.contains("σ = ")]
+    # "FedMCSA per layer, ..." does not start so: the 2x2's cells are all per tensor, on pFedMe's partition
+    r = readings[readings.reading.str.startswith("FedMCSA,") & ~readings.reading.str.contains("σ = |labels \\(")]
     return r.assign(anchor=r.prox.str.split().str[0])
 
 
@@ -757,6 +774,34 @@ def plus_mcsa(readings: pd.DataFrame) -> pd.DataFrame:
                 }
             )  # fmt: skip
     return pd.DataFrame(out, columns=PLUS_MCSA_COLUMNS).set_index(["model", "method"])
+
+
+PARTITIONS = ("labels (u + j) mod 10", "labels (2u + j) mod 10")  # pFedMe's script, FedMCSA's copy of it
+PARTITION_COLUMNS = ["model", "reading", *PARTITIONS, "change", "paper Table 2"]
+
+
+def by_partition(readings: pd.DataFrame) -> pd.DataFrame:
+    """The readings run on both partitions, from ``readings_table`` of one image data set: pFedMe's (client u holds
+    the labels (u + j) mod 10; every other run) and FedMCSA's own copy of that script ((2u + j) mod 10,
+    ``FEDMCSA_PARTITION``). Per model and reading: the best sample-weighted mean test accuracy '(mean) ± (std)' (%,
+    over the seeds) on each, the change in points (of the two means shown) and the paper's Table 2 number."""
+    suffix = f", {PARTITIONS[1]}"
+    out = []
+    for m in dict.fromkeys(readings.model):
+        r = readings[readings.model == m].set_index("reading")
+        for name in (x.removesuffix(suffix) for x in r.index if x.endswith(suffix)):
+            ours, theirs = (r.loc[name] if name in r.index else None), r.loc[name + suffix]
+            out.append(
+                {
+                    "model": m,
+                    "reading": name,
+                    PARTITIONS[0]: "" if ours is None else _mean_std(ours),
+                    PARTITIONS[1]: _mean_std(theirs),
+                    "change": None if ours is None else round(theirs.weighted - ours.weighted, 2),
+                    "paper Table 2": theirs["paper Table 2"],
+                }
+            )
+    return pd.DataFrame(out, columns=PARTITION_COLUMNS).set_index(["model", "reading"])
 
 
 _SWITCHES_BOTTOM = 75  # the 2x2's accuracy axis starts here (%): every cell is above 80; the caption says so
