@@ -387,3 +387,38 @@ def test_plus_mcsa_with_a_reading_not_stored_leaves_its_cells_empty():
     assert fedmcsa.plus_mcsa(both.assign(weighted=[94.0, 90.0, 92.5, 91.25]))["reweighting's change"].iloc[0] == 1.25
     empty = fedmcsa.plus_mcsa(readings[readings.reading == "Local"])
     assert empty.empty and empty.index.names == ["model", "method"]
+
+
+def test_table2_by_partition_golden():
+    """Table 2 on both partitions: the paper, ours on each, the differences, and which partition is nearer the paper
+    (by more than 0.05 points); cells on one partition only are left out, Local (no paper number) is nearer neither."""
+    row = lambda d, a, paper, ours: {
+        "dataset": d,
+        "model": "mlr",
+        "algorithm": a,
+        "paper": paper,
+        "ours_weighted": ours,
+    }
+    ours = pd.DataFrame(
+        [
+            row("mnist", "fedavg", 92.39, 92.39),
+            row("mnist", "fedmcsa", 98.82, 98.56),
+            row("mnist", "local", np.nan, 98.65),
+            row("mnist", "pfedme", 96.06, 95.71),
+            row("fmnist", "pfedme", 98.95, 96.76),
+        ]
+    )
+    theirs = pd.DataFrame(
+        [
+            row("mnist", "fedavg", 92.39, 92.10),
+            row("mnist", "fedmcsa", 98.82, 98.75),
+            row("mnist", "local", np.nan, 98.50),
+            row("mnist", "pfedme", 96.06, 96.02),  # nearer by 0.31
+        ]
+    )
+    out = fedmcsa.table2_by_partition(ours, theirs).set_index("algorithm")
+    assert out.index.tolist() == ["fedavg", "fedmcsa", "local", "pfedme"] and set(out.dataset) == {"mnist"}
+    assert out["diff, pFedMe's"].tolist()[:2] == [0.0, -0.26] and out["diff, FedMCSA's"].tolist()[:2] == [-0.29, -0.07]
+    assert out.closer.tolist() == ["pFedMe's", "FedMCSA's", "", "FedMCSA's"]
+    near = theirs.assign(ours_weighted=[92.35, 98.75, 98.5, 96.02])  # FedAvg 0.04 from the paper: nearer neither
+    assert fedmcsa.table2_by_partition(ours, near).closer.tolist()[0] == ""

@@ -189,6 +189,45 @@ def test_fedmcsa_table2(table2):
     assert f"where Local gets {_ours_paper(table2, 'local', 'synthetic', 'mlr')}" in row
 
 
+def test_fedmcsa_table2_on_fedmcsas_partition_as_quoted(table2):
+    """Notebook 13's Reading on the partition of FedMCSA's own script, and the README's row, from the store."""
+    theirs = paper_vs_ours(_paper("fedmcsa_table2_partition").table, "fedmcsa", "table2")
+    both = fedmcsa.table2_by_partition(table2, theirs)
+    assert set(both.dataset) == {"mnist", "fmnist"} and len(both) == 2 * 2 * 7
+    x = both.set_index(["dataset", "algorithm", "model"])
+    acc, d_ours, d_theirs = "FedMCSA's partition", "diff, pFedMe's", "diff, FedMCSA's"
+    v = lambda a, col, d="fmnist": [x.loc[(d, a, m), col] for m in ("dnn", "mlr")]  # the Reading quotes DNN / MLR
+    pair = lambda vals: f"{f2(vals[0])} / {f2(vals[1])}"
+    below = lambda vals: pair([-d for d in vals])
+    signed = lambda vals: " / ".join(f"{d:+.2f}".replace("-", "−") for d in vals)
+    text = " ".join(reading("13").split())
+    assert f"FedAvg^+MCSA {pair(v('fedavg+mcsa', acc))} (paper {pair(v('fedavg+mcsa', 'paper'))})" in text
+    assert f"pFedMe^+MCSA {pair(v('pfedme+mcsa', acc))} ({pair(v('pfedme+mcsa', 'paper'))})" in text
+    plus = ("fedavg+mcsa", "pfedme+mcsa")
+    assert round(max(abs(d) for a in plus for d in v(a, d_theirs)), 2) == 0.09 and "each within 0.09 points" in text
+    far = [-d for a in plus for d in v(a, d_ours)]
+    assert min(far) > 0 and f"they are {f2(min(far))} to {f2(max(far))} below" in text
+    assert f"(the paper's equations) comes from {below(v('fedmcsa', d_ours))} below to " in text
+    assert f"to {below(v('fedmcsa', d_theirs))} below, pFedMe (PM) from {below(v('pfedme', d_ours))} below to " in text
+    assert f"to {below(v('pfedme', d_theirs))} below; FedAvg moves away ({signed(v('fedavg', d_theirs))}, " in text
+    assert f"from {signed(v('fedavg', d_ours))})." in text
+    mnist = both[both.dataset == "mnist"]
+    moved = (mnist[acc] - mnist["pFedMe's partition"]).abs().max()
+    count = lambda f, who: int((f.closer == who).sum())
+    toward, away = count(mnist, "FedMCSA's"), count(mnist, "pFedMe's")
+    assert f"moves no method by more than {f2(moved)} points**, toward the paper in {toward} cells and away " in text
+    assert f"cells and away from it in {away}." in text
+    cells = both[both.paper.notna()]
+    n, ours_, theirs_ = len(cells), count(cells, "pFedMe's"), count(cells, "FedMCSA's")
+    assert f"Of the {n} cells with a paper number, FedMCSA's partition is nearer the paper (by more than 0.05 " in text
+    assert f"0.05 points) in {theirs_}, pFedMe's in {ours_}, neither in {n - ours_ - theirs_}." in text
+    mm = [d for c in (d_ours, d_theirs) for d in v("fedmcsa-mcsa", c)]
+    assert f"FedMCSA^-MCSA stays {f1(min(mm))} to {f1(max(mm))} points above the paper on FMNIST" in text
+    row = readme_row("FedMCSA Table 2")
+    assert "FMNIST's +MCSA rows come within 0.09 points of the paper" in row
+    assert f"of the {n} image cells {theirs_} are nearer the paper there, {ours_} on pFedMe's partition |" in row
+
+
 @pytest.fixture(scope="module")
 def readings():
     ex = _paper("fedmcsa_readings")

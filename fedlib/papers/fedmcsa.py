@@ -224,6 +224,12 @@ def readings(profile: str, available: "Available | None" = None):
 # more on the partition of FedMCSA's own copy of the pFedMe script: client u holds the labels (2u + j) mod 10
 # (``label_stride=2``), where pFedMe's, ours everywhere else, has (u + j) mod 10.
 READINGS_IMAGES = [r for r in READINGS if r["algorithm"] in ("fedmcsa", "local")]
+# (data sets, rounds, seeds) of the image grids at each profile: Table 2's, CIFAR-10 where its data is present
+IMAGE_GRID = {
+    "smoke": (["mnist"], 3, [0]),
+    "quick": (["mnist"], 200, [0]),
+    "paper": (["mnist", "fmnist", "cifar10"], 800, [0, 1, 2]),
+}
 FEDMCSA_PARTITION = {"label_stride": 2}
 READINGS_PARTITION = [{"algorithm": "fedmcsa"}, {"algorithm": "fedmcsa", "mcsa_code": True}, {"algorithm": "local"}]
 
@@ -232,17 +238,21 @@ def readings_images(profile: str, available: "Available | None" = None):
     """FedMCSA's readings (the 2x2 of the authors' code's switches, per layer, the code at sigma 1000) and Local on
     Table 2's image data, at Table 2's setting (N = 20, S = 10, 2 labels per client); the paper's equations, the code
     and Local also on FedMCSA's own partition (``FEDMCSA_PARTITION``)."""
-    datasets, rounds, seeds = {
-        "smoke": (["mnist"], 3, [0]),
-        "quick": (["mnist"], 200, [0]),
-        "paper": (["mnist", "fmnist", "cifar10"], 800, [0, 1, 2]),  # CIFAR-10 where its data is present
-    }[profile]
+    datasets, rounds, seeds = IMAGE_GRID[profile]
     c = [{**cell, **r, "seed": seeds} for cell in cells(datasets, ["mlr", "dnn"]) for r in READINGS_IMAGES]
     c += [
         {**cell, **r, **FEDMCSA_PARTITION, "seed": seeds}
         for cell in cells(datasets, ["mlr", "dnn"])
         for r in READINGS_PARTITION
     ]
+    return _sized(profile, rounds, c)
+
+
+def table2_partition(profile: str, available: "Available | None" = None):
+    """Table 2's image cells (every method, Local too) once more on FedMCSA's own partition (``FEDMCSA_PARTITION``:
+    client u holds the labels (2u + j) mod 10); FedMCSA's and Local's runs are ``readings_images``' (the same keys)."""
+    datasets, rounds, seeds = IMAGE_GRID[profile]
+    c = cells(datasets, ["mlr", "dnn"], algorithm=TABLE2_ALGORITHMS, seed=seeds, **FEDMCSA_PARTITION)
     return _sized(profile, rounds, c)
 
 
@@ -254,6 +264,7 @@ EXPERIMENTS = {
     "fedmcsa_table1_grid": table1_grid,
     "fedmcsa_table1": table1,
     "fedmcsa_table2": table2,
+    "fedmcsa_table2_partition": table2_partition,
     "fedmcsa_sigma": sigma,
 }
 # experiment -> (the experiment whose runs the step reads, the keyword its grid takes, the step)
@@ -802,6 +813,25 @@ def by_partition(readings: pd.DataFrame) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(out, columns=PARTITION_COLUMNS).set_index(["model", "reading"])
+
+
+def table2_by_partition(ours: pd.DataFrame, theirs: pd.DataFrame) -> pd.DataFrame:
+    """Table 2's cells on both partitions beside the paper, from ``fedlib.report.paper_vs_ours`` of
+    ``fedmcsa_table2`` (``ours``: pFedMe's partition, client u holds the labels (u + j) mod 10) and of
+    ``fedmcsa_table2_partition`` (``theirs``: FedMCSA's own, (2u + j) mod 10). One row per (dataset, model,
+    algorithm) both hold: the paper's number, our best sample-weighted mean test accuracy on each partition (%, mean
+    over the seeds), each one's difference from the paper, and ``closer``: the partition whose number is nearer the
+    paper's (by more than 0.05 points; '' within that or where the paper has no number)."""
+    key = ["dataset", "model", "algorithm"]
+    a, b = (f.set_index(key) for f in (ours, theirs))
+    out = pd.DataFrame({"paper": a.paper, "pFedMe's partition": a.ours_weighted}).join(
+        b.ours_weighted.rename("FedMCSA's partition"), how="inner"
+    )
+    out["diff, pFedMe's"] = out["pFedMe's partition"] - out.paper
+    out["diff, FedMCSA's"] = out["FedMCSA's partition"] - out.paper
+    gain = out["diff, pFedMe's"].abs() - out["diff, FedMCSA's"].abs()
+    out["closer"] = np.select([gain > 0.05, gain < -0.05], ["FedMCSA's", "pFedMe's"], "")
+    return out.round(2).reset_index()
 
 
 _SWITCHES_BOTTOM = 75  # the 2x2's accuracy axis starts here (%): every cell is above 80; the caption says so
