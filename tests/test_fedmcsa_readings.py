@@ -1,5 +1,6 @@
 """FedMCSA's two authors'-code switches apart (issue 22, item 9): ``by_data_size`` reweights the attention rows by the
-sampled clients' data-size shares while the proximal anchor stays on; ``mcsa_code`` keeps flipping both."""
+sampled clients' data-size shares while the proximal anchor stays on; ``mcsa_code`` keeps flipping both. Then the
+readings on Table 2's image data, and Table 2 on the partition of FedMCSA's own script (``label_stride=2``)."""
 
 import numpy as np
 import pandas as pd
@@ -280,6 +281,12 @@ def test_readings_on_the_images_reuse_table2s_runs():
     shared = {c.key() for c in ours} & {c.key() for c in table2}
     plain = [c for c in ours if fedmcsa.reading(c)[0] in ("FedMCSA, paper's equations", "Local")]
     assert len(plain) == 2 * 2 * 2 * 3 and shared == {c.key() for c in plain}  # data set x model x method x seed
+    # Table 2 on FedMCSA's partition shares its FedMCSA and Local runs with the readings on that partition
+    partition, _ = configs("fedmcsa_table2_partition", "paper")
+    assert {c.get("label_stride") for c in partition} == {2} and len(partition) == 2 * 2 * 7 * 3
+    on_theirs = [c for c in ours if c.get("label_stride") == 2 and c.get("algorithm") in ("fedmcsa", "local")]
+    same = {c.key() for c in partition} & {c.key() for c in ours}
+    assert same == {c.key() for c in on_theirs if not c.get("mcsa_code")} and len(same) == 2 * 2 * 2 * 3
 
 
 def test_reading_names_fedmcsas_partition():
