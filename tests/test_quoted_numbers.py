@@ -228,6 +228,15 @@ def test_fedmcsa_table2_on_fedmcsas_partition_as_quoted(table2):
     assert f"of the {n} image cells {theirs_} are nearer the paper there, {ours_} on pFedMe's partition |" in row
 
 
+def _by_reading(ex: fedlib.Experiment) -> pd.DataFrame:
+    """A FedMCSA readings experiment's stored runs, one row each, with its data set, model and reading (row name)."""
+    return ex.table.reset_index(drop=True).assign(
+        dataset=[c.get("dataset") for c in ex.runs],
+        model=[c.get("model") for c in ex.runs],
+        reading=[fedmcsa.reading(c)[0] for c in ex.runs],
+    )
+
+
 @pytest.fixture(scope="module")
 def readings():
     ex = _paper("fedmcsa_readings")
@@ -261,9 +270,7 @@ def test_fedmcsa_readings(readings):
     }
     # the prose: each switch's gain, from the unrounded means (a difference of rounded means can be off by 0.01)
     ex = _paper("fedmcsa_readings")
-    t = ex.table.reset_index(drop=True).assign(
-        model=[c.get("model") for c in ex.runs], reading=[fedmcsa.reading(c)[0] for c in ex.runs]
-    )
+    t = _by_reading(ex)
     mean = t.groupby(["model", "reading"])[["best_acc", "best_acc_mean"]].mean() * 100
     w = lambda m, r: mean.loc[(m, f"FedMCSA, {r}"), "best_acc"]
     gain = lambda m, a, b: f2(w(m, b) - w(m, a))
@@ -338,11 +345,7 @@ def test_fedmcsa_readings_images_as_quoted():
         c: f2(ours[d].loc[(first, m), "paper Table 1"]) for c, (d, m) in cols.items()
     }
     # the prose, from the unrounded means over the seeds
-    t = ex.table.reset_index(drop=True).assign(
-        dataset=[c.get("dataset") for c in ex.runs],
-        model=[c.get("model") for c in ex.runs],
-        reading=[fedmcsa.reading(c)[0] for c in ex.runs],
-    )
+    t = _by_reading(ex)
     per_seed = t.groupby(["dataset", "model", "reading", "seed"]).best_acc.mean() * 100
     mean = per_seed.groupby(level=[0, 1, 2]).mean()
     w = lambda d, m, r: mean[(d, m, r)]

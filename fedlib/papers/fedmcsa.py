@@ -657,8 +657,13 @@ def reading(cfg: RunConfig) -> tuple[str, str, str]:
     their own clients (``prox`` says which), so their code reading is the reweighting alone (``PLUS_MCSA``). On a
     partition other than pFedMe's the row says so: ', labels (2u + j) mod 10' (``label_stride=2``)."""
     row, prox, reweighting = _reading(cfg)
-    stride = cfg.get("label_stride") if cfg.get("partition") == "labels" else 1
-    return (row if stride == 1 else f"{row}, labels ({stride}u + j) mod 10"), prox, reweighting
+    stride = cfg.get("label_stride")  # its default, 1, on the partitions it does not apply to
+    return (row if stride == 1 else f"{row}, {partition_label(stride)}"), prox, reweighting
+
+
+def partition_label(stride: int) -> str:
+    """'labels (u + j) mod 10' (pFedMe's script, ``label_stride=1``) or 'labels (2u + j) mod 10' (FedMCSA's copy)."""
+    return f"labels ({'' if stride == 1 else stride}u + j) mod 10"
 
 
 def _reading(cfg: RunConfig) -> tuple[str, str, str]:
@@ -787,7 +792,7 @@ def plus_mcsa(readings: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=PLUS_MCSA_COLUMNS).set_index(["model", "method"])
 
 
-PARTITIONS = ("labels (u + j) mod 10", "labels (2u + j) mod 10")  # pFedMe's script, FedMCSA's copy of it
+PARTITIONS = (partition_label(1), partition_label(FEDMCSA_PARTITION["label_stride"]))  # pFedMe's, FedMCSA's script
 PARTITION_COLUMNS = ["model", "reading", *PARTITIONS, "change", "paper Table 2"]
 
 
@@ -848,15 +853,15 @@ def plot_switches(
     from .. import plotting
 
     by = readings if isinstance(readings, dict) else {"synthetic": readings}
+    two = {d: _two_by_two(r) for d, r in by.items()}
     if bottom is None:
-        low = min(_two_by_two(r).weighted.min() for r in by.values())
+        low = min(r.weighted.min() for r in two.values())
         bottom = float(np.floor(low - (100 - low) / 2))
-    panels = [(d, m, r) for d, r in by.items() for m in dict.fromkeys(_two_by_two(r).model)]
+    panels = [(d, m, r) for d, r in by.items() for m in dict.fromkeys(two[d].model)]
     fig, axes = plotting.grid_axes(len(panels), 2, width=4.6, height=3.6)
     width, fmt = 0.36, "%.1f" if 100 - bottom > 10 else "%.2f"
     for ax, (d, m, rd) in zip(axes, panels):
-        rm = _two_by_two(rd)
-        rm = rm[rm.model == m]
+        rm = two[d][two[d].model == m]
         for j, rw in enumerate(("off", "on")):
             ys, es = [], []
             for anchor in ("on", "off"):
