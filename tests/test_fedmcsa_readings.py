@@ -14,6 +14,7 @@ from fedlib.attention import mcsa_weights
 from fedlib.config import RunConfig
 from fedlib.data.federated import FederatedData
 from fedlib.data.synthetic import synthetic
+from fedlib.models import build_model
 from fedlib.papers import fedmcsa
 from fedlib.stages import mix
 
@@ -429,3 +430,127 @@ def test_table2_by_partition_golden():
     assert out.closer.tolist() == ["pFedMe's", "FedMCSA's", "", "FedMCSA's"]
     near = theirs.assign(ours_weighted=[92.35, 98.75, 98.5, 96.02])  # FedAvg 0.04 from the paper: nearer neither
     assert fedmcsa.table2_by_partition(ours, near).closer.tolist()[0] == ""
+
+
+# -- which model FedMCSA^-MCSA evaluates (``report_mean``; notebook 13) ----------------------------------------------
+def test_report_mean_makes_the_sent_mean_the_global_model():
+    """Golden, 3 clients: with ``report_mean`` the aggregate's global weights are the row every sampled client
+    receives (equal: 1/3 each; by data size: the shares (1, 1, 2)/4), and the sent rows are unchanged."""
+    for by_size, row in ((False, F(1 / 3, 1 / 3, 1 / 3)), (True, F(0.25, 0.25, 0.5))):
+        plain = build_algorithm(RunConfig(algorithm="fedmcsa-mcsa", by_data_size=by_size))
+        on = build_algorithm(RunConfig(algorithm="fedmcsa-mcsa", by_data_size=by_size, report_mean=True))
+        assert not plain.report_global and on.report_global and on.local == plain.local
+        a, b = plain.aggregate(P, SIZES, np.arange(3)), on.aggregate(P, SIZES, np.arange(3))
+        assert a.to_global is None and torch.allclose(b.to_global, row)
+        assert torch.equal(a.to_personal, b.to_personal) and torch.allclose(b.to_personal, row.expand(3, 3))
+
+
+def test_report_mean_evaluates_the_sent_mean_and_trains_the_same():
+    """End to end, 3 clients of unequal size, 2 sampled a round: training, the personal evaluation and every model
+    are the run's without the option, bit for bit; the global model is each round's mean of the uploads (what each
+    sampled client was sent), and ``gm_test_acc`` is that model's accuracy on the clients' test data."""
+    from fedlib import metrics
+
+    data = unequal_synthetic()
+    cfg = RunConfig(**{**SMALL, "clients_per_round": 2}, algorithm="fedmcsa-mcsa")
+    means = []
+
+    def check(t, sel, mixing, state):
+        idx = torch.as_tensor(sel)
+        for n in state.client_params:
+            mean = state.client_params[n][idx].mean(0)
+            assert torch.allclose(state.global_params[n], mean, atol=1e-12)
+            assert torch.allclose(state.sent[n][idx], mean.expand_as(state.sent[n][idx]), atol=1e-12)
+        means.append({n: v.clone() for n, v in state.global_params.items()})
+
+    plain = _simulate(cfg, data)
+    on = _simulate(cfg.replace(report_mean=True), data, on_round=check)
+    assert len(means) == 4 and plain.metrics.gm_test_acc.isna().all()
+    for n in plain.state.client_params:
+        assert torch.equal(plain.state.client_params[n], on.state.client_params[n])
+        assert torch.equal(plain.state.sent[n], on.state.sent[n])
+    assert np.array_equal(plain.metrics.test_acc, on.metrics.test_acc)
+    model = build_model("dnn", data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
+    for (_, row), mean in zip(on.metrics.iterrows(), means):
+        correct, _, count = metrics.evaluate(model, mean, data.test, False)
+        assert row.gm_test_acc == pytest.approx(float(correct.sum() / count.sum()), abs=1e-12)
+    assert not np.allclose(on.metrics.gm_test_acc, on.metrics.test_acc)  # two different models
+
+
+def test_report_mean_is_a_new_key_and_leaves_the_others():
+    old = RunConfig(algorithm="fedmcsa-mcsa")
+    assert RunConfig(algorithm="fedmcsa-mcsa", report_mean=False).key() == old.key()
+    assert RunConfig(algorithm="fedmcsa-mcsa", report_mean=True).key() != old.key()
+    with pytest.raises(ValueError, match="report_mean set but algorithm='fedmcsa' does not use it"):
+        RunConfig(algorithm="fedmcsa", report_mean=True).validate()
+
+
+def test_table2_mean_is_table2s_minus_mcsa_row_with_the_mean_evaluated():
+    """Its paper's-equations configs are Table 2's FedMCSA^-MCSA runs (and the same on FedMCSA's partition, images
+    only) with ``report_mean`` on, nothing else changed, and its code reading those of notebook 16 (Synthetic);
+    at the smoke profile the table and the figure come out end to end."""
+    import matplotlib.pyplot as plt
+
+    import fedlib
+    from fedlib.experiments import configs
+
+    ours, _ = configs("fedmcsa_table2_mean", "paper")
+    assert all(c.get("report_mean") for c in ours)
+    without = lambda cs: {c.replace(report_mean=False).key() for c in cs}
+    table2, _ = configs("fedmcsa_table2", "paper")
+    paper = [c for c in ours if c.get("label_stride") == 1 and not c.get("mcsa_code")]
+    assert without(paper) == {c.key() for c in table2 if c.get("algorithm") == "fedmcsa-mcsa"}
+    readings, _ = configs("fedmcsa_readings", "paper")
+    code = [c for c in ours if c.get("dataset") == "synthetic" and c.get("mcsa_code")]
+    assert len(code) == 2 * 3 and without(code) <= {c.key() for c in readings}
+    assert all(c.get("by_data_size") for c in code)
+    images = set(fedmcsa.IMAGE_GRID["paper"][0])
+    assert {c.get("dataset") for c in ours if c.get("label_stride") == 2} <= images
+    ex = fedlib.experiment("fedmcsa_table2_mean", "smoke", progress=False)
+    cmp = pd.DataFrame({"dataset": ["synthetic"], "model": ["mlr"], "algorithm": ["fedavg"], "ours_weighted": [77.0]})
+    out = fedmcsa.minus_mcsa_table(ex.runs, {1: cmp, 2: None}, ex.store)
+    mnist = shared_data_root() is not None  # the smoke grid's image cells: MNIST on FedMCSA's partition
+    both = ("paper's equations", "authors' code, data-weighted mean")
+    rows = [["synthetic", m, "labels (u + j) mod 10", r] for m in ("mlr", "dnn") for r in both]
+    rows += [["mnist", m, "labels (2u + j) mod 10", r] for m in ("mlr", "dnn") for r in both] * mnist
+    assert out[["dataset", "model", "partition", "reading"]].values.tolist() == rows
+    assert out.paper.tolist() == [76.35, 76.35, 83.08, 83.08, 92.2, 92.2, 96.84, 96.84][: len(rows)]
+    assert out["paper FedAvg"].tolist() == [77.26, 77.26, 83.55, 83.55, 92.39, 92.39, 96.54, 96.54][: len(rows)]
+    assert out["our FedAvg"].tolist()[:2] == [77.0, 77.0] and out["our FedAvg"].iloc[2:].isna().all()
+    for col, m in (("trained Θ_i", "test_acc"), ("sent mean", "gm_test_acc")):
+        want = [round(100 * ex.store.load(c).metrics[m].max(), 2) for c in ex.runs]
+        assert out[col].tolist() == want
+    assert (out["mean − paper"] == (out["sent mean"] - out.paper).round(2)).all()
+    fig = fedmcsa.plot_minus_mcsa(out)
+    titles = [f"{d}: {r}" for r in both for d in ("synthetic", "mnist")[: 1 + mnist]]
+    assert [ax.get_title() for ax in fig.axes] == titles
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["MLR, (u + j) mod 10", "DNN, (u + j) mod 10"]
+    if mnist:
+        assert [t.get_text() for t in fig.axes[1].get_yticklabels()][0] == "MLR, (2u + j) mod 10"
+    plt.close(fig)
+
+
+def test_mcsa_gain_golden():
+    """Table 2's ablation, paper vs ours, by hand: FedMCSA (paper 98.82, ours 98.56 on pFedMe's partition) minus
+    FedMCSA^-MCSA (paper 92.20; ours 94.56 trained, 92.00 the sent mean); the code reading's rows are left out, and a
+    partition without Table 2's frame has no FedMCSA of ours."""
+    p1, p2 = fedmcsa.partition_label(1), fedmcsa.partition_label(2)
+    row = {"dataset": "mnist", "model": "mlr", "paper": 92.2}
+    minus = pd.DataFrame(
+        [
+            {**row, "partition": p1, "reading": "paper's equations", "trained Θ_i": 94.56, "sent mean": 92.0},
+            {
+                **row,
+                "partition": p1,
+                "reading": "authors' code, data-weighted mean",
+                "trained Θ_i": 1.0,
+                "sent mean": 1.0,
+            },
+            {**row, "partition": p2, "reading": "paper's equations", "trained Θ_i": 94.0, "sent mean": 91.0},
+        ]
+    )
+    cmp = pd.DataFrame({"dataset": ["mnist"], "model": ["mlr"], "algorithm": ["fedmcsa"], "ours_weighted": [98.56]})
+    gain = fedmcsa.mcsa_gain(minus, {1: cmp, 2: None})
+    assert gain.partition.tolist() == [p1, p2] and gain["paper gap"].tolist() == [6.62, 6.62]
+    assert gain["our FedMCSA"].iloc[0] == 98.56 and gain["our FedMCSA"].isna().iloc[1]
+    assert gain["gap over Θ_i"].iloc[0] == 4.0 and gain["gap over the mean"].iloc[0] == 6.56

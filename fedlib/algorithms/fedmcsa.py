@@ -20,7 +20,10 @@ the authors' code (train all, select, evaluate personalised, aggregate).
 Variants (Table 2 and the authors'-code switches), each registered under its own name:
 - ``fedmcsa-mcsa`` (FedMCSA^{-MCSA}): attention replaced by averaging: every sampled client
   receives the equal-weight mean of the sampled models (what sigma = 0 gives; with lambda = 0
-  and full participation this is FedAvg with equal weights, tested).
+  and full participation this is FedAvg with equal weights, tested). Algorithm 1 evaluates the
+  clients' trained models Theta_i, and so does this variant; ``report_mean=True`` also evaluates
+  the mean the server sends (the ``gm_*`` columns, as pFedMe's global model), which is what
+  Table 2's numbers for this row track (they sit at FedAvg's in every column; notebook 13).
 - ``fedavg+mcsa`` (FedAvg^{+MCSA}): FedAvg's clients (only the sampled train, plain SGD) with
   the server's averaging replaced by the attention; each client keeps its personalised model.
 
@@ -85,21 +88,24 @@ class MCSAttention:
 @dataclass
 class UniformToPersonal:
     """Aggregator: every uploader receives the mean of the uploads (FedMCSA^{-MCSA}): equal-weight, or weighted by
-    the uploaders' data sizes (``by_data_size``: the uniform rows reweighted as ``mcsa_weights`` reweights)."""
+    the uploaders' data sizes (``by_data_size``: the uniform rows reweighted as ``mcsa_weights`` reweights).
+    ``as_global``: that mean is also the round's global model (``Mixing.to_global``), for ``report_mean``."""
 
     by_data_size: bool = False
+    as_global: bool = False
 
     def __call__(self, uploads, n_samples: torch.Tensor, clients: np.ndarray) -> Mixing:
         k = len(clients)
         if self.by_data_size:
-            share = n_samples.to(torch.float64) / n_samples.sum()
-            return Mixing(to_personal=share[None, :].expand(k, k).clone())
-        return Mixing(to_personal=torch.full((k, k), 1.0 / k, dtype=torch.float64))
+            row = n_samples.to(torch.float64) / n_samples.sum()
+        else:
+            row = torch.full((k,), 1.0 / k, dtype=torch.float64)
+        return Mixing(to_personal=row[None, :].expand(k, k).clone(), to_global=row if self.as_global else None)
 
 
-def _fedmcsa_round(cfg, name: str, lam: float, mcsa_code: bool, aggregate) -> Algorithm:
+def _fedmcsa_round(cfg, name: str, lam: float, mcsa_code: bool, aggregate, report_global: bool = False) -> Algorithm:
     """Algorithm 1's round with a given server aggregation: all clients train, prox toward the last W_i
-    (no effective prox "as in the authors' code")."""
+    (no effective prox "as in the authors' code"); ``report_global``: the aggregate's global model is evaluated too."""
     return Algorithm(
         name=name,
         local=local_sgd(cfg, mu=0.0 if mcsa_code else lam),
@@ -108,6 +114,7 @@ def _fedmcsa_round(cfg, name: str, lam: float, mcsa_code: bool, aggregate) -> Al
         start="personal",
         anchor="received",
         evaluate="personal",
+        report_global=report_global,
     )
 
 
@@ -165,9 +172,15 @@ class FedMCSAMinusMCSA(MethodOptions):
     lam: float = option(5.0, **_LAM)
     mcsa_code: bool = option(False, **_CODE)
     by_data_size: bool = option(False, doc="data-size weighted mean (the pFedMe code's averaging), not equal-weight")
+    report_mean: bool = option(
+        False,
+        doc="also evaluate the mean the server sends (the gm_* columns, as pFedMe's GM), beside the clients' "
+        "trained models; training is unchanged",
+    )
 
     def build(self, cfg) -> Algorithm:
-        return _fedmcsa_round(cfg, self.NAME, self.lam, self.mcsa_code, UniformToPersonal(self.by_data_size))
+        mean = UniformToPersonal(self.by_data_size, as_global=self.report_mean)
+        return _fedmcsa_round(cfg, self.NAME, self.lam, self.mcsa_code, mean, report_global=self.report_mean)
 
 
 @register

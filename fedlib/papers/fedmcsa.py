@@ -72,13 +72,17 @@ def _sized(profile: str, rounds: int, cells_: list[dict]) -> tuple[RunConfig, li
     return base(rounds), _smoke(cells_) if profile == "smoke" else cells_
 
 
+# (data sets, rounds, seeds) of Table 2's grid at each profile; CIFAR-10 where its data is present
+TABLE2_GRID = {
+    "smoke": (["synthetic"], 3, [0]),
+    "quick": (["synthetic", "mnist"], 200, [0]),
+    "paper": (["synthetic", "mnist", "fmnist", "cifar10"], 800, [0, 1, 2]),
+}
+
+
 def table2(profile: str, available: "Available | None" = None):
     """Table 2 (ablations: MCSA on/off for FedMCSA, FedAvg, pFedMe) + our Local baseline."""
-    datasets, rounds, seeds = {
-        "smoke": (["synthetic"], 3, [0]),
-        "quick": (["synthetic", "mnist"], 200, [0]),
-        "paper": (["synthetic", "mnist", "fmnist", "cifar10"], 800, [0, 1, 2]),  # CIFAR-10 where its data is present
-    }[profile]
+    datasets, rounds, seeds = TABLE2_GRID[profile]
     return _sized(profile, rounds, cells(datasets, ["mlr", "dnn"], algorithm=TABLE2_ALGORITHMS, seed=seeds))
 
 
@@ -256,6 +260,31 @@ def table2_partition(profile: str, available: "Available | None" = None):
     return _sized(profile, rounds, c)
 
 
+# Which model Table 2's FedMCSA^-MCSA row evaluates. The paper's numbers for that row sit at FedAvg's in every column
+# (a global model's), where Algorithm 1 evaluates the clients' trained models Theta_i, as ours does (12-14 points
+# above the paper on FMNIST). Table 2's FedMCSA^-MCSA runs once more with ``report_mean``: the same training (Table 2's
+# Theta_i, up to the float32 last bits in which older versions trained), and the mean the server sends evaluated
+# beside them every round (the ``gm_*`` columns); the image cells on both partitions (``FEDMCSA_PARTITION`` too). Both readings: the paper's
+# equations (Table 2's runs) and the authors' code's (no prox, the data-size weighted mean the pFedMe code base
+# averages by), whose evaluation of the mean would be that code base's ``evaluate()`` of the server's model.
+MINUS_MEAN = [
+    {"algorithm": "fedmcsa-mcsa", "report_mean": True},
+    {"algorithm": "fedmcsa-mcsa", "report_mean": True, "mcsa_code": True, "by_data_size": True},
+]
+
+
+def table2_mean(profile: str, available: "Available | None" = None):
+    """Table 2's FedMCSA^-MCSA row, in both readings, with the mean the server sends evaluated too (``MINUS_MEAN``),
+    on Table 2's data; the image cells also on FedMCSA's own partition."""
+    datasets, rounds, seeds = TABLE2_GRID[profile]
+    images = IMAGE_GRID[profile][0]
+    c = [{**cell, **r, "seed": seeds} for cell in cells(datasets, ["mlr", "dnn"]) for r in MINUS_MEAN]
+    c += [
+        {**cell, **r, **FEDMCSA_PARTITION, "seed": seeds} for cell in cells(images, ["mlr", "dnn"]) for r in MINUS_MEAN
+    ]
+    return _sized(profile, rounds, c)
+
+
 EXPERIMENTS = {
     "fedmcsa_readings": readings,
     "fedmcsa_readings_images": readings_images,
@@ -265,6 +294,7 @@ EXPERIMENTS = {
     "fedmcsa_table1": table1,
     "fedmcsa_table2": table2,
     "fedmcsa_table2_partition": table2_partition,
+    "fedmcsa_table2_mean": table2_mean,
     "fedmcsa_sigma": sigma,
 }
 # experiment -> (the experiment whose runs the step reads, the keyword its grid takes, the step)
@@ -837,6 +867,108 @@ def table2_by_partition(ours: pd.DataFrame, theirs: pd.DataFrame) -> pd.DataFram
     gain = out["diff, pFedMe's"].abs() - out["diff, FedMCSA's"].abs()
     out["closer"] = np.select([gain > 0.05, gain < -0.05], ["FedMCSA's", "pFedMe's"], "")
     return out.round(2).reset_index()
+
+
+# -- which model FedMCSA^-MCSA evaluates (notebook 13) -------------------------------------------------------------------
+MINUS_COLUMNS = {  # column -> (metrics column of a ``table2_mean`` run, its label in the figure)
+    "trained Θ_i": ("test_acc", "ours: the clients' trained models Θ_i (Algorithm 1)"),
+    "sent mean": ("gm_test_acc", "ours: the mean the server sends"),
+}
+
+
+def minus_mcsa_table(cfgs: list[RunConfig], table2: dict, store: "Store | None" = None) -> pd.DataFrame:
+    """Which model Table 2's FedMCSA^-MCSA numbers are, from the runs of ``table2_mean`` (``cfgs``, stored in
+    ``store``). One row per (data set, model, partition, reading): the paper's FedMCSA^-MCSA number, our best
+    sample-weighted mean test accuracy (%, mean and std over the seeds) of the clients' trained models Θ_i (Table 2's
+    cell, as Algorithm 1 evaluates) and of the mean the server sends, each one's difference from the paper, and
+    FedAvg's number in the paper and ours (``table2``: label_stride -> ``report.paper_vs_ours`` of Table 2 on that
+    partition, or None; a partition without one gets none). A diverged run is left out, as
+    ``report.ours_summary`` leaves it out."""
+    from ..store import Store
+
+    store = Store.of(store)
+    ref = _table2_published()
+    runs = []
+    for cfg in cfgs:
+        res = store.load(cfg)
+        if res is None or res.meta.get("diverged_at") is not None:
+            continue
+        cell = {f: cfg.get(f) for f in ("dataset", "model", "label_stride")}
+        cell["reading"] = _reading(cfg)[0].removeprefix("FedMCSA^-MCSA, ")
+        runs.append({**cell, **{c: 100 * best(res.metrics[m]) for c, (m, _) in MINUS_COLUMNS.items()}})
+    g = pd.DataFrame(runs).groupby(["dataset", "model", "label_stride", "reading"], sort=False)
+    out = g.mean().join(g.std(ddof=0).add_suffix(" std")).assign(seeds=g.size()).reset_index()
+    ours_fedavg = _ours(table2, "fedavg")
+    out["paper"] = [ref.get((d, m, "fedmcsa-mcsa")) for d, m in zip(out.dataset, out.model)]
+    out["Θ_i − paper"] = out["trained Θ_i"] - out.paper
+    out["mean − paper"] = out["sent mean"] - out.paper
+    out["paper FedAvg"] = [ref.get((d, m, "fedavg")) for d, m in zip(out.dataset, out.model)]
+    out["our FedAvg"] = [ours_fedavg.get(k) for k in zip(out.label_stride, out.dataset, out.model)]
+    out.insert(2, "partition", [partition_label(s) for s in out.pop("label_stride")])
+    cols = ["paper", "trained Θ_i", "trained Θ_i std", "Θ_i − paper", "sent mean", "sent mean std", "mean − paper"]
+    return out[["dataset", "model", "partition", "reading", *cols, "paper FedAvg", "our FedAvg", "seeds"]].round(2)
+
+
+def _table2_published() -> pd.Series:
+    """Table 2 as printed: (dataset, model, algorithm) -> accuracy (%)."""
+    return published().query("table == 'table2'").set_index(["dataset", "model", "algorithm"]).accuracy
+
+
+def _ours(table2: dict, algorithm: str) -> dict:
+    """{(label_stride, dataset, model): our number} of ``algorithm`` in ``table2`` (label_stride ->
+    ``report.paper_vs_ours`` of Table 2 on that partition, or None)."""
+    return {
+        (s, d, m): v
+        for s, cmp in table2.items()
+        if cmp is not None
+        for d, m, a, v in cmp[["dataset", "model", "algorithm", "ours_weighted"]].itertuples(index=False)
+        if a == algorithm
+    }
+
+
+def mcsa_gain(minus: pd.DataFrame, table2: dict) -> pd.DataFrame:
+    """What Table 2's ablation measures: FedMCSA minus FedMCSA^-MCSA, the paper's and ours, per (data set, model,
+    partition), on the paper's equations (``minus``: ``minus_mcsa_table``, whose rows of that reading are used;
+    ``table2`` as there, for our FedMCSA). The paper sets FedMCSA's personalised models against a number that
+    tracks a global model's; ours against the variant's trained models Θ_i (evaluated alike) and against the mean
+    the server sends (evaluated as the paper's row seems to be)."""
+    ours, ref = _ours(table2, "fedmcsa"), _table2_published()
+    rows = minus[minus.reading == "paper's equations"]
+    out = rows[["dataset", "model", "partition"]].copy()
+    strides = {partition_label(s): s for s in table2}
+    out["paper FedMCSA"] = [ref.get((d, m, "fedmcsa")) for d, m in zip(rows.dataset, rows.model)]
+    out["paper gap"] = out["paper FedMCSA"] - rows.paper
+    out["our FedMCSA"] = [ours.get((strides.get(p), d, m)) for d, m, p in zip(rows.dataset, rows.model, rows.partition)]
+    out["gap over Θ_i"] = out["our FedMCSA"] - rows["trained Θ_i"]
+    out["gap over the mean"] = out["our FedMCSA"] - rows["sent mean"]
+    return out.round(2).reset_index(drop=True)
+
+
+def plot_minus_mcsa(table: pd.DataFrame, title: str = ""):
+    """``minus_mcsa_table`` as points, one panel per (reading, data set), a row per (model, partition): the paper's
+    FedMCSA^-MCSA (grey cross) and FedAvg (grey plus) beside ours, the clients' trained models and the mean the
+    server sends (mean ± 1 std over the seeds)."""
+    from ..plotting import COLORS, finish, grid_axes, method_name
+
+    datasets, readings = list(dict.fromkeys(table.dataset)), list(dict.fromkeys(table.reading))
+    fig, axes = grid_axes(len(datasets) * len(readings), len(datasets), width=4.4, height=2.7, sharex=True)
+    for ax, (r, d) in zip(axes, [(r, d) for r in readings for d in datasets]):
+        sub = table[(table.dataset == d) & (table.reading == r)].reset_index(drop=True)
+        y = np.arange(len(sub))
+        for i, (col, (_, label)) in enumerate(MINUS_COLUMNS.items()):
+            ax.errorbar(sub[col], y + 0.12 * (2 * i - 1), xerr=sub[f"{col} std"].fillna(0), fmt="os"[i],
+                        color=COLORS[i], ms=5, capsize=2, label=label)  # fmt: skip
+        ax.plot(sub.paper, y, "x", color="#555555", ms=8, mew=2, label=f"paper: {method_name('fedmcsa-mcsa')}")
+        ax.plot(sub["paper FedAvg"], y, "+", color="#555555", ms=9, mew=1.5, label="paper: FedAvg")
+        ax.set_yticks(y)
+        ax.set_yticklabels([f"{m.upper()}, {p.removeprefix('labels ')}" for m, p in zip(sub.model, sub.partition)])
+        ax.set_ylim(len(sub) - 0.5, -0.5)
+        ax.set_title(f"{d}: {r}", fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_xlabel("best mean test accuracy (%)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    finish(fig, handles, labels, title=title, legend_cols=2)
+    return fig
 
 
 _SWITCHES_BOTTOM = 75  # the 2x2's accuracy axis starts here (%): every cell is above 80; the caption says so
