@@ -292,6 +292,7 @@ def test_fedmcsa_minus_mcsa_evaluated_as_quoted(table2):
     row = readme_row("FedMCSA^-MCSA")
     assert f"(authors' code's reading: within {within} points; the trained models Θ_i" in row
     assert f"{f2(up.min())} to {f2(up.max())} above)" in row
+    assert f"our FedAvg is within {f2(max(fedavg_off))} points of it in all six columns" in row
     assert f"the attention adds {rng('gap over Θ_i')} points (paper {rng('paper gap')})" in row
     assert row.startswith(
         f"| FedMCSA^-MCSA (averaging instead of the attention) is {rng('paper gap').replace(' to ', '-')} "
