@@ -858,9 +858,14 @@ def _evaluate_round(alg, state, data, model, t, n_sel, uploads, eval_train, t0, 
 
 
 def finite(*params: Params) -> bool:
-    """Whether every floating tensor of ``params`` is finite (one device sync)."""
-    flags = [torch.isfinite(v).all() for p in params for v in p.values() if v.is_floating_point() and v.numel()]
-    return bool(torch.stack(flags).all()) if flags else True
+    """Whether every floating tensor of ``params`` is finite (one device sync).
+
+    From each tensor's ``amax`` and ``amin``: a NaN makes both NaN (torch's max and min reductions propagate it) and
+    an infinity is one of them, so both are finite exactly when every value is. ``torch.isfinite(v).all()`` writes a
+    bool tensor first, 5-6x slower on the CPU (one thread, 2026-11-26, both timed on every round of a run: 5.8 against 1.0 ms
+    a round of W1, 7.4 against 1.3 ms of W2, ``python -m fedlib.bench --e2e``)."""
+    ends = [e for p in params for v in p.values() if v.is_floating_point() and v.numel() for e in (v.amax(), v.amin())]
+    return bool(torch.isfinite(torch.stack(ends)).all()) if ends else True
 
 
 def _to(plan: BatchPlan, dev) -> BatchPlan:

@@ -196,6 +196,25 @@ def test_a_diverging_run_stops_and_says_so(tmp_path):
     assert RunConfig(**{**cfg.changed(), "lr": 0.02}).key() != cfg.key()
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_finite_finds_every_nan_and_infinity(dtype):
+    """``simulation.finite`` (the divergence check after every round, from each tensor's amax and amin) is
+    ``torch.isfinite(v).all()`` over all tensors: a NaN or an infinity anywhere (the first value, the last, inside
+    a vector and in its scalar tail) is found, finite extremes are not, integer tensors are skipped."""
+    from fedlib.simulation import finite
+
+    g = torch.Generator().manual_seed(0)
+    sound = {"w": torch.randn(5, 37, generator=g).to(dtype), "n": torch.arange(4)}
+    big = torch.finfo(dtype)
+    assert finite(sound) and finite(sound, {"x": torch.tensor([big.max, big.min, big.tiny, -0.0], dtype=dtype)})
+    assert finite({}) and finite({"e": torch.empty(0, dtype=dtype)})
+    for bad in (math.nan, math.inf, -math.inf):
+        for at in (0, 17, 5 * 37 - 1):
+            w = sound["w"].clone()
+            w.view(-1)[at] = bad
+            assert not finite(sound, {"w": w}), (bad, at)
+
+
 def test_a_sound_run_reports_no_divergence(tmp_path):
     res = run(TINY, Store(tmp_path), progress=False)
     assert res.summary()["diverged_at"] is None and "diverged_at" not in res.meta
