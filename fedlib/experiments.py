@@ -410,15 +410,25 @@ def main(argv=None) -> int:
             )
         except ValueError as e:
             ap.error(str(e).replace("num_cpus=", "--cpus-per-run=").replace("num_gpus=", "--gpus-per-run="))
+    try:
+        where = parse_where(args.where)
+    except ValueError as e:
+        ap.error(str(e))
+    return _main(ap, args, where, backend)
+
+
+def parse_where(items: list[str]) -> dict:
+    """``--where FIELD=VALUE`` arguments as ``{flat field: value}``, the value a Python literal where it reads as one
+    (``seed=0``: 0), else the string; a ValueError naming the argument and the fields allowed otherwise."""
     where = {}
-    for w in args.where:
+    for w in items:
         k, sep, v = w.partition("=")
         try:
             k = flat_name(k) if sep else None
         except ValueError:
             k = None
         if k is None:
-            ap.error(
+            raise ValueError(
                 f"--where={w!r} must be FIELD=VALUE with FIELD a config field, flat or dotted (method.mu): "
                 f"{', '.join(sorted(flat_field_names()))}"
             )
@@ -426,13 +436,13 @@ def main(argv=None) -> int:
             where[k] = ast.literal_eval(v)
         except (ValueError, SyntaxError):
             where[k] = v
-    return _main(ap, args, where, backend)
+    return where
 
 
 DATA_ERRORS = (DatasetNotFoundError, DatasetChecksumError, DatasetFormatError)
 
 
-def _absent_for_empty(name: str, profile: str, inputs: dict) -> list[str]:
+def absent_for_empty(name: str, profile: str, inputs: dict) -> list[str]:
     """The data sets absent under the data root that experiment ``name`` would run on, for one whose grid is empty:
     an experiment that has cells only for the data sets present (pFedLA's Office grids, its digits grids below two
     domains) reports no absent data set (``Experiment.absent``), so its grid is built again as if every data set were
@@ -506,7 +516,7 @@ def _main(ap, args, where, backend) -> int:
             )
         ex = planned(name, where=where, inputs=inputs)
         queue += [c for c in ex.configs if c.key() not in seen and not seen.add(c.key())]
-        absent = ex.absent if ex.configs or ex.absent else _absent_for_empty(name, ex.profile, inputs)
+        absent = ex.absent if ex.configs or ex.absent else absent_for_empty(name, ex.profile, inputs)
         missing += [m for m in absent if m not in missing]
         if missing and name == names[-1]:
             print(f"data absent, skipped: {', '.join(missing)} (see data/README.md)")

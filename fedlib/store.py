@@ -34,6 +34,7 @@ get every check but the hashes. Nothing is unpickled: JSON, CSV, and ``np.load(a
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -51,6 +52,7 @@ from .simulation import COLUMNS, Checkpoint, RunResult
 
 FILES = ("config.json", "metrics.csv", "clients.npz", "meta.json")
 MANIFEST = "manifest.json"
+METRICS_FORMAT = "%.6g"  # metrics.csv keeps 6 significant digits (``as_stored``)
 MANIFEST_BYTES = 1 << 16  # a manifest names four files (~500 bytes): a larger one is not read whole
 CONFIG_BYTES = 1 << 16  # a config is ~1 KB: ``Store.configs`` reads no larger one whole (``read_run`` checks sizes
 # against the manifest)
@@ -125,8 +127,6 @@ def read_run(folder: Path, key: str | None = None) -> RunResult:
     naming the folder.
 
     ``key``: the folder's config key (default: its name); config.json must hash to it."""
-    import io
-
     folder = Path(folder)
     key = key or folder.name
 
@@ -252,6 +252,12 @@ def seal(folder: Path) -> None:
     files = {name: _digest((folder / name).read_bytes()) for name in FILES}
     rows = len(pd.read_csv(folder / "metrics.csv"))
     (folder / MANIFEST).write_text(json.dumps({"format": 1, "rows": rows, "files": files}, indent=1, sort_keys=True))
+
+
+def as_stored(metrics: pd.DataFrame) -> pd.DataFrame:
+    """``metrics`` as a ``Store.load`` of it reads them: through metrics.csv's text, at its 6 significant digits
+    (``fedlib.verify`` compares a run trained again with its stored one so)."""
+    return pd.read_csv(io.StringIO(metrics.to_csv(index=False, float_format=METRICS_FORMAT)))
 
 
 def _span(rounds: list) -> str:
@@ -408,7 +414,7 @@ class Store:
         tmp = Path(tempfile.mkdtemp(prefix=f"_tmp-{cfg.key()}-", dir=self.root))
         try:
             (tmp / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
-            result.metrics.to_csv(tmp / "metrics.csv", index=False, float_format="%.6g")
+            result.metrics.to_csv(tmp / "metrics.csv", index=False, float_format=METRICS_FORMAT)
             traces = {
                 f"trace_{k}": (v.astype(np.float32) if v.dtype.kind == "f" else v) for k, v in result.traces.items()
             }
