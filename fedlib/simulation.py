@@ -862,8 +862,8 @@ def finite(*params: Params) -> bool:
 
     From each tensor's ``amax`` and ``amin``: a NaN makes both NaN (torch's max and min reductions propagate it) and
     an infinity is one of them, so both are finite exactly when every value is. ``torch.isfinite(v).all()`` writes a
-    bool tensor first, 5-6x slower on the CPU (one thread, 2026-11-26, both timed on every round of a run: 5.8 against 1.0 ms
-    a round of W1, 7.4 against 1.3 ms of W2, ``python -m fedlib.bench --e2e``)."""
+    bool tensor first, 5-6x slower on the CPU (one thread, 2026-11-26, both timed on every round of a run: 5.8
+    against 1.0 ms a round of W1, 7.4 against 1.3 ms of W2, ``python -m fedlib.bench --e2e``)."""
     ends = [e for p in params for v in p.values() if v.is_floating_point() and v.numel() for e in (v.amax(), v.amin())]
     return bool(torch.isfinite(torch.stack(ends)).all()) if ends else True
 

@@ -98,7 +98,8 @@ def verify(
 ) -> pd.DataFrame:
     """Train each of ``cfgs`` (stored in ``store``) again and ``compare`` it with its stored result: one row a run,
     labelled by its ``columns`` (config fields, e.g. those its experiment's grid varies; default: its
-    ``RunConfig.label``) and its key."""
+    ``RunConfig.label``) and its key. A run that cannot be trained again (a config today's rules refuse, too little
+    memory, ...) gets its error in an ``error`` column and does not agree; the others go on."""
     rows = []
     for i, cfg in enumerate(cfgs):
         stored = store.load(cfg)
@@ -107,9 +108,15 @@ def verify(
         if progress:
             took = resources.run_seconds(stored.meta) if "wall_seconds" in stored.meta else float("nan")
             print(f"[{i + 1}/{len(cfgs)}] {cfg.label()} (it trained in {took:.0f} s when stored)", flush=True)
-        fresh = _train_as_stored(cfg, stored.meta, progress)
-        fresh = dataclasses.replace(fresh, metrics=as_stored(fresh.metrics))  # the store keeps 6 digits
         named = {c: cfg.get(c) for c in columns} if columns else {"run": cfg.label()}
+        try:
+            fresh = _train_as_stored(cfg, stored.meta, progress)
+        except Exception as e:  # noqa: BLE001 - reported in its row; Ctrl-C (not an Exception) stops them all
+            if progress:
+                print(f"  cannot train it again: {type(e).__name__}: {e}", flush=True)
+            rows.append({**named, "key": cfg.key(), "error": f"{type(e).__name__}: {e}", "agrees": False})
+            continue
+        fresh = dataclasses.replace(fresh, metrics=as_stored(fresh.metrics))  # the store keeps 6 digits
         rows.append({**named, "key": cfg.key(), **compare(stored, fresh, tolerance)})
     return pd.DataFrame(rows)
 

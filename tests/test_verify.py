@@ -171,3 +171,26 @@ def test_cli_names_absent_data_and_a_bad_profile(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as stop:
         verify.main(["quickstart"])
     assert stop.value.code == 2 and "FEDLIB_PROFILE" in capsys.readouterr().err
+
+
+def test_a_run_that_cannot_train_again_is_reported_and_the_others_go_on(tmp_path, monkeypatch):
+    """A stored run whose training now fails (here: a config refused) gets its error in its row and does not
+    agree; the next run is still checked."""
+    from fedlib import runner
+
+    store = Store(tmp_path)
+    other = TINY.replace(seed=1)
+    for cfg in (TINY, other):
+        run(cfg, store, progress=False)
+    real = runner.train
+
+    def train(cfg, progress):
+        if cfg.key() == TINY.key():
+            raise ValueError("RunConfig.lr=... is refused today")
+        return real(cfg, progress)
+
+    monkeypatch.setattr(runner, "train", train)
+    table = verify.verify([TINY, other], store, progress=False)
+    assert table["key"].tolist() == [TINY.key(), other.key()]
+    assert table["error"].iloc[0] == "ValueError: RunConfig.lr=... is refused today" and not table["agrees"].iloc[0]
+    assert table["agrees"].iloc[1] and table["equal as stored"].iloc[1] and pd.isna(table["error"].iloc[1])
