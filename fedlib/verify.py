@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from . import metrics as M
 from . import profiles, resources
 from .config import PROFILES, RunConfig, resolve_profile
 from .experiments import absent_for_empty, experiment, parse_where
@@ -39,7 +40,19 @@ from .store import Store, as_stored
 
 TOLERANCE = 0.5  # points of accuracy; see ``agrees``
 ACCURACIES = ("test_acc", "test_acc_mean", "gm_test_acc", "global_test_acc", "train_acc")
-SUMMARY = {"best_acc": "best", "final_acc": "final", "last10_acc": "last-10"}  # summary: its column
+SUMMARY = ("best", "final", "last-10")
+
+
+def headline(metrics: pd.DataFrame) -> str:
+    """The accuracy column a run's tables report: the clients' test accuracy, or, where the clients hold no test data
+    (AdaFL's setting), the global model's on the data set's own test set."""
+    return "test_acc" if metrics["test_acc"].notna().any() else "global_test_acc"
+
+
+def summaries(acc: pd.Series) -> dict:
+    """Best, final and last-10 mean of the accuracy column ``acc``, as ``RunResult.summary`` takes them (a diverged
+    run's last row is NaN: its final and last-10 are NaN, its best the best before it)."""
+    return {"best": M.best(acc), "final": float(acc.iloc[-1]), "last-10": M.last_mean(acc, 10)}
 
 
 def _largest(a: pd.Series, b: pd.Series, relative: bool = False) -> float:
@@ -60,14 +73,17 @@ def _largest(a: pd.Series, b: pd.Series, relative: bool = False) -> float:
 
 def compare(stored: RunResult, fresh: RunResult, tolerance: float = TOLERANCE) -> dict:
     """``fresh`` (the run trained again) against ``stored``: one row of ``verify``'s table. Accuracies are
-    fractions in the results and points (x 100) here: "best", "final" and "last-10" the stored run's, "d ..." the
+    fractions in the results and points (x 100) here: "best", "final" and "last-10" the stored run's, of its
+    ``headline`` accuracy ("accuracy": the clients' ``test_acc``, or AdaFL's ``global_test_acc``), "d ..." the
     run trained again minus the stored one, "max |d acc|" the largest difference of any accuracy column in any
     round, "max rel d loss" that of the test loss relative to the stored one. ``agrees``: the same evaluated
     rounds, the same divergence round (or none), the same uploads, and best, final and last-10 accuracy each within
     ``tolerance`` points (a diverged run's final and last-10 are NaN in both, which counts as equal)."""
     a, b = stored.metrics.reset_index(drop=True), fresh.metrics.reset_index(drop=True)
     same_rounds = a["round"].tolist() == b["round"].tolist()
-    sa, sb = stored.summary(), fresh.summary()
+    sa, sb = stored.summary(), fresh.summary()  # uploads and divergence
+    col = headline(a)
+    va, vb = summaries(a[col]), summaries(b[col])
     row = {
         "rounds": f"{len(a)}" if same_rounds else f"{len(a)} stored, {len(b)} now",
         "diverged at": sa["diverged_at"] if sa["diverged_at"] == sb["diverged_at"] else
@@ -75,19 +91,19 @@ def compare(stored: RunResult, fresh: RunResult, tolerance: float = TOLERANCE) -
     }  # fmt: skip
     cols = [c for c in ACCURACIES if c in a and c in b and not (a[c].isna().all() and b[c].isna().all())]
     if same_rounds:
-        row["max |d acc|"] = max(100 * _largest(a[c], b[c]) for c in cols)
+        row["max |d acc|"] = max((100 * _largest(a[c], b[c]) for c in cols), default=0.0)
         row["max rel d loss"] = _largest(a["test_loss"], b["test_loss"], relative=True)
         row["equal as stored"] = all(np.array_equal(a[c].to_numpy(float), b[c].to_numpy(float), equal_nan=True)
                                  for c in [*cols, "test_loss"])  # fmt: skip
     else:
         row["max |d acc|"] = row["max rel d loss"] = np.nan
         row["equal as stored"] = False
-    for k, short in SUMMARY.items():
-        row[short] = 100 * sa[k]
-        row[f"d {short}"] = 100 * (sb[k] - sa[k])
+    row["accuracy"] = col
+    for k in SUMMARY:
+        row[k] = 100 * va[k]
+        row[f"d {k}"] = 100 * (vb[k] - va[k])
     row["uploads"] = sa["uploads"] if sa["uploads"] == sb["uploads"] else f"{sa['uploads']} stored, {sb['uploads']} now"
-    close = all(abs(row[f"d {short}"]) <= tolerance or (np.isnan(sa[k]) and np.isnan(sb[k]))
-                for k, short in SUMMARY.items())  # fmt: skip
+    close = all(abs(row[f"d {k}"]) <= tolerance or (np.isnan(va[k]) and np.isnan(vb[k])) for k in SUMMARY)
     row["agrees"] = bool(same_rounds and sa["diverged_at"] == sb["diverged_at"] and sa["uploads"] == sb["uploads"]
                          and close)  # fmt: skip
     return row

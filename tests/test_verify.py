@@ -70,6 +70,28 @@ def test_compare_rounds_divergence_and_uploads_must_be_the_same(change, column, 
     assert row[column] == says and not row["agrees"]
 
 
+def test_adafl_runs_are_judged_on_the_global_models_accuracy():
+    """AdaFL's clients hold no test data: its runs' ``test_acc`` is NaN throughout and its tables report the global
+    model's accuracy on MNIST's test set. Judged on NaN summaries, every AdaFL run agreed whatever it held (a run
+    trained again on another CPU did, with 2.25 points between two of its rounds)."""
+
+    def adafl(global_acc):
+        r = _result(np.full(len(global_acc), np.nan))
+        r.metrics["test_acc_mean"] = np.nan
+        r.metrics["global_test_acc"] = global_acc
+        return r
+
+    acc = np.linspace(0.80, 0.97, 12)
+    late = acc.copy()
+    late[-3:] -= 0.01
+    row = verify.compare(adafl(acc), adafl(late))
+    assert row["accuracy"] == "global_test_acc" and row["best"] == pytest.approx(97.0)
+    assert row["d final"] == pytest.approx(-1.0) and row["d last-10"] == pytest.approx(-0.3)
+    assert row["max |d acc|"] == pytest.approx(1.0) and not row["agrees"]
+    assert verify.compare(adafl(acc), adafl(acc))["agrees"]
+    assert verify.compare(_result(acc), _result(acc))["accuracy"] == "test_acc"
+
+
 def test_a_nan_on_one_side_is_infinitely_far():
     acc = np.full(12, 0.5)
     nan = acc.copy()
