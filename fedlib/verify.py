@@ -76,7 +76,8 @@ def compare(stored: RunResult, fresh: RunResult, tolerance: float = TOLERANCE) -
     fractions in the results and points (x 100) here: "best", "final" and "last-10" the stored run's, of its
     ``headline`` accuracy ("accuracy": the clients' ``test_acc``, or AdaFL's ``global_test_acc``), "d ..." the
     run trained again minus the stored one, "max |d acc|" the largest difference of any accuracy column in any
-    round, "max rel d loss" that of the test loss relative to the stored one. ``agrees``: the same evaluated
+    round, "max rel d loss" that of the test loss relative to the stored one, "same clients" whether the same
+    clients uploaded in every round (None where a run kept no selection trace). ``agrees``: the same evaluated
     rounds, the same divergence round (or none), the same uploads, and best, final and last-10 accuracy each within
     ``tolerance`` points (a diverged run's final and last-10 are NaN in both, which counts as equal)."""
     a, b = stored.metrics.reset_index(drop=True), fresh.metrics.reset_index(drop=True)
@@ -103,6 +104,10 @@ def compare(stored: RunResult, fresh: RunResult, tolerance: float = TOLERANCE) -
         row[k] = 100 * va[k]
         row[f"d {k}"] = 100 * (vb[k] - va[k])
     row["uploads"] = sa["uploads"] if sa["uploads"] == sb["uploads"] else f"{sa['uploads']} stored, {sb['uploads']} now"
+    picked = [r.traces.get("selected") for r in (stored, fresh)]  # which clients uploaded, round by round
+    row["same clients"] = (
+        bool(np.array_equal(*picked)) if all(p is not None for p in picked) else None
+    )  # reported: with attention-based selection (AdaFL) a last-bit difference can pick another client
     close = all(abs(row[f"d {k}"]) <= tolerance or (np.isnan(va[k]) and np.isnan(vb[k])) for k in SUMMARY)
     row["agrees"] = bool(same_rounds and sa["diverged_at"] == sb["diverged_at"] and sa["uploads"] == sb["uploads"]
                          and close)  # fmt: skip

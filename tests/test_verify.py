@@ -92,6 +92,21 @@ def test_adafl_runs_are_judged_on_the_global_models_accuracy():
     assert verify.compare(_result(acc), _result(acc))["accuracy"] == "test_acc"
 
 
+def test_same_clients_compares_the_selection_traces():
+    acc = np.full(12, 0.5)
+    a, b = _result(acc), _result(acc)
+    assert verify.compare(a, b)["same clients"] is None  # no trace kept
+    picks = np.zeros((12, 4), bool)
+    picks[:, :2] = True
+    other = picks.copy()
+    other[7] = [False, True, True, False]
+    a.traces["selected"], b.traces["selected"] = picks, picks.copy()
+    assert verify.compare(a, b)["same clients"] is True
+    b.traces["selected"] = other
+    row = verify.compare(a, b)
+    assert row["same clients"] is False and row["agrees"]  # reported, not required: as many uploads, same numbers
+
+
 def test_a_nan_on_one_side_is_infinitely_far():
     acc = np.full(12, 0.5)
     nan = acc.copy()
@@ -118,7 +133,7 @@ def test_a_run_trained_again_is_equal_as_stored_and_an_edited_store_is_caught(tm
     run(TINY, store, progress=False)
     table = verify.verify([TINY], store, progress=False)
     row = table.iloc[0]
-    assert row["key"] == TINY.key() and row["equal as stored"] and row["agrees"]
+    assert row["key"] == TINY.key() and row["equal as stored"] and row["agrees"] and row["same clients"]
     assert row["max |d acc|"] == 0 and row["d best"] == 0
     store.save(TINY, _shifted(store.load(TINY), 0.02), replace=True)
     assert store.problem(TINY) is None  # the edit passes every check of the store
