@@ -234,6 +234,34 @@ def cores(cgroup: str = "/sys/fs/cgroup") -> int:
     return max(1, n)
 
 
+# the vector instructions float32 kernels (MKL, oneDNN) dispatch on, widest first, as /proc/cpuinfo's flags name them
+VECTOR_ISAS = (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sve", "sve"), ("asimd", "neon"))
+
+
+def cpu_name(cpuinfo: str | None = None) -> str:
+    """This machine's CPU as a run's meta.json records it (``device_name``): the model and the widest vector
+    instructions its float32 kernels dispatch on, e.g. "AMD EPYC 7B13, avx2". Two CPUs that differ in these sum a
+    matmul or convolution in another order, so a run trained again repeats its stored numbers to the last bit only on
+    the same kind (``fedlib.verify``). From /proc/cpuinfo (``cpuinfo``: its text, for tests), else ``platform``'s
+    processor or machine name (runs stored before 2026-11-26 have only that: "x86_64")."""
+    import platform
+
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip().lower(), value.strip())
+    model = fields.get("model name") or platform.processor() or platform.machine()
+    flags = set((fields.get("flags") or fields.get("features") or "").split())
+    isa = next((name for flag, name in VECTOR_ISAS if flag in flags), None)
+    return f"{model}, {isa}" if isa else model
+
+
 def check(cfg, limit: int | None = None) -> dict[str, float]:
     """Raise ``ValueError`` when ``cfg``'s estimated peak memory exceeds ``limit`` (default: ``available_bytes``);
     returns the estimate. The data set must also hold what the partition cuts (``check_data``), the model must take

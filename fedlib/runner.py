@@ -43,7 +43,7 @@ def _meta(cfg: RunConfig, device: str, seconds: float, executor: str) -> dict:
     import fedlib
 
     commit = git_commit()
-    dev = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine()
+    dev = torch.cuda.get_device_name() if device == "cuda" else resources.cpu_name()
     return {
         "fedlib": fedlib.__version__,
         "torch": torch.__version__,

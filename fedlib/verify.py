@@ -18,7 +18,7 @@ digits metrics.csv keeps (``store.as_stored``). It is reported, not required: tr
 bit only with the same CPU kind, thread count and torch, since another CPU (AVX2 against AVX-512) or thread count
 sums in another order and hundreds of rounds carry a last-bit difference forward. The runs are taken in the
 experiment's order, the first ``--runs`` of those stored (``--where`` to choose); the line before each says how long
-it took when it was stored.
+it took and on which CPU it was stored (``resources.cpu_name``: runs stored before 2026-11-26 say only "x86_64").
 """
 
 from __future__ import annotations
@@ -128,7 +128,8 @@ def verify(
             raise LookupError(f"{cfg.label()} (key {cfg.key()}) is not stored (or is damaged) in {store.root}")
         if progress:
             took = resources.run_seconds(stored.meta) if "wall_seconds" in stored.meta else float("nan")
-            print(f"[{i + 1}/{len(cfgs)}] {cfg.label()} (it trained in {took:.0f} s when stored)", flush=True)
+            where = stored.meta.get("device_name", "?")
+            print(f"[{i + 1}/{len(cfgs)}] {cfg.label()} (stored from {took:.0f} s on {where})", flush=True)
         named = {c: cfg.get(c) for c in columns} if columns else {"run": cfg.label()}
         try:
             fresh = _train_as_stored(cfg, stored.meta, progress)
@@ -206,7 +207,8 @@ def main(argv=None) -> int:
             f"no run of {args.experiment} at profile {profile} is stored in {store.root}{absent}: nothing to check"
         )
     cfgs = ex.runs[: args.runs]
-    print(f"{len(cfgs)} of the {len(ex.runs)} stored runs of {args.experiment} ({profile}), results in {store.root}")
+    print(f"{len(cfgs)} of the {len(ex.runs)} stored runs of {args.experiment} ({profile}), results in {store.root}; "
+          f"training here on {resources.cpu_name()}")  # fmt: skip
     table = verify(cfgs, store, args.tolerance, columns=ex.columns)
     with pd.option_context("display.width", 200, "display.max_columns", None, "display.float_format", "{:.4g}".format):
         print(table.drop(columns=["key"]).to_string(index=False))

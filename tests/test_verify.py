@@ -231,3 +231,19 @@ def test_a_run_that_cannot_train_again_is_reported_and_the_others_go_on(tmp_path
     assert table["key"].tolist() == [TINY.key(), other.key()]
     assert table["error"].iloc[0] == "ValueError: RunConfig.lr=... is refused today" and not table["agrees"].iloc[0]
     assert table["agrees"].iloc[1] and table["equal as stored"].iloc[1] and pd.isna(table["error"].iloc[1])
+
+
+def test_cpu_name_says_the_model_and_the_widest_vector_instructions():
+    """What a run's meta.json records as ``device_name`` on a CPU (``resources.cpu_name``): enough to tell whether
+    a run trained again can repeat its stored numbers to the last bit."""
+    from fedlib.resources import cpu_name
+
+    intel = (
+        "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu sse2 avx avx2 fma avx512f avx512bw\n"
+    )
+    amd = "processor\t: 0\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu sse2 avx avx2 fma\nprocessor\t: 1\nmodel name\t: other\n"
+    arm = "processor\t: 0\nFeatures\t: fp asimd evtstrm sve\nCPU part\t: 0xd40\n"
+    assert cpu_name(intel) == "Intel(R) Xeon(R) Processor, avx512"
+    assert cpu_name(amd) == "AMD EPYC 7B13, avx2"  # the first processor's
+    assert cpu_name(arm).endswith(", sve")
+    assert cpu_name("") and ", " not in cpu_name("")  # no /proc/cpuinfo: platform's name alone
