@@ -27,6 +27,7 @@ import functools
 import json
 import math
 import os
+import platform
 import statistics
 from pathlib import Path
 
@@ -244,8 +245,6 @@ def cpu_name(cpuinfo: str | None = None) -> str:
     matmul or convolution in another order, so a run trained again repeats its stored numbers to the last bit only on
     the same kind (``fedlib.verify``). From /proc/cpuinfo (``cpuinfo``: its text, for tests), else ``platform``'s
     processor or machine name (runs stored before 2026-11-26 have only that: "x86_64")."""
-    import platform
-
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
