@@ -2,7 +2,7 @@
 machine?
 
     python -m fedlib.verify fedmcsa_table2 --profile paper --where seed=0 --runs 2
-    python -m fedlib.verify adafl_table1 --where seed=0 --where fraction=0.1 --tolerance 0.5
+    python -m fedlib.verify adafl_table1 --profile paper --where seed=0 --where fraction=0.1 --tolerance 0.5
 
 Each chosen run is trained again from scratch (``runner.train``, one process, nothing stored or changed) and set
 beside its stored result: the rounds evaluated, the round it diverged at (if it did), the largest per-round
