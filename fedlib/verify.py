@@ -120,7 +120,8 @@ def verify(
     """Train each of ``cfgs`` (stored in ``store``) again and ``compare`` it with its stored result: one row a run,
     labelled by its ``columns`` (config fields, e.g. those its experiment's grid varies; default: its
     ``RunConfig.label``) and its key. A run that cannot be trained again (a config today's rules refuse, too little
-    memory, ...) gets its error in an ``error`` column and does not agree; the others go on."""
+    memory, ...) gets its error in an ``error`` column and does not agree; the others go on. Ctrl-C stops after the
+    round going: the table holds the runs checked before it, with ``attrs["stopped"]``."""
     rows = []
     for i, cfg in enumerate(cfgs):
         stored = store.load(cfg)
@@ -129,11 +130,16 @@ def verify(
         if progress:
             took = resources.run_seconds(stored.meta) if "wall_seconds" in stored.meta else float("nan")
             where = stored.meta.get("device_name", "?")
-            print(f"[{i + 1}/{len(cfgs)}] {cfg.label()} (stored from {took:.0f} s on {where})", flush=True)
+            print(f"[{i + 1}/{len(cfgs)}] {cfg.label()} (it took {took:.0f} s on {where} when stored)", flush=True)
         named = {c: cfg.get(c) for c in columns} if columns else {"run": cfg.label()}
         try:
             fresh = _train_as_stored(cfg, stored.meta, progress)
-        except Exception as e:  # noqa: BLE001 - reported in its row; Ctrl-C (not an Exception) stops them all
+        except KeyboardInterrupt:  # Ctrl-C ends the run at its round's end: the runs checked so far are the table
+            print(f"stopped: {len(rows)} of {len(cfgs)} runs checked", flush=True)
+            table = pd.DataFrame(rows)
+            table.attrs["stopped"] = True
+            return table
+        except Exception as e:  # noqa: BLE001 - reported in its row; the others go on
             if progress:
                 print(f"  cannot train it again: {type(e).__name__}: {e}", flush=True)
             rows.append({**named, "key": cfg.key(), "error": f"{type(e).__name__}: {e}", "agrees": False})
@@ -210,12 +216,14 @@ def main(argv=None) -> int:
     print(f"{len(cfgs)} of the {len(ex.runs)} stored runs of {args.experiment} ({profile}), results in {store.root}; "
           f"training here on {resources.cpu_name()}")  # fmt: skip
     table = verify(cfgs, store, args.tolerance, columns=ex.columns)
+    if table.empty:
+        return 130  # stopped before the first run was checked
     with pd.option_context("display.width", 200, "display.max_columns", None, "display.float_format", "{:.4g}".format):
         print(table.drop(columns=["key"]).to_string(index=False))
     bad = int((~table["agrees"]).sum())
     print(f"{len(table) - bad} of {len(table)} agree (summaries within {args.tolerance} points; accuracies in points, "
           "d = trained again - stored)")  # fmt: skip
-    return 1 if bad else 0
+    return 130 if table.attrs.get("stopped") else 1 if bad else 0
 
 
 if __name__ == "__main__":

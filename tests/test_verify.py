@@ -247,3 +247,49 @@ def test_cpu_name_says_the_model_and_the_widest_vector_instructions():
     assert cpu_name(amd) == "AMD EPYC 7B13, avx2"  # the first processor's
     assert cpu_name(arm).endswith(", sve")
     assert cpu_name("") and ", " not in cpu_name("")  # no /proc/cpuinfo: platform's name alone
+
+
+def test_ctrl_c_keeps_the_runs_checked_before_it(tmp_path, monkeypatch, capsys):
+    """A long check (AdaFL's runs take half an hour each) stopped with Ctrl-C shows the runs checked so far, and the
+    command exits with 130, as a shell reports an interrupted command."""
+    from fedlib import runner
+
+    store = Store(tmp_path)
+    other = TINY.replace(seed=1)
+    for cfg in (TINY, other):
+        run(cfg, store, progress=False)
+    real = runner.train
+
+    def train(cfg, progress):
+        if cfg.key() == other.key():
+            raise KeyboardInterrupt("stopped after round 3")
+        return real(cfg, progress)
+
+    monkeypatch.setattr(runner, "train", train)
+    table = verify.verify([TINY, other], store, progress=False)
+    assert table["key"].tolist() == [TINY.key()] and table.attrs["stopped"] and table["agrees"].all()
+    assert "stopped: 1 of 2 runs checked" in capsys.readouterr().out
+
+
+def test_cli_ctrl_c_exits_130(tmp_path, monkeypatch, capsys):
+    from fedlib import experiments, runner
+
+    monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path))
+    assert experiments.main(["quickstart", "--profile", "smoke", "--jobs", "1"]) == 0
+    real, calls = runner.train, []
+
+    def train(cfg, progress):
+        calls.append(cfg)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(cfg, progress)
+
+    monkeypatch.setattr(runner, "train", train)
+    assert verify.main(["quickstart", "--profile", "smoke", "--runs", "2"]) == 130  # one checked, then stopped
+    assert "1 of 1 agree" in capsys.readouterr().out
+
+    def stopped(cfg, progress):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "train", stopped)  # stopped before any run was checked
+    assert verify.main(["quickstart", "--profile", "smoke"]) == 130
