@@ -210,23 +210,29 @@ def test_cli_names_absent_data_and_a_bad_profile(tmp_path, monkeypatch, capsys):
     assert stop.value.code == 2 and "FEDLIB_PROFILE" in capsys.readouterr().err
 
 
-def test_a_run_that_cannot_train_again_is_reported_and_the_others_go_on(tmp_path, monkeypatch):
-    """A stored run whose training now fails (here: a config refused) gets its error in its row and does not
-    agree; the next run is still checked."""
+def _two_stored_runs_one_failing(tmp_path, monkeypatch, failing: RunConfig, error: BaseException) -> Store:
+    """A store holding TINY and TINY at seed 1, with training ``failing`` again raising ``error``."""
     from fedlib import runner
 
     store = Store(tmp_path)
-    other = TINY.replace(seed=1)
-    for cfg in (TINY, other):
+    for cfg in (TINY, TINY.replace(seed=1)):
         run(cfg, store, progress=False)
     real = runner.train
 
     def train(cfg, progress):
-        if cfg.key() == TINY.key():
-            raise ValueError("RunConfig.lr=... is refused today")
+        if cfg.key() == failing.key():
+            raise error
         return real(cfg, progress)
 
     monkeypatch.setattr(runner, "train", train)
+    return store
+
+
+def test_a_run_that_cannot_train_again_is_reported_and_the_others_go_on(tmp_path, monkeypatch):
+    """A stored run whose training now fails (here: a config refused) gets its error in its row and does not
+    agree; the next run is still checked."""
+    other = TINY.replace(seed=1)
+    store = _two_stored_runs_one_failing(tmp_path, monkeypatch, TINY, ValueError("RunConfig.lr=... is refused today"))
     table = verify.verify([TINY, other], store, progress=False)
     assert table["key"].tolist() == [TINY.key(), other.key()]
     assert table["error"].iloc[0] == "ValueError: RunConfig.lr=... is refused today" and not table["agrees"].iloc[0]
@@ -252,20 +258,8 @@ def test_cpu_name_says_the_model_and_the_widest_vector_instructions():
 def test_ctrl_c_keeps_the_runs_checked_before_it(tmp_path, monkeypatch, capsys):
     """A long check (AdaFL's runs take half an hour each) stopped with Ctrl-C shows the runs checked so far, and the
     command exits with 130, as a shell reports an interrupted command."""
-    from fedlib import runner
-
-    store = Store(tmp_path)
     other = TINY.replace(seed=1)
-    for cfg in (TINY, other):
-        run(cfg, store, progress=False)
-    real = runner.train
-
-    def train(cfg, progress):
-        if cfg.key() == other.key():
-            raise KeyboardInterrupt("stopped after round 3")
-        return real(cfg, progress)
-
-    monkeypatch.setattr(runner, "train", train)
+    store = _two_stored_runs_one_failing(tmp_path, monkeypatch, other, KeyboardInterrupt("stopped after round 3"))
     table = verify.verify([TINY, other], store, progress=False)
     assert table["key"].tolist() == [TINY.key()] and table.attrs["stopped"] and table["agrees"].all()
     assert "stopped: 1 of 2 runs checked" in capsys.readouterr().out
