@@ -164,17 +164,6 @@ def _train_as_stored(cfg: RunConfig, meta: dict, progress: bool) -> RunResult:
         torch.set_num_threads(before)
 
 
-def stored_runs(name: str, profile: str | None, where: dict, store: Store):
-    """Experiment ``name`` at ``profile`` as stored in ``store`` (``fedlib.experiment``, nothing trained), its configs
-    after ``where``. An experiment with a step (FedMCSA Table 1's winners) takes the step's output from the stored
-    runs it reads."""
-    inputs = {}
-    if name in profiles.STEPS:
-        prior, keyword, step = profiles.STEPS[name]
-        inputs[keyword] = step(experiment(prior, profile, stored_only=True, progress=False, store=store).configs, store)
-    return experiment(name, profile, where=where, inputs=inputs, stored_only=True, progress=False, store=store)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m fedlib.verify", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -203,7 +192,8 @@ def main(argv=None) -> int:
     try:
         profile = resolve_profile(args.profile)  # a bad FEDLIB_PROFILE
         store = Store.of(None, profile)
-        ex = stored_runs(args.experiment, profile, where, store)
+        # nothing trains; an experiment with a step (FedMCSA Table 1's winners) takes it from the stored runs it reads
+        ex = experiment(args.experiment, profile, where=where, stored_only=True, progress=False, store=store)
     except ValueError as e:  # a --where that matches nothing
         ap.error(str(e))
     if not ex.runs:
