@@ -290,6 +290,36 @@ def test_readings_on_the_images_reuse_table2s_runs():
     assert same == {c.key() for c in on_theirs if not c.get("mcsa_code")} and len(same) == 2 * 2 * 2 * 3
 
 
+@pytest.mark.skipif(shared_data_root() is None, reason="needs MNIST (../shared/data or FEDLIB_DATA)")
+def test_figures_on_fedmcsas_partition_are_their_mnist_panels_with_label_stride_2():
+    """Figures 3-4's MNIST runs once more with ``label_stride=2`` and nothing else changed; their FedAvg, pFedMe,
+    FedMCSA and Local runs are Table 2's on that partition (the same keys, not trained twice)."""
+    from fedlib.experiments import configs
+
+    table2, _ = configs("fedmcsa_table2_partition", "paper")
+    for name, model in (("fedmcsa_fig3", "mlr"), ("fedmcsa_fig4", "dnn")):
+        (fig, _), (part, absent) = configs(name, "paper"), configs(f"{name}_partition", "paper")
+        mnist = [c for c in fig if c.get("dataset") == "mnist"]
+        assert absent == [] and len(part) == len(mnist) == 7 and {c.get("model") for c in part} == {model}
+        assert [c.replace(label_stride=1).key() for c in part] == [c.key() for c in mnist]
+        shared = {c.get("algorithm") for c in part if c.key() in {t.key() for t in table2}}
+        assert shared == {"fedavg", "pfedme", "fedmcsa", "local"}
+
+
+def test_figure_margins_golden():
+    """FedMCSA's margin over each method Sec. 5.2.1 names: FedMCSA's best minus the method's, per column given (a
+    missing method or column stays out), beside the paper's stated margins in the text's order."""
+    best = pd.Series({"fedavg": 92.40, "fedprox": 92.41, "pfedme (GM)": 92.24, "pfedme (PM)": 95.58,
+                      "heurfedamp": 96.88, "fedmcsa": 98.58, "local": 98.67})  # fmt: skip
+    out = fedmcsa.figure_margins("mlr", "mnist", {"a": best, "b": best.drop("heurfedamp") - 1, "c": None})
+    assert out.index.tolist() == ["fedavg", "fedprox", "perfedavg", "pfedme (GM)", "pfedme (PM)", "heurfedamp"]
+    assert out.columns.tolist() == ["a", "b", "paper (Sec. 5.2.1)"]
+    assert out.a.tolist()[:2] == [6.18, 6.17] and np.isnan(out.a.perfedavg) and out.a.heurfedamp == 1.7
+    assert out.b.fedavg == 6.18 and np.isnan(out.b.heurfedamp)
+    assert out["paper (Sec. 5.2.1)"].tolist() == [6.47, 6.42, 5.60, 6.53, 2.75, 0.50]
+    assert fedmcsa.figure_margins("dnn", "synthetic", {})["paper (Sec. 5.2.1)"].tolist()[-1] == 11.61
+
+
 def test_reading_names_fedmcsas_partition():
     """A run on FedMCSA's own partition (``label_stride=2``) is its own row, never averaged with the same reading on
     pFedMe's, and not one of the 2x2's cells; Synthetic's rows (no such partition) are unchanged."""
@@ -397,7 +427,7 @@ def test_plus_mcsa_with_a_reading_not_stored_leaves_its_cells_empty():
     assert empty.empty and empty.index.names == ["model", "method"]
 
 
-def test_table2_by_partition_golden():
+def test_paper_by_partition_golden():
     """Table 2 on both partitions: the paper, ours on each, the differences, and which partition is nearer the paper
     (by more than 0.05 points); cells on one partition only are left out, Local (no paper number) is nearer neither."""
     row = lambda d, a, paper, ours: {
@@ -424,12 +454,22 @@ def test_table2_by_partition_golden():
             row("mnist", "pfedme", 96.06, 96.02),  # nearer by 0.31
         ]
     )
-    out = fedmcsa.table2_by_partition(ours, theirs).set_index("algorithm")
+    out = fedmcsa.paper_by_partition(ours, theirs).set_index("algorithm")
     assert out.index.tolist() == ["fedavg", "fedmcsa", "local", "pfedme"] and set(out.dataset) == {"mnist"}
     assert out["diff, pFedMe's"].tolist()[:2] == [0.0, -0.26] and out["diff, FedMCSA's"].tolist()[:2] == [-0.29, -0.07]
     assert out.closer.tolist() == ["pFedMe's", "FedMCSA's", "", "FedMCSA's"]
     near = theirs.assign(ours_weighted=[92.35, 98.75, 98.5, 96.02])  # FedAvg 0.04 from the paper: nearer neither
-    assert fedmcsa.table2_by_partition(ours, near).closer.tolist()[0] == ""
+    assert fedmcsa.paper_by_partition(ours, near).closer.tolist()[0] == ""
+    # the figure: a panel per cell, a row per method with a paper number, each partition's difference at its row
+    import matplotlib.pyplot as plt
+
+    fig = fedmcsa.plot_paper_by_partition(out.reset_index())
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["FedAvg", "FedMCSA", "pFedMe"]  # Local: no paper number
+    a, b = (line for line in ax.lines if line.get_marker() == "o")
+    assert a.get_xdata().tolist() == [0.0, -0.26, -0.35] and b.get_xdata().tolist() == [-0.29, -0.07, -0.04]
+    assert a.get_ydata().tolist() == b.get_ydata().tolist() == [0, 1, 2]
+    plt.close(fig)
 
 
 # -- which model FedMCSA^-MCSA evaluates (``report_mean``; notebook 13) ----------------------------------------------

@@ -121,6 +121,31 @@ def test_fedmcsa_figures_3_4(figures_3_4):
         assert syn.idxmax() == "local" and syn.drop("fedmcsa").max() > syn["fedmcsa"]
 
 
+def test_fedmcsa_figure_margins_on_fedmcsas_partition_as_quoted(figures_3_4):
+    """Notebooks 10 and 11's Readings on FedMCSA's own partition (FedMCSA's margins, Sec. 5.2.1), and the README's
+    row, from the store."""
+    names = {"fedavg": "FedAvg's", "fedprox": "FedProx's", "pfedme (GM)": "pFedMe (GM)'s", "heurfedamp": "HeurFedAMP's"}
+    above = []
+    for nb, model in (("10", "mlr"), ("11", "dnn")):
+        _, part = fedmcsa.method_frame(_paper(f"{fedmcsa.FIGURES[model][0]}_partition").frame)
+        assert part.columns.tolist() == ["mnist"]
+        m = fedmcsa.figure_margins(model, "mnist", {"P": figures_3_4[model]["mnist"], "M": part["mnist"]})
+        listed = lambda col: ", ".join(f2(v) for v in m[col].iloc[:-1]) + f" and {f2(m[col].iloc[-1])}"
+        text = " ".join(reading(nb).split())
+        assert f"FedMCSA's MNIST margins are {listed('M')} points (on pFedMe's partition {listed('P')})." in text
+        assert (m[["P", "M"]] > 0).all().all() and "leads every method of the figure on both partitions" in text
+        assert part["mnist"].idxmax() == "fedmcsa"  # Local included, on FedMCSA's partition (the README's row)
+        paper = m["paper (Sec. 5.2.1)"]
+        nearer = m.index[(m.M - paper).abs() < (m.P - paper).abs()].tolist()
+        words = [names[a] for a in nearer]
+        said = words[0] if len(words) == 1 else ", ".join(words[:-1]) + f" and {words[-1]}"
+        assert f"The partition brings {len(nearer)} of the six margins nearer the paper's ({said})" in text
+        assert "perfedavg" not in nearer and (m.M - paper).abs().idxmax() == "perfedavg"  # "stays the outlier"
+        above.append(f2(m.M["heurfedamp"]))
+    row = readme_row("FedMCSA Fig. 3-4")
+    assert f"FedMCSA still leads every method on MNIST, {above[0]} / {above[1]} points above HeurFedAMP |" in row
+
+
 TABLE_COLUMNS = {
     "Syn MLR": ("synthetic", "mlr"),
     "Syn DNN": ("synthetic", "dnn"),
@@ -165,6 +190,51 @@ def test_fedmcsa_table1(table1):
     assert f"FedAvg/FedProx within 0.4 points in {int((glob_['diff'].abs() <= 0.4).sum())} of {len(glob_)} cells" in row
 
 
+def test_fedmcsa_table1_on_fedmcsas_partition_as_quoted(table1):
+    """Notebook 12's Reading on the partition of FedMCSA's own script, and the README's row, from the store."""
+    ex = _paper("fedmcsa_table1_partition")
+    winners = fedmcsa.partition_winners(ex.inputs["winners"])
+    assert len(winners) == 2 * 2 * 8 and {w.get("label_stride") for w in winners.values()} == {2}
+    theirs = fedmcsa.table1_vs_paper(fedmcsa.table1_runs(winners, fedmcsa.TABLE1_SEEDS["paper"], Store(RESULTS)))
+    assert (theirs.runs == 3).all() and len(theirs) == 2 * 2 * 8
+    both = fedmcsa.paper_by_partition(table1, theirs)
+    x = both.set_index(["dataset", "model", "algorithm"])
+    ours, mine = "pFedMe's partition", "FedMCSA's partition"
+    text = " ".join(reading("12").split())
+    change = (both[mine] - both[ours]).abs()
+    assert f"**The partition moves no cell by more than {f2(change.max())} points.**" in text
+    cells = both[both.paper.notna()]
+    P, M = "pFedMe's", "FedMCSA's"
+    count = lambda f, who: int((f.closer == who).sum())
+    n, a, b = len(cells), count(cells, M), count(cells, P)
+    assert (
+        f"Of the {n} image cells with a paper number, FedMCSA's partition is nearer the paper (by more than 0.05 "
+        in text
+    )
+    assert f"0.05 points) in {a}, pFedMe's in {b}, neither in {n - a - b}." in text
+    distance = lambda col: (cells[col] - cells.paper).abs()
+    nearer = distance(ours) - distance(mine)  # > 0: FedMCSA's partition nearer the paper
+    personal = cells.dataset.eq("fmnist") & cells.algorithm.isin(["perfedavg", "pfedme", "heurfedamp", "fedmcsa"])
+    assert (nearer[personal] > 0).all() and personal.sum() == 8
+    assert f"comes nearer the paper, by {f2(nearer[personal].min())} to {f2(nearer[personal].max())} points" in text
+    glob_ = cells.dataset.eq("fmnist") & cells.algorithm.isin(["fedavg", "fedprox", "pfedme (GM)"])
+    above = cells[glob_][mine] - cells[glob_][ours]
+    assert (cells[glob_][ours] > cells[glob_].paper).all() and (above > 0).all()
+    assert f"move {f2(above.min())} to {f2(above.max())} points further above it" in text
+    pair = lambda alg, col, d="fmnist": f"{f2(x.loc[(d, 'mlr', alg), col])} / {f2(x.loc[(d, 'dnn', alg), col])}"
+    assert f"FedMCSA reaches {pair('fedmcsa', mine)} (MLR / DNN; paper {pair('fedmcsa', 'paper')})" in text
+    assert f"Local rises with the personalised rows, to {pair('local', mine)}, level with FedMCSA again" in text
+    mnist = cells[cells.dataset == "mnist"]
+    assert f"On MNIST pFedMe's partition is nearer the paper in {count(mnist, P)} of the {len(mnist)} cells" in text
+    gap = lambda alg, who: f2(-x.loc[("fmnist", "mlr", alg), f"diff, {who}"])  # below the paper, in points
+    assert f"Per-FedAvg on FMNIST MLR is {gap('perfedavg', M)} points below the paper " in text
+    assert f"({gap('perfedavg', P)} on pFedMe's partition), pFedMe (PM) there {gap('pfedme', M)} " in text
+    assert f"there {gap('pfedme', M)} ({gap('pfedme', P)})." in text
+    row = readme_row("FedMCSA Table 1")
+    assert f"on the partition of FedMCSA's own script {a} of the {n} image cells are nearer the paper, {b} on " in row
+    assert f"pFedMe's, and no cell moves by more than {f2(change.max())} points |" in row
+
+
 @pytest.fixture(scope="module")
 def table2():
     return paper_vs_ours(_paper("fedmcsa_table2").table, "fedmcsa", "table2")
@@ -192,7 +262,7 @@ def test_fedmcsa_table2(table2):
 def test_fedmcsa_table2_on_fedmcsas_partition_as_quoted(table2):
     """Notebook 13's Reading on the partition of FedMCSA's own script, and the README's row, from the store."""
     theirs = paper_vs_ours(_paper("fedmcsa_table2_partition").table, "fedmcsa", "table2")
-    both = fedmcsa.table2_by_partition(table2, theirs)
+    both = fedmcsa.paper_by_partition(table2, theirs)
     assert set(both.dataset) == {"mnist", "fmnist"} and len(both) == 2 * 2 * 7
     x = both.set_index(["dataset", "algorithm", "model"])
     acc, d_ours, d_theirs = "FedMCSA's partition", "diff, pFedMe's", "diff, FedMCSA's"

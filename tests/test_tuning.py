@@ -196,6 +196,37 @@ def test_stage2_runs_the_winners_with_three_seeds(tmp_path, monkeypatch):
     assert given.after is None and [c.key() for c in given.configs] == [c.key() for c in stage2]
 
 
+def test_table1_on_fedmcsas_partition_runs_the_image_winners_with_label_stride_2(tmp_path):
+    """``fedmcsa_table1_partition``: each image row's winner (picked on pFedMe's partition) with the profile's seeds,
+    the only change its partition (``label_stride=2``); Synthetic's rows, which have no label partition, left out."""
+    av = profiles.Available(frozenset({"synthetic", "mnist"}))
+    base, grid = profiles.get("fedmcsa_table1_grid", "paper", av)
+    grid, _ = profiles.available_cells(grid, base, av)
+    cfgs = expand(base, grid)
+    store = Store(tmp_path)
+    for i, cfg in enumerate(c for c in cfgs if c.get("model") == "mlr"):  # accuracy rises along the grid
+        _fake(store, cfg, [0.5 + 0.001 * i], gm=[0.4])
+    winners = table1_winners(cfgs, store)
+    assert {k[:2] for k in winners} == {("synthetic", "mlr"), ("mnist", "mlr")}  # the DNN grids are not stored
+    with pytest.raises(ValueError, match="takes winners="):
+        profiles.get("fedmcsa_table1_partition", "paper", av)
+    b2, g2 = profiles.get("fedmcsa_table1_partition", "paper", av, winners=winners)
+    stage2 = expand(b2, g2)
+    mnist = {k: w for k, w in winners.items() if k[0] == "mnist"}
+    assert len(stage2) == len({w.key() for w in mnist.values()}) * 3 and len(mnist) == 8
+    assert {c.replace(seed=0, label_stride=1).key() for c in stage2} == {w.key() for w in mnist.values()}
+    assert {c.get("label_stride") for c in stage2} == {2} and sorted({c.seed for c in stage2}) == [0, 1, 2]
+    assert fedmcsa.partition_winners(winners) == {k: w.replace(label_stride=2) for k, w in mnist.items()}
+    # fedlib.experiment runs the step on the grid's stored runs, as for Table 1 itself
+    import fedlib
+
+    ex = fedlib.experiment(
+        "fedmcsa_table1_partition", "paper", stored_only=True, progress=False, store=store, available=av
+    )
+    assert ex.after.name == "fedmcsa_table1_grid" and ex.inputs["winners"] == winners
+    assert [c.key() for c in ex.configs] == [c.key() for c in stage2] and not ex.runs
+
+
 # Stage 2's configs at the paper profile, from the winners among the committed stage-1 runs in results/, before the
 # winners became an explicit step (FedMCSA Table 1 complete, 3 seeds; CIFAR-10 absent): 132 configs (44 winners x 3
 # seeds; pFedMe's PM and GM rows share 4 winners) whose sorted keys hash to this.

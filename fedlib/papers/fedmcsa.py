@@ -134,6 +134,24 @@ def fig4(profile: str, available: "Available | None" = None):
     return _figure("dnn", profile)
 
 
+def _figure_partition(model: str, profile: str):
+    rounds = {"smoke": 3, "quick": 200, "paper": 800}[profile]
+    c = [{**cell, **m, **FEDMCSA_PARTITION} for cell in cells(["mnist"], [model]) for m in FIGURE_METHODS]
+    return _sized(profile, rounds, c)
+
+
+def fig3_partition(profile: str, available: "Available | None" = None):
+    """Figure 3's MNIST panel once more on FedMCSA's own partition (``FEDMCSA_PARTITION``, client u holds the labels
+    (2u + j) mod 10): every method of ``FIGURE_METHODS``, their setting, seed 0. Where a method's setting is Table
+    2's, the run is ``table2_partition``'s (the same key)."""
+    return _figure_partition("mlr", profile)
+
+
+def fig4_partition(profile: str, available: "Available | None" = None):
+    """Figure 4's MNIST panel on FedMCSA's own partition (as ``fig3_partition``, with the DNN)."""
+    return _figure_partition("dnn", profile)
+
+
 # Table 1 ("performance comparisons using fine-tuned hyperparameters"): |D| = 20, R = 20, T = 800 fixed, 3 runs; the
 # paper names neither its grid nor how it picked the winner. Ours, stage 1 (`fedmcsa_table1_grid`, seed 0): lr in
 # TABLE1_LRS for every method, crossed with one knob of each method that has one (TABLE1_KNOBS; each knob's first
@@ -178,6 +196,20 @@ def table1_winners(grid_configs: list[RunConfig], store: "Store | None" = None) 
 def table1(profile: str, available: "Available | None" = None, *, winners: dict):
     """Stage 2 of Table 1: every row's winner (``table1_winners``) with the profile's seeds."""
     return RunConfig.of(), [{**w.changed(), "seed": TABLE1_SEEDS[profile]} for w in winners.values()]
+
+
+def partition_winners(winners: dict) -> dict:
+    """Table 1's image rows (``table1_winners``, picked on pFedMe's partition) on FedMCSA's own partition
+    (``FEDMCSA_PARTITION``), ``{(dataset, model, row): RunConfig}``. Synthetic has no label partition: its rows are
+    left out. The winners are not picked again on that partition (a second 36-run grid per image cell, 144 runs):
+    the setting each method was tuned to is held, and only the partition changes."""
+    return {k: w.replace(**FEDMCSA_PARTITION) for k, w in winners.items() if w.get("dataset") != "synthetic"}
+
+
+def table1_partition(profile: str, available: "Available | None" = None, *, winners: dict):
+    """Table 1's image cells once more on FedMCSA's own partition: every image row's winner (``partition_winners``)
+    with the profile's seeds. Where a winner's setting is Table 2's, the run is ``table2_partition``'s (same key)."""
+    return table1(profile, available, winners=partition_winners(winners))
 
 
 # Both readings of FedMCSA (not in the paper): on Synthetic, the paper's equations (prox lambda toward the received
@@ -290,15 +322,21 @@ EXPERIMENTS = {
     "fedmcsa_readings_images": readings_images,
     "fedmcsa_fig3": fig3,
     "fedmcsa_fig4": fig4,
+    "fedmcsa_fig3_partition": fig3_partition,
+    "fedmcsa_fig4_partition": fig4_partition,
     "fedmcsa_table1_grid": table1_grid,
     "fedmcsa_table1": table1,
+    "fedmcsa_table1_partition": table1_partition,
     "fedmcsa_table2": table2,
     "fedmcsa_table2_partition": table2_partition,
     "fedmcsa_table2_mean": table2_mean,
     "fedmcsa_sigma": sigma,
 }
 # experiment -> (the experiment whose runs the step reads, the keyword its grid takes, the step)
-STEPS = {"fedmcsa_table1": ("fedmcsa_table1_grid", "winners", table1_winners)}
+STEPS = {
+    "fedmcsa_table1": ("fedmcsa_table1_grid", "winners", table1_winners),
+    "fedmcsa_table1_partition": ("fedmcsa_table1_grid", "winners", table1_winners),
+}
 
 
 # -- Table 1's tuning protocol -----------------------------------------------------------------------------------------
@@ -473,9 +511,11 @@ def figure_3_4(
     progress: bool = True,
     backend="local",
     jobs: int | None = 1,
+    partition: bool = False,
 ):
     """Figure 3 (``model='mlr'``) or 4 (``'dnn'``), the call notebooks 10 and 11 share: the experiment (trained or
     read from the store), its curves and best accuracies (``method_frame``), the figure and the name to save it under.
+    ``partition``: the MNIST panel on FedMCSA's own partition instead (``fig3_partition``, ``fig4_partition``).
     ``backend``, ``jobs``: where and how runs not stored train (``fedlib.experiment``). Returns a
     ``types.SimpleNamespace(experiment, frame, best, fig, name)``."""
     from types import SimpleNamespace
@@ -483,10 +523,36 @@ def figure_3_4(
     from ..experiments import experiment
 
     name, what, fig_name = FIGURES[model]
+    if partition:  # the MNIST panel on FedMCSA's own partition
+        name, fig_name = f"{name}_partition", f"{fig_name}_fedmcsa_partition"
+        what += f" on FedMCSA's partition, {partition_label(FEDMCSA_PARTITION['label_stride'])}"
     ex = experiment(name, profile, stored_only=stored_only, progress=progress, backend=backend, jobs=jobs)
     frame, best_ = method_frame(ex.frame) if ex.runs else (pd.DataFrame(), pd.DataFrame())
     fig = plot_method_curves(frame, title=f"FedMCSA {what}, {ex.profile} profile") if len(frame) else None
     return SimpleNamespace(experiment=ex, frame=frame, best=best_, fig=fig, name=fig_name)
+
+
+# Sec. 5.2.1's text (the figures' "same hyperparameters"): FedMCSA "is about x% more accurate than" each method, in
+# points, on Synthetic and MNIST; the methods in the text's order
+MARGIN_METHODS = ["fedavg", "fedprox", "perfedavg", "pfedme (GM)", "pfedme (PM)", "heurfedamp"]
+PAPER_MARGINS = {
+    ("mlr", "synthetic"): [16.86, 16.66, 9.55, 17.57, 10.53, 9.64],
+    ("mlr", "mnist"): [6.47, 6.42, 5.60, 6.53, 2.75, 0.50],
+    ("dnn", "synthetic"): [11.39, 11.69, 7.52, 13.42, 9.07, 11.61],
+    ("dnn", "mnist"): [2.94, 2.96, 1.81, 3.06, 1.50, 1.07],
+}
+
+
+def figure_margins(model: str, dataset: str, best_by: dict) -> pd.DataFrame:
+    """FedMCSA's margin over each method Sec. 5.2.1 names (points: FedMCSA's best sample-weighted mean test accuracy
+    minus the method's), per column of ``best_by`` ({label: a data set's column of ``figure_3_4(...).best``}; a None
+    column is left out), beside the paper's stated margin for ``model`` and ``dataset``."""
+    out = pd.DataFrame(index=pd.Index(MARGIN_METHODS, name="FedMCSA over"))
+    for label, best_ in best_by.items():
+        if best_ is not None and "fedmcsa" in best_.index:
+            out[label] = (best_["fedmcsa"] - best_.reindex(MARGIN_METHODS)).round(2)
+    out["paper (Sec. 5.2.1)"] = PAPER_MARGINS[(model, dataset)]
+    return out
 
 
 # -- figures ---------------------------------------------------------------------------------------------------------
@@ -850,10 +916,11 @@ def by_partition(readings: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=PARTITION_COLUMNS).set_index(["model", "reading"])
 
 
-def table2_by_partition(ours: pd.DataFrame, theirs: pd.DataFrame) -> pd.DataFrame:
-    """Table 2's cells on both partitions beside the paper, from ``fedlib.report.paper_vs_ours`` of
-    ``fedmcsa_table2`` (``ours``: pFedMe's partition, client u holds the labels (u + j) mod 10) and of
-    ``fedmcsa_table2_partition`` (``theirs``: FedMCSA's own, (2u + j) mod 10). One row per (dataset, model,
+def paper_by_partition(ours: pd.DataFrame, theirs: pd.DataFrame) -> pd.DataFrame:
+    """A table's cells on both partitions beside the paper, from ``fedlib.report.paper_vs_ours`` (Table 2) or
+    ``table1_vs_paper`` (Table 1) of the runs on pFedMe's partition (``ours``: client u holds the labels (u + j) mod
+    10; ``fedmcsa_table2``, ``fedmcsa_table1``) and on FedMCSA's own ((2u + j) mod 10; ``theirs``:
+    ``fedmcsa_table2_partition``, ``fedmcsa_table1_partition``). One row per (dataset, model,
     algorithm) both hold: the paper's number, our best sample-weighted mean test accuracy on each partition (%, mean
     over the seeds), each one's difference from the paper, and ``closer``: the partition whose number is nearer the
     paper's (by more than 0.05 points; '' within that or where the paper has no number)."""
@@ -867,6 +934,39 @@ def table2_by_partition(ours: pd.DataFrame, theirs: pd.DataFrame) -> pd.DataFram
     gain = out["diff, pFedMe's"].abs() - out["diff, FedMCSA's"].abs()
     out["closer"] = np.select([gain > 0.05, gain < -0.05], ["FedMCSA's", "pFedMe's"], "")
     return out.round(2).reset_index()
+
+
+def plot_paper_by_partition(both: pd.DataFrame, title: str = ""):
+    """``paper_by_partition`` as points, one panel per (dataset, model), a row per method: ours minus the paper
+    (points, mean over the seeds) on pFedMe's partition (open circle) and on FedMCSA's own (filled dot), joined by a
+    line, with 0 (the paper) marked. Differences, not accuracies, because on the image data most cells sit within
+    2 points of 99%, where accuracies would overlap."""
+    from ..plotting import COLORS, finish, grid_axes, method_name
+
+    both = both.dropna(subset=["paper"])
+    cells = both[["dataset", "model"]].drop_duplicates().values.tolist()
+    rows = list(dict.fromkeys(both.algorithm))
+    fig, axes = grid_axes(len(cells), 2, width=4.6, height=0.34 * len(rows) + 1.4, sharex=True)
+    for ax, (d, m) in zip(axes, cells):
+        sub = both[(both.dataset == d) & (both.model == m)].set_index("algorithm").reindex(rows)
+        y = np.arange(len(rows))
+        a, b = sub["diff, pFedMe's"], sub["diff, FedMCSA's"]
+        ax.hlines(y, np.fmin(a, b), np.fmax(a, b), color="#bbbbbb", lw=1.5, zorder=1)
+        ax.plot(
+            a, y, "o", mfc="white", mec=COLORS[0], mew=1.5, ms=6, label="ours on pFedMe's partition, (u + j) mod 10"
+        )
+        ax.plot(b, y, "o", color=COLORS[1], ms=6, label="ours on FedMCSA's partition, (2u + j) mod 10")
+        ax.axvline(0, color="#555555", lw=1, label="the paper")
+        ax.set_yticks(y)
+        ax.set_yticklabels([method_name(r) for r in rows])
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.set_title(f"{d} / {m}", fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_xlabel("ours − paper (points)")
+        ax.tick_params(axis="x", labelbottom=True)  # every panel keeps its scale (the axis is shared)
+    handles, labels = axes[0].get_legend_handles_labels()
+    finish(fig, handles, labels, title=title, legend_cols=3)
+    return fig
 
 
 # -- which model FedMCSA^-MCSA evaluates (notebook 13) -------------------------------------------------------------------
