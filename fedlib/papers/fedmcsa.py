@@ -115,13 +115,16 @@ FIGURE_METHODS = [
 ]
 
 
-def _figure(model: str, profile: str):
-    datasets, rounds = {
-        "smoke": (["synthetic"], 3),
-        "quick": (["synthetic", "mnist"], 200),
-        "paper": (["synthetic", "mnist"], 800),
-    }[profile]
-    return _sized(profile, rounds, [{**cell, **m} for cell in cells(datasets, [model]) for m in FIGURE_METHODS])
+FIGURE_DATASETS = {"smoke": ["synthetic"], "quick": ["synthetic", "mnist"], "paper": ["synthetic", "mnist"]}
+FIGURE_ROUNDS = {"smoke": 3, "quick": 200, "paper": 800}
+
+
+def _figure(model: str, profile: str, datasets: list | None = None, **extra):
+    """Every method of ``FIGURE_METHODS`` on ``datasets`` (default: the profile's) with the figures' rounds, and
+    ``extra`` fields in every cell (FedMCSA's partition)."""
+    datasets = FIGURE_DATASETS[profile] if datasets is None else datasets
+    c = [{**cell, **m, **extra} for cell in cells(datasets, [model]) for m in FIGURE_METHODS]
+    return _sized(profile, FIGURE_ROUNDS[profile], c)
 
 
 def fig3(profile: str, available: "Available | None" = None):
@@ -134,22 +137,16 @@ def fig4(profile: str, available: "Available | None" = None):
     return _figure("dnn", profile)
 
 
-def _figure_partition(model: str, profile: str):
-    rounds = {"smoke": 3, "quick": 200, "paper": 800}[profile]
-    c = [{**cell, **m, **FEDMCSA_PARTITION} for cell in cells(["mnist"], [model]) for m in FIGURE_METHODS]
-    return _sized(profile, rounds, c)
-
-
 def fig3_partition(profile: str, available: "Available | None" = None):
     """Figure 3's MNIST panel once more on FedMCSA's own partition (``FEDMCSA_PARTITION``, client u holds the labels
     (2u + j) mod 10): every method of ``FIGURE_METHODS``, their setting, seed 0. Where a method's setting is Table
     2's, the run is ``table2_partition``'s (the same key)."""
-    return _figure_partition("mlr", profile)
+    return _figure("mlr", profile, ["mnist"], **FEDMCSA_PARTITION)
 
 
 def fig4_partition(profile: str, available: "Available | None" = None):
     """Figure 4's MNIST panel on FedMCSA's own partition (as ``fig3_partition``, with the DNN)."""
-    return _figure_partition("dnn", profile)
+    return _figure("dnn", profile, ["mnist"], **FEDMCSA_PARTITION)
 
 
 # Table 1 ("performance comparisons using fine-tuned hyperparameters"): |D| = 20, R = 20, T = 800 fixed, 3 runs; the
