@@ -2,6 +2,7 @@
 
     python -m fedlib.bench [--repeats 5] [--device cpu|cuda] [--threads N] [--only a,b,c]
     python -m fedlib.bench --e2e [--only W1,W3] [--rounds R]
+    python -m fedlib.bench --table adafl_table1 [--table fedmcsa_table2] [--seconds 120] [--jobs 8] [--log F]
 
 Each case trains every client of one round (R local steps on the same ``BatchPlan``) with
 both executors in this one process, alternating which goes first, and prints the median
@@ -33,6 +34,12 @@ them (``merged``): the speed-up batching would give if everything but the arithm
 grid over the learning rate instead of sigma (3 seeds x 4 lr), batched vs one by one: its runs train as one call,
 each with its own lr (``executors.sgd.RunsSGD``).
 
+A whole table (``--table EXPERIMENT``, ``bench_table``): the experiment's grid at the paper profile trained by the
+CLI from an empty store for ``--seconds``, stopped as Ctrl-C stops it, and its time estimated from the rounds done
+(issue 21's GPU target: AdaFL's MNIST Table 1 and FedMCSA's Table 2 each in under 10 minutes on one GPU).
+On a GPU, ``FEDLIB_CUDA_GRAPHS=1`` replays the client groups' loops as CUDA graphs (``executors.graphs``) in every
+mode; the header says whether it is on.
+
 Both executors run with ``fedlib.malloc.keep_freed_memory`` as training runs do (``FEDLIB_MALLOC=default``
 leaves glibc's allocator as it is, to compare).
 
@@ -62,6 +69,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .data.federated import FederatedData, sample_steps
 from .data.synthetic import synthetic
 from .executors import LocalSGD, LoopExecutor, StackedExecutor
+from .executors.graphs import graphs_from_env
 from .malloc import keep_freed_memory
 from .malloc import mode as malloc_mode
 from .models import build_model, linear_chain
@@ -583,6 +591,65 @@ def _e2e_line(name: str, what: str, runs: list, rate: float, out, results: dict)
     )
 
 
+SNAPSHOT_SECONDS = 10  # bench_table: every run snapshots this often, so its rounds can be counted when stopped
+
+
+def bench_table(name: str, seconds: float, jobs: int, profile: str = "paper", log=None, out=None) -> dict:
+    """How long experiment ``name`` (a whole paper table) takes here, from a window of it: its configs at ``profile``
+    trained from an empty store by the CLI (``python -m fedlib.experiments NAME --jobs JOBS``, batching as it does)
+    for ``seconds``, then stopped as Ctrl-C stops it (each run snapshots the round it is in and ends), and the
+    rounds done counted (stored runs whole, stopped ones from their snapshots, taken every ``SNAPSHOT_SECONDS``
+    here: a batched unit stops at once, losing the rounds since). The table's time is the window's at that pace:
+    rounds done over the table's rounds. The window includes starting the processes and loading the data, the runs
+    go longest first, and rounds after the last snapshot are not counted, so the estimate errs long. ``log``: where the CLI's output goes (a path)."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from .experiments import configs
+    from .store import Store
+
+    out = out or functools.partial(print, flush=True)
+    cfgs, absent = configs(name, profile)
+    total = sum(c.rounds for c in cfgs)
+    with tempfile.TemporaryDirectory() as tmp, open(log or os.devnull, "w") as sink:
+        cmd = [sys.executable, "-m", "fedlib.experiments", name, "--profile", profile, "--jobs", str(jobs)]
+        t0 = time.perf_counter()
+        env = {**os.environ, "FEDLIB_RESULTS": tmp, "FEDLIB_CHECKPOINT_SECONDS": str(SNAPSHOT_SECONDS)}
+        proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=sink,
+                                start_new_session=True)  # fmt: skip
+        try:
+            proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGINT)  # the CLI tells every worker to snapshot its round and stop
+        elapsed = time.perf_counter() - t0
+        try:
+            proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        store = Store(tmp)
+        done = {c.key(): c.rounds if store.has(c) else (store.checkpoint(c).info() or {}).get("round", 0) for c in cfgs}
+    rounds = sum(done.values())
+    stored = sum(done[c.key()] == c.rounds for c in cfgs)
+    estimate = elapsed * total / rounds if rounds else math.inf
+    r = {"name": name, "runs": len(cfgs), "absent": absent, "rounds": total, "seconds": elapsed, "jobs": jobs,
+         "rounds_done": rounds, "stored": stored, "estimate_s": estimate, "exit": proc.returncode, "done": done}  # fmt: skip
+    if log:
+        with open(f"{log}.json", "w") as f:
+            json.dump(r, f, indent=1)
+    out(
+        f"{name} ({profile}): {len(cfgs)} runs, {total} rounds"
+        + (f" ({', '.join(absent)} absent)" if absent else "")
+        + f"; {elapsed:.0f} s with --jobs {jobs}: {rounds} rounds ({100 * rounds / total:.1f}%), {stored} runs whole; "
+        f"at that pace the table takes {estimate / 60:.1f} min"
+    )
+    return r
+
+
 TARGETS = {"a": 30, "b": 8, "c": 4}
 CASES = (*TARGETS, "f")
 
@@ -599,6 +666,14 @@ def main(argv=None):
     ap.add_argument("--e2e", action="store_true", help="whole rounds of workloads W1..W6 instead of local training")
     ap.add_argument("--rounds", type=int, default=None, help="--e2e: rounds of every run (default: E2E_ROUNDS)")
     ap.add_argument("--tiny", action="store_true", help="--e2e: a few small clients per workload (tests)")
+    ap.add_argument(
+        "--table", action="append", default=None, metavar="EXPERIMENT",
+        help="time a window of this experiment's whole grid (bench_table; repeatable) instead of the cases",
+    )  # fmt: skip
+    ap.add_argument("--seconds", type=float, default=120.0, help="--table: the window's length")
+    ap.add_argument("--jobs", type=int, default=8, help="--table: processes (the CLI's --jobs)")
+    ap.add_argument("--profile", default="paper", help="--table: the profile of the experiment's grid")
+    ap.add_argument("--log", default=None, help="--table: a file for the CLI's output (and its counts, LOG.json)")
     args = ap.parse_args(argv)
     for name in ("repeats", "threads"):  # --repeats 0 ended in a StatisticsError traceback; --threads 0 ran
         value = getattr(args, name)
@@ -610,6 +685,7 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     try:
         malloc_mode()  # a bad FEDLIB_MALLOC (``keep_freed_memory`` reads it once a process)
+        graphs = graphs_from_env()  # and a bad FEDLIB_CUDA_GRAPHS
     except ValueError as e:
         ap.error(str(e))
     reuse = keep_freed_memory()  # as in training runs; applies to both executors alike
@@ -620,6 +696,15 @@ def main(argv=None):
         ap.error(f"--only: unknown case(s) {bad}; allowed: {', '.join(allowed)}")
     if args.rounds is not None and args.rounds < 2:
         ap.error(f"--rounds={args.rounds}: at least 2 (round 1 warms up and is not timed)")
+    if args.table:
+        from .profiles import EXPERIMENTS
+
+        bad = [t for t in args.table if t not in EXPERIMENTS]
+        if bad or args.seconds <= 0 or args.jobs < 1:
+            ap.error(f"--table {bad}: not an experiment" if bad else "--seconds > 0 and --jobs >= 1")
+        for t in args.table:
+            bench_table(t, args.seconds, args.jobs, args.profile, args.log and f"{args.log}.{t}")
+        return
     print(
         f"torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}, "
         + (
@@ -628,6 +713,7 @@ def main(argv=None):
             else f"momentum {args.momentum}, median of {args.repeats} rounds (ratio: median of paired rounds), "
         )
         + f"glibc malloc: {'freed memory reused' if reuse else 'default'} (fedlib.malloc)"
+        + (f", CUDA graphs: {'on' if graphs else 'off'} (FEDLIB_CUDA_GRAPHS)" if args.device == "cuda" else "")
     )
     rate = sgemm_rate(args.device)
     if args.e2e:

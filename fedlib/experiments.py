@@ -37,6 +37,7 @@ import pandas as pd
 from . import profiles, resources, runner
 from .config import PROFILES, RunConfig, flat_field_names, flat_name, resolve_profile
 from .data.readers import DatasetChecksumError, DatasetFormatError, DatasetNotFoundError
+from .executors.graphs import graphs_from_env
 from .malloc import mode as malloc_mode
 from .runner import BATCH, expand, results_frame, run_configs
 from .store import Store, StoreNotWritable
@@ -385,6 +386,7 @@ def main(argv=None) -> int:
     try:
         args.jobs = runner.jobs_arg(args.jobs)
         malloc_mode()  # a bad FEDLIB_MALLOC: here, not as a traceback from every worker
+        graphs_from_env()  # a bad FEDLIB_CUDA_GRAPHS likewise
         resolve_profile(args.profile)  # a bad FEDLIB_PROFILE (--profile's choices are checked above): a usage error
     except ValueError as e:
         ap.error(str(e))

@@ -347,7 +347,7 @@ class RayBackend:
                 "threads": self.num_cpus,
                 "probe": str(probe),
                 "snapshots": [str(store.checkpoint(c).path) for c in unit],
-                "every": store.checkpoint_seconds,
+                "every": store.checkpoint(unit[0]).every_seconds,
                 "tracker": tracker,
                 "crash": crash,
             }

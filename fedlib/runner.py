@@ -29,6 +29,7 @@ from .algorithms import build_algorithm
 from .config import RunConfig, flat_name
 from .data import load_federated
 from .executors import make_executor
+from .executors.graphs import graphs_from_env
 from .local_attention import per_client_attention
 from .malloc import keep_freed_memory
 from .malloc import mode as malloc_mode
@@ -158,6 +159,7 @@ def run(
     config_arg(cfg).validate()
     store = Store.of(store)
     malloc_mode()  # a bad FEDLIB_MALLOC is an error here, not when training starts
+    graphs_from_env()  # so is a bad FEDLIB_CUDA_GRAPHS
     if not force:
         hit = store.load(cfg)
         if hit is not None:
@@ -513,6 +515,7 @@ def run_configs(
     cfgs = configs_arg(cfgs)
     store = Store.of(store)
     malloc_mode()  # else each worker process would fail on a bad FEDLIB_MALLOC
+    graphs_from_env()  # or FEDLIB_CUDA_GRAPHS
     todo = [c for c in cfgs if not store.has(c)]
     for c in todo:  # every run that will train fits, and can be stored, before any trains
         resources.check(c)

@@ -67,6 +67,23 @@ class DamagedRunWarning(UserWarning):
     pass
 
 
+CHECKPOINT_ENV = "FEDLIB_CHECKPOINT_SECONDS"
+
+
+def checkpoint_seconds() -> float:
+    """``FEDLIB_CHECKPOINT_SECONDS`` (seconds between a run's snapshots, > 0; default 300), or an error naming it."""
+    text = os.environ.get(CHECKPOINT_ENV, "").strip()
+    if not text:
+        return 300.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{CHECKPOINT_ENV}={text!r}: a number of seconds > 0 (unset: 300)")
+    return value
+
+
 class StoreNotWritable(ValueError):
     """The results store cannot hold results (a file where its folder should be, no permission): ``Store.ready``."""
 
@@ -358,11 +375,15 @@ class Store:
                     return r / key
         return self.root / key
 
-    checkpoint_seconds = 300.0  # how much training an interruption may lose at most
+    # how much training an interruption may lose at most; None: ``FEDLIB_CHECKPOINT_SECONDS``, else 300 s (read
+    # where a run starts, so a grid's workers take it from the grid's environment; ``fedlib.bench --table`` sets it
+    # low to count the rounds a window trained)
+    checkpoint_seconds: float | None = None
 
     def checkpoint(self, cfg: RunConfig) -> Checkpoint:
         """Where ``cfg``'s run in progress keeps its snapshot, taken every ``checkpoint_seconds``."""
-        return Checkpoint(self.root / "_partial" / f"{cfg.key()}.pt", self.checkpoint_seconds)
+        every = checkpoint_seconds() if self.checkpoint_seconds is None else self.checkpoint_seconds
+        return Checkpoint(self.root / "_partial" / f"{cfg.key()}.pt", every)
 
     def has(self, cfg: RunConfig) -> bool:
         """Whether ``cfg`` has a stored result that passes its integrity check."""

@@ -473,6 +473,23 @@ def _cli(*args, env=None):
     )
 
 
+def test_a_bad_cuda_graphs_setting_is_refused_before_anything_trains(tmp_path, monkeypatch):
+    """``FEDLIB_CUDA_GRAPHS`` is read where each executor is made (in every worker): a bad value is refused first."""
+    monkeypatch.setenv("FEDLIB_CUDA_GRAPHS", "maybe")
+    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("trained"))
+    message = r"FEDLIB_CUDA_GRAPHS='maybe': one of 1, true, yes, on \(record\) or 0, false, no, off \(do not\)"
+    for call in (
+        lambda: run(TINY, tmp_path, progress=False),
+        lambda: runner.run_configs([TINY, TINY.replace(seed=1)], Store(tmp_path), progress=False, jobs=2),
+        lambda: StackedExecutor(),
+    ):
+        with pytest.raises(ValueError, match=message):
+            call()
+    out = _cli("fedmcsa_sigma", "--profile", "smoke", "--dry-run", env={"FEDLIB_CUDA_GRAPHS": "maybe"})
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.splitlines()[-1].startswith("experiments.py: error: FEDLIB_CUDA_GRAPHS='maybe': one of 1,")
+
+
 def test_cli_where_matching_nothing_is_an_error_listing_the_values():
     """It printed '0 configs' and exited 0."""
     out = _cli("fedmcsa_sigma", "--profile", "smoke", "--where", "seed=7", "--dry-run")

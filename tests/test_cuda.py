@@ -94,3 +94,58 @@ def test_a_grid_over_lr_and_mu_batched_on_cuda_equals_its_solo_runs_float64():
         cpu = train(c.replace(device="cpu"), progress=False)
         for col in ("test_loss", "test_acc"):
             assert np.allclose(o.metrics[col], cpu.metrics[col], rtol=0, atol=1e-9), col
+
+
+# -- CUDA graphs of the client groups' loops (``fedlib.executors.graphs``) --------------------------------------------
+GRAPH_CASES = [
+    *(
+        (n, "float32")
+        for n in ("fedavg", "fedprox", "fedmcsa", "heurfedamp", "pfedme", "perfedavg-hf", "scaffold", "ditto")
+    ),
+    ("fedavg", "float64"),
+    ("pfedme", "float64"),
+]
+
+
+@pytest.mark.parametrize("name, dtype", GRAPH_CASES)
+def test_a_run_with_cuda_graphs_equals_it_without_bit_for_bit(name, dtype, monkeypatch):
+    """Replays run the kernels the eager loop runs: a whole run's metrics and final models are identical, float32
+    included; and the run did replay (recorded on a key's second sighting, replayed after)."""
+    from fedlib.executors import graphs
+
+    made = []
+    real = graphs.GroupGraphs.__init__
+
+    def spy(self, *a, **kw):
+        real(self, *a, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(graphs.GroupGraphs, "__init__", spy)
+    # AdaFL's selection (``_cfg``): 2, 4, then 6 clients a round, so a group's key repeats from round 3 on
+    cfg = _cfg(name).replace(device="cuda", dtype=dtype, rounds=6, local_epochs=None, local_steps=5)
+    monkeypatch.setenv("FEDLIB_CUDA_GRAPHS", "0")
+    eager = train(cfg, progress=False)
+    assert not made
+    monkeypatch.setenv("FEDLIB_CUDA_GRAPHS", "1")
+    replayed = train(cfg, progress=False)
+    assert made and sum(g.hits for g in made) > 0, [(g.hits, g.recorded, g.eager) for g in made]
+    for col in ("test_loss", "test_acc", "uploads"):
+        assert np.array_equal(replayed.metrics[col].to_numpy(), eager.metrics[col].to_numpy(), equal_nan=True), col
+
+
+def test_graphs_follow_the_shrinking_plans_of_unequal_clients():
+    """Epoch-based training of unequal clients (``ShrinkingPlan``s, some groups smaller at later steps): replayed
+    groups equal the eager executor's bit for bit, round after round with other batches, and the loop's (float64)."""
+    data = small_synthetic(n_clients=5, rows=90).to("cuda", torch.float64)
+    model = build_model("dnn", (60,), 10, hidden=(8,), seed=1, dtype=torch.float64).cuda()
+    start = {n: t.unsqueeze(0).repeat(5, *[1] * t.dim()) for n, t in model.state_dict().items()}
+    opt = LocalSGD(lr=0.05, momentum=0.9, mu=0.5)
+    graphed, eager = StackedExecutor(graphs=True), StackedExecutor(graphs=False)
+    for r in range(4):
+        plan = sample_epochs(data.train, torch.arange(5), 2, 16, torch.Generator().manual_seed(r))
+        plan.index, plan.weight, plan.active = plan.index.cuda(), plan.weight.cuda(), plan.active.cuda()
+        a = graphed.train(model, start, plan, data.train, opt, anchor=start)
+        b = eager.train(model, start, plan, data.train, opt, anchor=start)
+        assert all(torch.equal(a[n], b[n]) for n in a), r
+        start = a
+    assert graphed.graphs.hits > 0

@@ -15,6 +15,7 @@ from torch import nn
 
 from ..data.federated import BatchPlan, ShrinkingPlan, Split, gather_rows
 from ..models import kernel_of, linear_chain
+from .graphs import GroupGraphs, graphs_from_env
 from .kernels import fast_path
 from .objectives import CrossEntropy, Objective
 from .sgd import LocalSGD, Params, RunsSGD, _check, _sgd_update, restrict
@@ -45,7 +46,9 @@ class FunctionalForward:
 class StackedExecutor:
     """All clients of a group take a step at once. ``group_bytes`` bounds a group's working set (default
     ``PROCESS_CACHE_BYTES``); ``max_group`` caps the clients of a group; ``kernel`` forces a path ("chain": the
-    registered fast path, "vmap": the generic one; default: the model's own kernel, ``models.kernel_of``).
+    registered fast path, "vmap": the generic one; default: the model's own kernel, ``models.kernel_of``); ``graphs``:
+    on a GPU, replay each client group's loop as a CUDA graph where it can (``executors.graphs``; None: as the
+    ``FEDLIB_CUDA_GRAPHS`` environment variable says, off when unset).
 
     On the 2-core CPU (2 x 1 MiB L2, 32 MiB L3) groups of about 16 MiB of parameters and
     update buffers ran fastest: smaller groups make the batched matmuls too thin, larger
@@ -68,8 +71,16 @@ class StackedExecutor:
 
     name = "stacked"
 
-    def __init__(self, group_bytes: int | None = None, max_group: int | None = None, kernel: str | None = None):
+    def __init__(
+        self,
+        group_bytes: int | None = None,
+        max_group: int | None = None,
+        kernel: str | None = None,
+        graphs: bool | None = None,
+    ):
         self.group_bytes = PROCESS_CACHE_BYTES if group_bytes is None else group_bytes
+        # CUDA graphs of the client groups' loops (``executors.graphs``); None: as FEDLIB_CUDA_GRAPHS says
+        self.graphs = GroupGraphs() if (graphs_from_env() if graphs is None else graphs) else None
         self.max_group = max_group
         if kernel is not None and kernel not in STACKED_KERNELS:
             raise ValueError(f"StackedExecutor(kernel={kernel!r}): one of {', '.join(STACKED_KERNELS)} or None")
@@ -141,8 +152,14 @@ class StackedExecutor:
             p = {n: t[sl] for n, t in out.items()}  # views: updates land in ``out``
             anc = None if anchor is None else {n: t[sl] for n, t in anchor.items()}
             dr = None if drift is None else {n: t[sl] for n, t in drift.items()}
-            path(model, p, plan.clients(sl), data, restrict(opt, sl), anc, dr, objective, sl)
+            self._group(path, model, p, plan.clients(sl), data, restrict(opt, sl), anc, dr, objective, sl)
         return out
+
+    def _group(self, path, model, p, plan, data, opt, anchor, drift, objective, clients) -> None:
+        """One client group through ``path``, replayed as a CUDA graph where this executor records them."""
+        if self.graphs is not None and GroupGraphs.eligible(path, plan, opt, objective, p):
+            return self.graphs.run(path, model, p, plan, data, opt, anchor, drift, objective, clients)
+        path(model, p, plan, data, opt, anchor, drift, objective, clients)
 
     def _train_shrinking(self, model, params, plan, data, opt, anchor, drift, objective, path) -> Params:
         """A plan with inactive steps (epoch-based training of unequal clients): no work for them.
@@ -185,7 +202,7 @@ class StackedExecutor:
             p = {n: t[sl] for n, t in out.items()}
             anc = None if anchor is None else {n: t[sl] for n, t in anchor.items()}
             dr = None if drift is None else {n: t[sl] for n, t in drift.items()}
-            path(model, p, sub, data, restrict(opt, sl), anc, dr, objective, order_d[sl])
+            self._group(path, model, p, sub, data, restrict(opt, sl), anc, dr, objective, order_d[sl])
         result = {n: torch.empty_like(t) for n, t in params.items()}
         for n, t in out.items():
             result[n][order_d] = t

@@ -1,0 +1,148 @@
+"""CUDA graphs for the stacked executor's client groups (issue 21, item 6).
+
+On a GPU a local step of these small models is a few dozen short kernels, and the launches, not the arithmetic,
+bound a round (an AdaFL MNIST run: 2.5 minutes on an H100 for seconds of arithmetic). A CUDA graph records a
+client group's whole local-step loop once (every step's kernels, ``torch.cuda.graph``) and replays it with one
+launch. A replay runs the kernels it recorded, at the addresses it recorded: the same arithmetic as the eager loop,
+so its results are the eager loop's bit for bit (``tests/test_cuda.py``).
+
+What a recording fixes, and so what keys it (``_key``): the path, the model, the group's parameter shapes, the
+plan's shapes (steps, clients, batch) and which clients step at each step (a ``ShrinkingPlan``'s ``live``), the
+``LocalSGD``'s numbers (Python floats baked into the kernels: a decaying lr is a new key each round), which of
+anchor and drift are given, and the training data's tensor. Everything else the loop reads (the parameters, the
+plan's rows and weights, the anchor, the drift) is copied into the recording's own input tensors before each
+replay, and the trained parameters are copied out after it.
+
+A key is recorded the second time it is seen (the first call runs eagerly, which also warms up cuBLAS for the
+recording), so a group shape seen once (AdaFL's growing participation, a decaying lr) never pays for a recording;
+the recording itself runs the loop once more on a side stream first (torch's advice for capture) and then records.
+Only the cross-entropy fast path of Linear chains (``chain.chain_cross_entropy``) with one ``LocalSGD`` is
+recorded: it makes no host synchronisation and draws no random numbers. Other paths (``vmap``, dropout, FedMix's
+context, a ``RunsSGD``'s per-run columns) run eagerly.
+
+Opt-in: ``StackedExecutor(graphs=True)``, or ``FEDLIB_CUDA_GRAPHS=1`` in the environment for every executor a run
+makes (the CLI, ``run_grid``, ``python -m fedlib.bench``). It changes no result, so it is not part of a run's key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+
+import torch
+
+from ..data.federated import BatchPlan, ShrinkingPlan, Split
+from .objectives import CrossEntropy
+from .sgd import LocalSGD, Params
+
+ENV = "FEDLIB_CUDA_GRAPHS"
+
+
+def graphs_from_env() -> bool:
+    """``FEDLIB_CUDA_GRAPHS``: '1' / 'true' / 'yes' / 'on' records client groups as CUDA graphs; unset, '0', 'false',
+    'no', 'off': not. Anything else is an error that names the variable."""
+    value = os.environ.get(ENV, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"{ENV}={os.environ[ENV]!r}: one of 1, true, yes, on (record) or 0, false, no, off (do not)")
+
+
+def _tensors(d: Params | None) -> tuple | None:
+    return None if d is None else tuple((n, tuple(t.shape), t.dtype) for n, t in d.items())
+
+
+class GroupGraphs:
+    """Recorded local-step loops of client groups, by key (module docstring), the ``capacity`` most recently used
+    kept (each holds its own GPU memory: one eager loop's peak). ``hits`` / ``recorded`` / ``eager``: calls replayed,
+    recordings made, calls run eagerly."""
+
+    def __init__(self, capacity: int = 16):
+        self.capacity = capacity
+        self.graphs: OrderedDict = OrderedDict()
+        self.seen: set = set()
+        self.hits = self.recorded = self.eager = 0
+
+    @staticmethod
+    def eligible(path, plan: BatchPlan, opt, objective, params: Params) -> bool:
+        from .chain import chain_cross_entropy
+
+        dev = next(iter(params.values())).device
+        return (
+            dev.type == "cuda"
+            and path is chain_cross_entropy
+            and type(objective) is CrossEntropy
+            and isinstance(opt, LocalSGD)
+            and plan.active is None
+        )
+
+    @staticmethod
+    def _key(path, model, p, plan, data: Split, opt, anchor, drift) -> tuple:
+        live = plan.live if isinstance(plan, ShrinkingPlan) else None
+        return (
+            path,
+            id(model),
+            _tensors(p),
+            tuple(plan.index.shape),
+            plan.weight is None,
+            live,
+            opt,
+            _tensors(anchor),
+            _tensors(drift),
+            (data.x.data_ptr(), tuple(data.x.shape), data.x.dtype, data.y.data_ptr(), tuple(data.y.shape)),
+        )
+
+    def run(self, path, model, p: Params, plan: BatchPlan, data: Split, opt, anchor, drift, objective, clients):
+        """Train the group as ``path`` would (in place in ``p``): replayed, recorded then replayed, or eagerly."""
+        key = self._key(path, model, p, plan, data, opt, anchor, drift)
+        entry = self.graphs.get(key)
+        if entry is None and key not in self.seen:
+            self.seen.add(key)
+            self.eager += 1
+            return path(model, p, plan, data, opt, anchor, drift, objective, clients)
+        if entry is None:
+            entry = self._record(path, model, p, plan, data, opt, anchor, drift, objective, clients)
+            self.graphs[key] = entry
+            self.recorded += 1
+            while len(self.graphs) > self.capacity:
+                self.graphs.popitem(last=False)
+        else:
+            self.graphs.move_to_end(key)
+            self.hits += 1
+        graph, sp, splan, sanchor, sdrift = entry
+        _copy_in(sp, p)
+        _copy_in(sanchor, anchor)
+        _copy_in(sdrift, drift)
+        splan.index.copy_(plan.index)
+        if plan.weight is not None:
+            splan.weight.copy_(plan.weight)
+        graph.replay()
+        for n, t in p.items():
+            t.copy_(sp[n])
+
+    @staticmethod
+    def _record(path, model, p, plan, data, opt, anchor, drift, objective, clients):
+        """The group's loop recorded on the recording's own input tensors (the key's second sighting)."""
+        clone = lambda d: None if d is None else {n: t.clone() for n, t in d.items()}
+        sp, sanchor, sdrift = clone(p), clone(anchor), clone(drift)
+        weight = None if plan.weight is None else plan.weight.clone()
+        if isinstance(plan, ShrinkingPlan):
+            splan = ShrinkingPlan(plan.index.clone(), weight, live=plan.live, src=plan.src)
+        else:
+            splan = BatchPlan(plan.index.clone(), weight)
+        side = torch.cuda.Stream()  # a warm-up on a side stream first, as torch's CUDA graph notes ask
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            path(model, sp, splan, data, opt, sanchor, sdrift, objective, clients)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            path(model, sp, splan, data, opt, sanchor, sdrift, objective, clients)
+        return graph, sp, splan, sanchor, sdrift
+
+
+def _copy_in(static: Params | None, given: Params | None) -> None:
+    if static is not None:
+        for n, t in static.items():
+            t.copy_(given[n])
