@@ -49,6 +49,7 @@ from .data.federated import BatchPlan
 from .executors.objectives import CrossEntropy
 from .executors.sgd import RunsSGD
 from .models import linear_chain
+from .simulation import DeferredInterrupt
 
 
 @dataclass(eq=False)
@@ -263,8 +264,14 @@ def run_together(fns: list, executor) -> tuple[list, Gang]:
     for t in threads:
         t.start()
     try:
-        for t in threads:
-            t.join()
+        # the first Ctrl-C asks the runs to stop, also where SIGINT was ignored: a grid's pool worker, which its
+        # parent signals once (it trained its batched unit to the end while the parent waited: issue 21's GPU
+        # window of AdaFL Table 1, and a --jobs 2 --batch 2 grid on the CPU, 2026-11-28)
+        with DeferredInterrupt() as ctrl_c:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+                    stop.requested = stop.requested or ctrl_c.requested
     except KeyboardInterrupt:
         stop.requested = True
         for t in threads:

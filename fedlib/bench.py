@@ -35,7 +35,7 @@ grid over the learning rate instead of sigma (3 seeds x 4 lr), batched vs one by
 each with its own lr (``executors.sgd.RunsSGD``).
 
 A whole table (``--table EXPERIMENT``, ``bench_table``): the experiment's grid at the paper profile trained by the
-CLI from an empty store for ``--seconds``, stopped as Ctrl-C stops it, and its time estimated from the rounds done
+CLI from an empty store for ``--seconds``, then killed, and its time estimated from the rounds done
 (issue 21's GPU target: AdaFL's MNIST Table 1 and FedMCSA's Table 2 each in under 10 minutes on one GPU).
 On a GPU, ``FEDLIB_CUDA_GRAPHS=1`` replays the client groups' loops as CUDA graphs (``executors.graphs``) in every
 mode; the header says whether it is on.
@@ -591,17 +591,23 @@ def _e2e_line(name: str, what: str, runs: list, rate: float, out, results: dict)
     )
 
 
+def rounds_done(store, cfgs) -> dict:
+    """Key -> rounds each config has trained in ``store``: all of them if stored, else its snapshot's, else 0."""
+    return {c.key(): c.rounds if store.has(c) else (store.checkpoint(c).info() or {}).get("round", 0) for c in cfgs}
+
+
 SNAPSHOT_SECONDS = 10  # bench_table: every run snapshots this often, so its rounds can be counted when stopped
 
 
 def bench_table(name: str, seconds: float, jobs: int, profile: str = "paper", log=None, out=None) -> dict:
     """How long experiment ``name`` (a whole paper table) takes here, from a window of it: its configs at ``profile``
     trained from an empty store by the CLI (``python -m fedlib.experiments NAME --jobs JOBS``, batching as it does)
-    for ``seconds``, then stopped as Ctrl-C stops it (each run snapshots the round it is in and ends), and the
-    rounds done counted (stored runs whole, stopped ones from their snapshots, taken every ``SNAPSHOT_SECONDS``
-    here: a batched unit stops at once, losing the rounds since). The table's time is the window's at that pace:
-    rounds done over the table's rounds. The window includes starting the processes and loading the data, the runs
-    go longest first, and rounds after the last snapshot are not counted, so the estimate errs long. ``log``: where the CLI's output goes (a path)."""
+    for ``seconds``, the rounds done counted at the window's end (stored runs whole, the others from their
+    snapshots, taken every ``SNAPSHOT_SECONDS`` here), then the CLI and its workers killed. The table's time is the
+    window's at that pace (rounds done over the table's rounds), and no less than its slowest started run takes at
+    its own pace. The window includes starting the processes and loading the data, and rounds after the last
+    snapshot are not counted (both make the estimate long); the runs not started in the window may be slower or
+    faster than those that were. ``log``: where the CLI's output goes (a path; its counts go to LOG.json)."""
     import json
     import os
     import signal
@@ -612,10 +618,13 @@ def bench_table(name: str, seconds: float, jobs: int, profile: str = "paper", lo
     from .experiments import configs
     from .store import Store
 
+    if seconds <= 0 or jobs < 1:
+        raise ValueError(f"bench_table: seconds={seconds!r} must be > 0 and jobs={jobs!r} >= 1")
+
     out = out or functools.partial(print, flush=True)
     cfgs, absent = configs(name, profile)
     total = sum(c.rounds for c in cfgs)
-    with tempfile.TemporaryDirectory() as tmp, open(log or os.devnull, "w") as sink:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp, open(log or os.devnull, "w") as sink:
         cmd = [sys.executable, "-m", "fedlib.experiments", name, "--profile", profile, "--jobs", str(jobs)]
         t0 = time.perf_counter()
         env = {**os.environ, "FEDLIB_RESULTS": tmp, "FEDLIB_CHECKPOINT_SECONDS": str(SNAPSHOT_SECONDS)}
@@ -624,20 +633,21 @@ def bench_table(name: str, seconds: float, jobs: int, profile: str = "paper", lo
         try:
             proc.wait(timeout=seconds)
         except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGINT)  # the CLI tells every worker to snapshot its round and stop
+            pass
         elapsed = time.perf_counter() - t0
-        try:
-            proc.wait(timeout=300)
-        except subprocess.TimeoutExpired:
+        # counted at the window's end, then killed: stopped as Ctrl-C stops it, every unit would add its last round
+        done = rounds_done(Store(tmp), cfgs)
+        if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        store = Store(tmp)
-        done = {c.key(): c.rounds if store.has(c) else (store.checkpoint(c).info() or {}).get("round", 0) for c in cfgs}
     rounds = sum(done.values())
     stored = sum(done[c.key()] == c.rounds for c in cfgs)
     estimate = elapsed * total / rounds if rounds else math.inf
+    # a run cannot end sooner than its own pace allows, however many processes the others have
+    slowest = max((elapsed * c.rounds / done[c.key()] for c in cfgs if done[c.key()]), default=math.inf)
     r = {"name": name, "runs": len(cfgs), "absent": absent, "rounds": total, "seconds": elapsed, "jobs": jobs,
-         "rounds_done": rounds, "stored": stored, "estimate_s": estimate, "exit": proc.returncode, "done": done}  # fmt: skip
+         "rounds_done": rounds, "stored": stored, "estimate_s": estimate, "slowest_run_s": slowest,
+         "exit": proc.returncode, "done": done, "rounds_of": {c.key(): c.rounds for c in cfgs}}  # fmt: skip
     if log:
         with open(f"{log}.json", "w") as f:
             json.dump(r, f, indent=1)
@@ -645,7 +655,8 @@ def bench_table(name: str, seconds: float, jobs: int, profile: str = "paper", lo
         f"{name} ({profile}): {len(cfgs)} runs, {total} rounds"
         + (f" ({', '.join(absent)} absent)" if absent else "")
         + f"; {elapsed:.0f} s with --jobs {jobs}: {rounds} rounds ({100 * rounds / total:.1f}%), {stored} runs whole; "
-        f"at that pace the table takes {estimate / 60:.1f} min"
+        f"at that pace the table takes {estimate / 60:.1f} min, and no less than {slowest / 60:.1f} min (its slowest "
+        "started run at its own pace)"
     )
     return r
 

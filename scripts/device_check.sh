@@ -31,9 +31,9 @@ step() {
   nproc
   date -u
 } 2>&1 | tee "$OUT/machine.log"
-step tests 170 $py -m pytest -q -p no:cacheprovider tests/test_cuda.py -k "not test_run_on_cuda_equals_cpu"
+step tests 170 $py -m pytest -q -s -p no:cacheprovider tests/test_cuda.py -k "${TESTS:-not test_run_on_cuda_equals_cpu}"
 graphs=$([ $? -eq 0 ] && echo 1 || echo 0)
-step e2e 170 $py -m fedlib.bench --e2e --device cuda
+[ -z "${SKIP_EAGER:-}" ] && step e2e 170 $py -m fedlib.bench --e2e --device cuda
 if [ "$graphs" = 1 ]; then
   step e2e_graphs 120 env FEDLIB_CUDA_GRAPHS=1 $py -m fedlib.bench --e2e --device cuda --only W1,W2,W3,W4,W6
 fi

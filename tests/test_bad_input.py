@@ -10,6 +10,7 @@ import errno
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -111,23 +112,56 @@ def test_a_store_is_a_store_or_its_folder_and_one_that_cannot_hold_results_is_re
     assert run(TINY, tmp_path / "s", progress=False) is not None  # a stored run is read, nothing written
 
 
-def test_a_bad_malloc_setting_is_refused_before_anything_trains(tmp_path, monkeypatch):
+BAD_SETTINGS = {
+    "FEDLIB_MALLOC": ("bogus", " is not one of: reuse, default (unset it for the default, reuse)"),
+    "FEDLIB_CUDA_GRAPHS": ("maybe", ": one of 1, true, yes, on (record) or 0, false, no, off (do not)"),
+}
+
+
+@pytest.mark.parametrize("variable", sorted(BAD_SETTINGS))
+def test_a_bad_setting_is_refused_before_anything_trains(tmp_path, monkeypatch, variable):
     """``FEDLIB_MALLOC=bogus`` was read by ``keep_freed_memory`` once a process, when the first run trained: a grid's
-    workers each failed with a traceback, and a process that had trained before never looked again."""
-    monkeypatch.setenv("FEDLIB_MALLOC", "bogus")
+    workers each failed with a traceback, and a process that had trained before never looked again.
+    ``FEDLIB_CUDA_GRAPHS`` is read where each executor is made (in every worker): refused first too."""
+    value, says = BAD_SETTINGS[variable]
+    monkeypatch.setenv(variable, value)
     monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("trained"))
-    message = r"FEDLIB_MALLOC='bogus' is not one of: reuse, default \(unset it for the default, reuse\)"
+    message = f"{variable}={value!r}{says}"
+    calls = [
+        lambda: run(TINY, tmp_path, progress=False),
+        lambda: runner.run_configs([TINY, TINY.replace(seed=1)], Store(tmp_path), progress=False, jobs=2),
+    ]
+    if variable == "FEDLIB_CUDA_GRAPHS":
+        calls.append(StackedExecutor)
+    for call in calls:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            call()
+    out = _cli("fedmcsa_sigma", "--profile", "smoke", "--dry-run", env={variable: value})
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.splitlines()[-1] == f"experiments.py: error: {message}"
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon", "inf", "nan"])
+def test_a_bad_snapshot_interval_is_refused_before_anything_trains(tmp_path, monkeypatch, value):
+    monkeypatch.setenv("FEDLIB_CHECKPOINT_SECONDS", value)
+    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("trained"))
+    message = f"FEDLIB_CHECKPOINT_SECONDS={value!r}: a number of seconds > 0 (unset: 300)"
     for call in (
         lambda: run(TINY, tmp_path, progress=False),
         lambda: runner.run_configs([TINY, TINY.replace(seed=1)], Store(tmp_path), progress=False, jobs=2),
     ):
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(ValueError, match=re.escape(message)):
             call()
-    out = _cli("fedmcsa_sigma", "--profile", "smoke", "--dry-run", env={"FEDLIB_MALLOC": "bogus"})
-    assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert out.stderr.splitlines()[-1] == (
-        "experiments.py: error: FEDLIB_MALLOC='bogus' is not one of: reuse, default (unset it for the default, reuse)"
-    )
+
+
+def test_the_snapshot_interval_comes_from_the_environment(tmp_path, monkeypatch):
+    store = Store(tmp_path)
+    monkeypatch.delenv("FEDLIB_CHECKPOINT_SECONDS", raising=False)
+    assert store.checkpoint(TINY).every_seconds == 300.0
+    monkeypatch.setenv("FEDLIB_CHECKPOINT_SECONDS", " 7.5 ")
+    assert store.checkpoint(TINY).every_seconds == 7.5
+    store.checkpoint_seconds = 0.0  # a store's own setting wins (tests snapshot every round)
+    assert store.checkpoint(TINY).every_seconds == 0.0
 
 
 def test_a_grid_axis_must_have_values():
@@ -473,23 +507,6 @@ def _cli(*args, env=None):
     )
 
 
-def test_a_bad_cuda_graphs_setting_is_refused_before_anything_trains(tmp_path, monkeypatch):
-    """``FEDLIB_CUDA_GRAPHS`` is read where each executor is made (in every worker): a bad value is refused first."""
-    monkeypatch.setenv("FEDLIB_CUDA_GRAPHS", "maybe")
-    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("trained"))
-    message = r"FEDLIB_CUDA_GRAPHS='maybe': one of 1, true, yes, on \(record\) or 0, false, no, off \(do not\)"
-    for call in (
-        lambda: run(TINY, tmp_path, progress=False),
-        lambda: runner.run_configs([TINY, TINY.replace(seed=1)], Store(tmp_path), progress=False, jobs=2),
-        lambda: StackedExecutor(),
-    ):
-        with pytest.raises(ValueError, match=message):
-            call()
-    out = _cli("fedmcsa_sigma", "--profile", "smoke", "--dry-run", env={"FEDLIB_CUDA_GRAPHS": "maybe"})
-    assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert out.stderr.splitlines()[-1].startswith("experiments.py: error: FEDLIB_CUDA_GRAPHS='maybe': one of 1,")
-
-
 def test_cli_where_matching_nothing_is_an_error_listing_the_values():
     """It printed '0 configs' and exited 0."""
     out = _cli("fedmcsa_sigma", "--profile", "smoke", "--where", "seed=7", "--dry-run")
@@ -569,18 +586,22 @@ def test_cli_explicit_profile_beats_the_environment():
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
-def test_ctrl_c_of_a_grid_on_two_processes_stops_it_without_starting_another_run(tmp_path):
+@pytest.mark.parametrize("batch", [1, 2])
+def test_ctrl_c_of_a_grid_on_two_processes_stops_it_without_starting_another_run(tmp_path, batch):
     """Ctrl-C in a --jobs 2 grid's parent only (Jupyter's "interrupt the kernel" signals the kernel, not its
     workers): the parent did not react while it waited for a unit (``as_completed``); when it did, the pool had
     already handed a third run to a worker, which trained it to its end before the grid stopped. Now the two runs
-    going snapshot their round, the queued one does not start, and the parent returns within seconds."""
+    going snapshot their round, the queued one does not start, and the parent returns within seconds.
+    ``batch=2``: two units of two runs as one model each; their workers ignored the parent's signal (a pool worker
+    ignores SIGINT, and the runs' threads cannot take it) and trained their units to the end while the parent
+    waited (2026-11-28). Now the four runs snapshot their round."""
     script = (
         "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from fedlib import RunConfig, Store; from fedlib.runner import run_configs\n"
         "if __name__ == '__main__':\n"
         "    cfgs = [RunConfig(n_clients=20, clients_per_round=20, rounds=100000, local_steps=20, model='dnn', seed=s)"
         " for s in range(4)]\n"
-        f"    run_configs(cfgs, Store({str(tmp_path)!r}), progress=False, jobs=2, batch=1)\n"
+        f"    run_configs(cfgs, Store({str(tmp_path)!r}), progress=False, jobs=2, batch={batch})\n"
     )
     (tmp_path / "grid.py").write_text(script)
     parent = subprocess.Popen(
@@ -600,6 +621,7 @@ def test_ctrl_c_of_a_grid_on_two_processes_stops_it_without_starting_another_run
         if parent.poll() is None:
             parent.kill()
             parent.wait()
-    assert "interrupted: 0 of 4 runs stored, 2 snapshots kept (run again to resume)" in out, out[-2000:]
-    assert len(list((tmp_path / "_partial").glob("*.json"))) == 2
+    going = 2 * batch
+    assert f"interrupted: 0 of 4 runs stored, {going} snapshots kept (run again to resume)" in out, out[-2000:]
+    assert len(list((tmp_path / "_partial").glob("*.json"))) == going
     assert not any(Path(f"/proc/{p}").exists() for p in workers)

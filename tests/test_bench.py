@@ -49,6 +49,9 @@ def test_bench_rejects_unknown_case(capsys):
         (["--repeats", "0"], "--repeats=0: at least 1"),  # a StatisticsError traceback
         (["--threads", "0"], "--threads=0: at least 1"),  # ran with torch's default
         (["--e2e", "--repeats", "-1"], "--repeats=-1: at least 1"),
+        (["--table", "nope"], "--table ['nope']: not an experiment"),
+        (["--table", "fedmcsa_sigma", "--seconds", "0"], "--seconds > 0 and --jobs >= 1"),
+        (["--table", "fedmcsa_sigma", "--jobs", "0"], "--seconds > 0 and --jobs >= 1"),
         pytest.param(
             ["--device", "cuda"],
             "--device cuda: no CUDA device here",  # torch's "Found no NVIDIA driver" traceback
@@ -244,3 +247,31 @@ def test_replay_runs_each_call_at_its_shapes_and_strides(monkeypatch):
     readings = iter([0.0, 1.0, 5.0, 5.5, 9.0, 10.0])  # trials of 1 s, 0.5 s, 1 s
     monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=lambda: next(readings)))
     assert bench.replay(collections.Counter({key: 1}), "cpu") == 0.5
+
+
+def test_rounds_done_counts_stored_runs_whole_and_stopped_ones_from_their_snapshot(tmp_path):
+    from fedlib import RunConfig, Store, run
+    from fedlib.bench import rounds_done
+
+    tiny = RunConfig(n_clients=4, clients_per_round=2, rounds=4, local_steps=2, model="mlr")
+    stored, stopped, queued = tiny, tiny.replace(seed=1, rounds=9), tiny.replace(seed=2)
+    store = Store(tmp_path)
+    run(stored, store, progress=False)
+    info = store.checkpoint(stopped).info_path
+    info.parent.mkdir(parents=True, exist_ok=True)
+    info.write_text('{"round": 7, "rounds": 9, "elapsed": 1.0}')
+    assert rounds_done(store, [stored, stopped, queued]) == {stored.key(): 4, stopped.key(): 7, queued.key(): 0}
+
+
+def test_table_window_of_a_whole_grid(tmp_path, capsys):
+    """``--table``: the CLI trains the experiment's grid from an empty store (FEDLIB_RESULTS untouched) and the
+    rounds are counted; a window longer than the grid counts every round, and the estimate is the time it took."""
+    from fedlib.bench import bench_table
+
+    log = tmp_path / "log"
+    r = bench_table("fedmcsa_sigma", 600, 2, "smoke", log=str(log))
+    assert r["runs"] == 8 and r["rounds"] == sum(r["rounds_of"].values()) == 24
+    assert r["rounds_done"] == 24 and r["stored"] == 8 and r["exit"] == 0
+    assert r["estimate_s"] == pytest.approx(r["seconds"]) and r["slowest_run_s"] <= r["seconds"]
+    assert "fedmcsa_sigma (smoke): 8 runs, 24 rounds; " in capsys.readouterr().out
+    assert (tmp_path / "log.json").exists() and "runs stored" in log.read_text()

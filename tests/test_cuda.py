@@ -13,7 +13,8 @@ from helpers import small_synthetic
 
 from fedlib.algorithms import ALGORITHMS
 from fedlib.config import RunConfig
-from fedlib.data.federated import sample_epochs
+from fedlib.data.federated import FederatedData, sample_epochs
+from fedlib.data.synthetic import synthetic
 from fedlib.executors import LocalSGD, LoopExecutor, StackedExecutor
 from fedlib.models import MODELS, build_model
 from fedlib.runner import train, train_unit
@@ -96,6 +97,10 @@ def test_a_grid_over_lr_and_mu_batched_on_cuda_equals_its_solo_runs_float64():
             assert np.allclose(o.metrics[col], cpu.metrics[col], rtol=0, atol=1e-9), col
 
 
+def _cpu(d):
+    return {n: t.cpu() for n, t in d.items()}
+
+
 # -- CUDA graphs of the client groups' loops (``fedlib.executors.graphs``) --------------------------------------------
 GRAPH_CASES = [
     *(
@@ -108,9 +113,11 @@ GRAPH_CASES = [
 
 
 @pytest.mark.parametrize("name, dtype", GRAPH_CASES)
-def test_a_run_with_cuda_graphs_equals_it_without_bit_for_bit(name, dtype, monkeypatch):
-    """Replays run the kernels the eager loop runs: a whole run's metrics and final models are identical, float32
-    included; and the run did replay (recorded on a key's second sighting, replayed after)."""
+def test_a_run_with_cuda_graphs_equals_it_without(name, dtype, monkeypatch):
+    """Replays run the kernels the eager loop runs: a whole run's metrics equal its eager run's, and the run did
+    replay (recorded on a key's second sighting, replayed after). On an H100 (torch 2.11, 2026-11-28) the eight
+    float32 runs and float64 pFedMe were identical and float64 FedAvg differed by 8.9e-16 (cuBLAS may pick another
+    algorithm under capture): hence the tolerances, far below a last float32 bit of these metrics."""
     from fedlib.executors import graphs
 
     made = []
@@ -129,23 +136,35 @@ def test_a_run_with_cuda_graphs_equals_it_without_bit_for_bit(name, dtype, monke
     monkeypatch.setenv("FEDLIB_CUDA_GRAPHS", "1")
     replayed = train(cfg, progress=False)
     assert made and sum(g.hits for g in made) > 0, [(g.hits, g.recorded, g.eager) for g in made]
+    # the same kernels, but cuBLAS may pick another algorithm under capture: last bits (float64 FedAvg, H100)
+    tol = {"float64": 1e-12, "float32": 1e-6}[dtype]
     for col in ("test_loss", "test_acc", "uploads"):
-        assert np.array_equal(replayed.metrics[col].to_numpy(), eager.metrics[col].to_numpy(), equal_nan=True), col
+        got, want = replayed.metrics[col].to_numpy(), eager.metrics[col].to_numpy()
+        assert np.allclose(got, want, rtol=0, atol=tol), (col, np.abs(got - want).max())
 
 
 def test_graphs_follow_the_shrinking_plans_of_unequal_clients():
-    """Epoch-based training of unequal clients (``ShrinkingPlan``s, some groups smaller at later steps): replayed
-    groups equal the eager executor's bit for bit, round after round with other batches, and the loop's (float64)."""
-    data = small_synthetic(n_clients=5, rows=90).to("cuda", torch.float64)
+    """Epoch-based training of unequal clients (``ShrinkingPlan``s, fewer clients at later steps): replayed groups
+    equal the eager executor's round after round with other batches, and the loop's (float64). (Its first version
+    moved the data to the GPU anew each round, a new address and so a new key each round: it replayed nothing. This
+    version has not yet run on a GPU.)"""
+    xs, ys = synthetic(n_clients=5, seed=0)
+    cut = [90 - 12 * i for i in range(5)]  # unequal clients: in an epoch plan they finish at different steps
+    xs, ys = [x[:n] for x, n in zip(xs, cut)], [y[:n] for y, n in zip(ys, cut)]
+    parts = [np.arange(n - 10) for n in cut], [np.arange(n - 10, n) for n in cut]
+    data = FederatedData.from_clients("unequal", xs, ys, *parts, 10).to("cpu", torch.float64)
+    gpu = data.train.to("cuda")  # one tensor for every round: a recording reads the data at its address
     model = build_model("dnn", (60,), 10, hidden=(8,), seed=1, dtype=torch.float64).cuda()
-    start = {n: t.unsqueeze(0).repeat(5, *[1] * t.dim()) for n, t in model.state_dict().items()}
+    start = {n: t.unsqueeze(0).repeat(5, *[1] * t.dim()).cuda() for n, t in model.state_dict().items()}
     opt = LocalSGD(lr=0.05, momentum=0.9, mu=0.5)
     graphed, eager = StackedExecutor(graphs=True), StackedExecutor(graphs=False)
     for r in range(4):
         plan = sample_epochs(data.train, torch.arange(5), 2, 16, torch.Generator().manual_seed(r))
+        loop = LoopExecutor().train(model.cpu(), _cpu(start), plan, data.train, opt, anchor=_cpu(start))
         plan.index, plan.weight, plan.active = plan.index.cuda(), plan.weight.cuda(), plan.active.cuda()
-        a = graphed.train(model, start, plan, data.train, opt, anchor=start)
-        b = eager.train(model, start, plan, data.train, opt, anchor=start)
-        assert all(torch.equal(a[n], b[n]) for n in a), r
+        a = graphed.train(model.cuda(), start, plan, gpu, opt, anchor=start)
+        b = eager.train(model, start, plan, gpu, opt, anchor=start)
+        assert max((a[n] - b[n]).abs().max().item() for n in a) < 1e-12, r
+        assert max((a[n].cpu() - loop[n]).abs().max().item() for n in a) < 1e-10, r
         start = a
     assert graphed.graphs.hits > 0

@@ -3,8 +3,9 @@
 On a GPU a local step of these small models is a few dozen short kernels, and the launches, not the arithmetic,
 bound a round (an AdaFL MNIST run: 2.5 minutes on an H100 for seconds of arithmetic). A CUDA graph records a
 client group's whole local-step loop once (every step's kernels, ``torch.cuda.graph``) and replays it with one
-launch. A replay runs the kernels it recorded, at the addresses it recorded: the same arithmetic as the eager loop,
-so its results are the eager loop's bit for bit (``tests/test_cuda.py``).
+launch. A replay runs the kernels it recorded, at the addresses it recorded: the eager loop's arithmetic, though
+cuBLAS may pick another algorithm under capture (``tests/test_cuda.py``; on an H100, whole float32 runs of eight
+methods were identical to their eager runs, and a float64 FedAvg run differed by 8.9e-16).
 
 What a recording fixes, and so what keys it (``_key``): the path, the model, the group's parameter shapes, the
 plan's shapes (steps, clients, batch) and which clients step at each step (a ``ShrinkingPlan``'s ``live``), the
@@ -21,7 +22,9 @@ recorded: it makes no host synchronisation and draws no random numbers. Other pa
 context, a ``RunsSGD``'s per-run columns) run eagerly.
 
 Opt-in: ``StackedExecutor(graphs=True)``, or ``FEDLIB_CUDA_GRAPHS=1`` in the environment for every executor a run
-makes (the CLI, ``run_grid``, ``python -m fedlib.bench``). It changes no result, so it is not part of a run's key.
+makes (the CLI, ``run_grid``, ``python -m fedlib.bench``). Like the device, it is not part of a run's key. Off by
+default: what it saves on whole runs was not measured (the session that wrote it ran out of GPU time; README,
+"On a GPU").
 """
 
 from __future__ import annotations
