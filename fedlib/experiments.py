@@ -40,7 +40,7 @@ from .data.readers import DatasetChecksumError, DatasetFormatError, DatasetNotFo
 from .executors.graphs import graphs_from_env
 from .malloc import mode as malloc_mode
 from .runner import BATCH, expand, results_frame, run_configs
-from .store import Store, StoreNotWritable
+from .store import Store, StoreNotWritable, checkpoint_seconds
 
 
 class NothingStoredError(LookupError):
@@ -387,6 +387,7 @@ def main(argv=None) -> int:
         args.jobs = runner.jobs_arg(args.jobs)
         malloc_mode()  # a bad FEDLIB_MALLOC: here, not as a traceback from every worker
         graphs_from_env()  # a bad FEDLIB_CUDA_GRAPHS likewise
+        checkpoint_seconds()  # and FEDLIB_CHECKPOINT_SECONDS (a traceback from the grid)
         resolve_profile(args.profile)  # a bad FEDLIB_PROFILE (--profile's choices are checked above): a usage error
     except ValueError as e:
         ap.error(str(e))

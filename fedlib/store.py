@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import shutil
 import stat
@@ -78,8 +79,8 @@ def checkpoint_seconds() -> float:
     try:
         value = float(text)
     except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
         raise ValueError(f"{CHECKPOINT_ENV}={text!r}: a number of seconds > 0 (unset: 300)")
     return value
 

@@ -40,8 +40,8 @@ def test_only_the_cross_entropy_chain_path_on_a_gpu_with_one_localsgd_is_recorde
     data, model, p, plan = _group()
     ce, opt = CrossEntropy(), LocalSGD(lr=0.1)
     assert not GroupGraphs.eligible(chain_cross_entropy, plan, opt, ce, p)  # CPU tensors
-    cuda_p = {n: t.to("meta") for n, t in p.items()}  # a device that is not the CPU, without a GPU
-    assert not GroupGraphs.eligible(chain_cross_entropy, plan, opt, ce, cuda_p)  # meta is not cuda either
+    meta_p = {n: t.to("meta") for n, t in p.items()}  # a device that is not the CPU, without a GPU
+    assert not GroupGraphs.eligible(chain_cross_entropy, plan, opt, ce, meta_p)  # meta is not cuda either
     fake = {n: _OnCuda(t) for n, t in p.items()}
     assert GroupGraphs.eligible(chain_cross_entropy, plan, opt, ce, fake)
     assert not GroupGraphs.eligible(chain_mean_mixup, plan, opt, ce, fake)  # another path

@@ -29,12 +29,14 @@ default: what it saves on whole runs was not measured (the session that wrote it
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import OrderedDict
 
 import torch
 
 from ..data.federated import BatchPlan, ShrinkingPlan, Split
+from .chain import chain_cross_entropy
 from .objectives import CrossEntropy
 from .sgd import LocalSGD, Params
 
@@ -69,8 +71,6 @@ class GroupGraphs:
 
     @staticmethod
     def eligible(path, plan: BatchPlan, opt, objective, params: Params) -> bool:
-        from .chain import chain_cross_entropy
-
         dev = next(iter(params.values())).device
         return (
             dev.type == "cuda"
@@ -130,10 +130,7 @@ class GroupGraphs:
         clone = lambda d: None if d is None else {n: t.clone() for n, t in d.items()}
         sp, sanchor, sdrift = clone(p), clone(anchor), clone(drift)
         weight = None if plan.weight is None else plan.weight.clone()
-        if isinstance(plan, ShrinkingPlan):
-            splan = ShrinkingPlan(plan.index.clone(), weight, live=plan.live, src=plan.src)
-        else:
-            splan = BatchPlan(plan.index.clone(), weight)
+        splan = dataclasses.replace(plan, index=plan.index.clone(), weight=weight)  # a ShrinkingPlan keeps ``live``
         side = torch.cuda.Stream()  # a warm-up on a side stream first, as torch's CUDA graph notes ask
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
