@@ -38,6 +38,7 @@ the ``--e2e`` benchmark's W6c line measures the ceiling (the grid one by one ove
 from __future__ import annotations
 
 import collections
+import queue
 import threading
 from dataclasses import dataclass, field
 
@@ -49,6 +50,7 @@ from .data.federated import BatchPlan
 from .executors.objectives import CrossEntropy
 from .executors.sgd import RunsSGD
 from .models import linear_chain
+from .openmp import single_threaded_here
 from .simulation import DeferredInterrupt
 
 
@@ -73,8 +75,9 @@ class Gang:
     operation that released the GIL handed it to another thread: the batched grid took 0.84x the time of its
     runs one by one (``python -m fedlib.bench --e2e``, W6x); taking turns, no two run threads want the GIL."""
 
-    def __init__(self, executor, members: int):
+    def __init__(self, executor, members: int, engine=None):
         self.executor = executor
+        self.engine = engine  # runs a batch of calls: run_together's calling thread; None: the arriving thread
         self.live = members
         self.pending: list[_Call] = []
         self.lock = threading.Lock()
@@ -108,7 +111,7 @@ class Gang:
 
     def _arrive(self, call: _Call | None) -> None:
         """This thread's turn ends at the barrier (with ``call``, or leaving): once every live run has a call
-        pending, run them (in this thread) and queue their threads; then hand the turn on."""
+        pending, run them (through ``engine``, else in this thread) and queue their threads; then hand the turn on."""
         with self.lock:
             if call is not None:
                 self.pending.append(call)
@@ -127,6 +130,12 @@ class Gang:
             self.queue.popleft().set()
 
     def _run(self, batch: list[_Call]) -> None:
+        if batch and self.engine is not None:
+            return self.engine(batch)
+        self.run_batch(batch)
+
+    def run_batch(self, batch: list[_Call]) -> None:
+        """The merged calls of ``batch``, in this thread."""
         groups: dict = {}
         for c in batch:
             groups.setdefault((c.kind, c.key) if c.key is not None else (c.kind, id(c)), []).append(c)
@@ -244,38 +253,77 @@ class StopFlag:
     requested: bool = False
 
 
+_POLL = 0.2  # seconds between the calling thread's looks at a Ctrl-C while the runs compute
+
+
 def run_together(fns: list, executor) -> tuple[list, Gang]:
     """Call ``fns[r](member_executor, stop_flag)`` for every run r in a thread of its own, their executors one
-    ``Gang``; returns (per run: its return value or the exception it raised, the gang). Ctrl-C in the calling
-    thread asks every run to stop after its round (with a snapshot); a second Ctrl-C returns at once."""
-    gang, stop = Gang(executor, len(fns)), StopFlag()
+    ``Gang``; returns (per run: its return value or the exception it raised, the gang). The merged calls run in
+    this (the calling) thread with torch's threads, each run thread's own work on one thread (``fedlib.openmp``:
+    one OpenMP team in the process). Ctrl-C in the calling thread asks every run to stop after its round (with a
+    snapshot); a second ends the runs whose merged call it interrupts."""
+    work: queue.SimpleQueue = queue.SimpleQueue()
+
+    def engine(batch):  # in a run thread: hand the batch to the calling thread and wait for it
+        done = threading.Event()
+        work.put((batch, done))
+        done.wait()
+
+    gang, stop = Gang(executor, len(fns), engine), StopFlag()
     out: list = [None] * len(fns)
+    process_threads = torch.get_num_threads()
 
     def body(r):
         try:
+            single_threaded_here(process_threads)
             gang.enter()
             out[r] = fns[r](gang.member(), stop)
         except BaseException as e:  # reported per run by the caller
             out[r] = e
         finally:
             gang.leave()
+            work.put(None)  # wakes the calling thread to see that this run has ended
 
     threads = [threading.Thread(target=body, args=(r,), daemon=True, name=f"fedlib-run-{r}") for r in range(len(fns))]
     for t in threads:
         t.start()
+
+    ended = 0
+
+    def serve(ctrl_c=None) -> None:
+        """Run the batches the run threads hand over until every run thread has ended."""
+        nonlocal ended
+        while ended < len(threads):
+            if ctrl_c is not None:
+                stop.requested = stop.requested or ctrl_c.requested
+            try:
+                item = work.get(timeout=_POLL)
+            except queue.Empty:
+                continue
+            if item is None:  # a run thread's last act
+                ended += 1
+                continue
+            batch, done = item
+            try:
+                gang.run_batch(batch)
+            except BaseException as e:  # a second Ctrl-C between merged calls: their runs end with it
+                for c in batch:
+                    c.error = c.error or (e if c.result is None else None)
+                raise
+            finally:
+                done.set()
+
     try:
         # the first Ctrl-C asks the runs to stop, also where SIGINT was ignored: a grid's pool worker, which its
         # parent signals once (it trained its batched unit to the end while the parent waited: issue 21's GPU
         # window of AdaFL Table 1, and a --jobs 2 --batch 2 grid on the CPU, 2026-11-28)
         with DeferredInterrupt() as ctrl_c:
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.2)
-                    stop.requested = stop.requested or ctrl_c.requested
+            serve(ctrl_c)
     except KeyboardInterrupt:
         stop.requested = True
-        for t in threads:
-            t.join()
+        serve()
+    for t in threads:
+        t.join()
     return out, gang
 
 

@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from . import resources
+from . import openmp, resources
 from .algorithms import build_algorithm
 from .config import RunConfig, flat_name
 from .data import load_federated
@@ -54,7 +54,7 @@ def _meta(cfg: RunConfig, device: str, seconds: float, executor: str) -> dict:
         "device": device,
         "device_name": dev,
         "executor": executor,
-        "threads": torch.get_num_threads(),
+        "threads": openmp.threads(),
         "wall_seconds": round(seconds, 3),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
