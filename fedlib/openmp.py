@@ -35,13 +35,13 @@ def _runtime() -> tuple:
     try:
         omp = ctypes.CDLL(None).omp_set_num_threads
         omp.argtypes, omp.restype = [ctypes.c_int], None
-    except (AttributeError, OSError):
+    except (AttributeError, OSError, TypeError):  # TypeError: CDLL(None) where there is no process namespace
         omp = None
     try:  # torch's MKL is linked into libtorch_cpu; the call returns the thread's previous count (0: none set)
         lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
         mkl = lib.MKL_Set_Num_Threads_Local
         mkl.argtypes, mkl.restype = [ctypes.c_int], ctypes.c_int
-    except (AttributeError, OSError):
+    except (AttributeError, OSError, TypeError):
         mkl = None
     return omp, mkl
 

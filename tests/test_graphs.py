@@ -99,3 +99,17 @@ def test_graphs_on_the_cpu_change_nothing():
     b = off.train(model, p, plan, data.train, LocalSGD(lr=0.1))
     assert all(torch.equal(a[n], b[n]) for n in a)
     assert (on.graphs.hits, on.graphs.recorded, on.graphs.eager) == (0, 0, 0)
+
+
+def test_keys_seen_once_are_remembered_up_to_a_bound():
+    """A key is recorded at its second sighting, so keys are remembered; a decaying lr makes a new key every round,
+    and the set grew without bound (noticed in review, 2026-11-28). Now the ``SEEN`` most recent are kept. A first
+    sighting runs eagerly, which needs no GPU."""
+    data, model, p, plan = _group()
+    graphs = GroupGraphs()
+    graphs.SEEN = 3
+    for lr in (0.1, 0.2, 0.3, 0.4, 0.5):
+        q = {n: t.clone() for n, t in p.items()}
+        graphs.run(chain_cross_entropy, model, q, plan, data.train, LocalSGD(lr=lr), None, None, CrossEntropy(), None)
+    assert graphs.eager == 5 and graphs.recorded == 0
+    assert [k[6].lr for k in graphs.seen] == [0.3, 0.4, 0.5]

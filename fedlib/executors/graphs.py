@@ -63,10 +63,12 @@ class GroupGraphs:
     kept (each holds its own GPU memory: one eager loop's peak). ``hits`` / ``recorded`` / ``eager``: calls replayed,
     recordings made, calls run eagerly."""
 
+    SEEN = 1024  # keys remembered as seen (a decaying lr makes a new key every round: without a bound, a leak)
+
     def __init__(self, capacity: int = 16):
         self.capacity = capacity
         self.graphs: OrderedDict = OrderedDict()
-        self.seen: set = set()
+        self.seen: OrderedDict = OrderedDict()  # keys seen, the ``SEEN`` most recent
         self.hits = self.recorded = self.eager = 0
 
     @staticmethod
@@ -101,7 +103,9 @@ class GroupGraphs:
         key = self._key(path, model, p, plan, data, opt, anchor, drift)
         entry = self.graphs.get(key)
         if entry is None and key not in self.seen:
-            self.seen.add(key)
+            self.seen[key] = None
+            while len(self.seen) > self.SEEN:
+                self.seen.popitem(last=False)
             self.eager += 1
             return path(model, p, plan, data, opt, anchor, drift, objective, clients)
         if entry is None:
