@@ -4,7 +4,8 @@ model with the runs' clients side by side on the client axis.
 Each run keeps its own round loop (``simulation.simulate`` in a thread of its own: its selection, batch plans,
 aggregation, lr schedule, random streams, snapshots and store entry are exactly its solo run's). What the runs share
 is the arithmetic: their executor is a ``GangExecutor``, whose ``train`` and ``evaluate`` calls wait at a barrier
-until every live run of the gang has made its next call, and then run as one call per kind:
+until every live run of the gang has made its next call, and then run as one call per kind, in the thread that called
+``run_together`` (with torch's threads; each run thread computes its own part on one: ``fedlib.openmp``):
 
 - ``train``: the runs' client stacks concatenated on the client axis (run r's K_r clients after run r-1's) through
   the real executor once, and split back. Calls merge when they ask the same arithmetic of different rows: same
