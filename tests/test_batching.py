@@ -214,14 +214,16 @@ def test_merged_calls_run_in_the_calling_thread_and_run_threads_start_no_openmp_
             seen.append((threading.current_thread() is threading.main_thread(), torch.get_num_threads()))
             return args[1]
 
+    omp, mkl = openmp._runtime()
+
     def run(ex, stop):
         ex.train(None, {}, None, None, None, objective=object())
-        return torch.get_num_threads(), openmp.threads()
+        mkl_here = mkl(1) if mkl is not None else 1  # MKL's answer: this thread's count before the call
+        return torch.get_num_threads(), mkl_here, openmp.threads()
 
     outs, _ = run_together([run] * 3, Where())
     assert seen == [(True, 2)] * 3
-    omp, _ = openmp._runtime()
-    assert outs == [(1 if omp is not None else 2, 2)] * 3
+    assert outs == [(1 if omp is not None else 2, 1, 2)] * 3
 
 
 def test_run_together_returns_when_the_last_run_ends_not_at_the_next_poll(monkeypatch):
