@@ -7,7 +7,7 @@ threads belong to teams than the machine has cores, every team's idle workers st
 threads, a 120,000-element ``add_`` took 6 us in the main thread and 67 us in a second thread beside it, and a
 client group's 20 local steps of Synthetic's MLR 2.5x the main thread's time (2026-11-28, Intel Xeon). A batched
 grid (``fedlib.batching``) runs each run in a thread of its own, so with two threads its merged training was
-slower than the runs one by one (``python -m fedlib.bench --e2e --only W6 --threads 2``: W6x 0.58-0.70x).
+slower than the runs one by one (``python -m fedlib.bench --e2e --only W6 --threads 2``: W6x 0.50-0.70x).
 
 ``single_threaded_here()`` sets the calling thread's OpenMP and MKL thread counts to 1 (both are per-thread
 settings; torch's ``set_num_threads`` is process-wide), so a run thread never starts a team;

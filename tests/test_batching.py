@@ -200,7 +200,7 @@ def two_threads():
 def test_merged_calls_run_in_the_calling_thread_and_run_threads_start_no_openmp_team(two_threads):
     """With two threads, the merged calls ran in whichever run thread arrived last, each run thread a GNU OpenMP
     team of its own: more threads in teams than cores, so every parallel region slept and woke its workers, and
-    W6 batched took 0.58-0.70x the time of its runs one by one (``fedlib.openmp``; 2026-11-28). Now the calling
+    W6 batched took 0.50-0.70x the time of its runs one by one (``fedlib.openmp``; 2026-11-28). Now the calling
     thread runs every merged call with torch's threads, and a run thread computes on one (where the runtime lets
     ``fedlib.openmp`` set it); a run's metadata still records the process's threads."""
     import threading
