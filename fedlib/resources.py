@@ -235,6 +235,23 @@ def cores(cgroup: str = "/sys/fs/cgroup") -> int:
     return max(1, n)
 
 
+def cache_bytes(level: int, root: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """The size in bytes of the first CPU's level-``level`` data cache (a unified or data one; the largest if sysfs
+    lists several), as Linux's sysfs reports it ("2048K"); None where it does not (another OS, a level the CPU
+    lacks, an unreadable entry). ``root``: that folder, for tests."""
+    sizes = []
+    for entry in Path(root).glob("index*") if Path(root).is_dir() else ():
+        try:
+            if int((entry / "level").read_text()) != level or (entry / "type").read_text().strip() == "Instruction":
+                continue
+            text = (entry / "size").read_text().strip().upper()
+            unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            sizes.append(int(text.rstrip("KMG")) * unit)
+        except (OSError, ValueError):
+            continue
+    return max(sizes) if sizes else None
+
+
 # the vector instructions float32 kernels (MKL, oneDNN) dispatch on, widest first, as /proc/cpuinfo's flags name them
 VECTOR_ISAS = (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sve", "sve"), ("asimd", "neon"))
 

@@ -285,3 +285,21 @@ def test_max_pool_2x2_is_max_pool2d(shape):
     (g1,) = torch.autograd.grad(max_pool_2x2(x).sum(), x)
     (g2,) = torch.autograd.grad(F.max_pool2d(x, 2, 2).sum(), x)
     assert torch.equal(g1, g2)
+
+
+@pytest.mark.parametrize("six", [False, True])
+def test_relu_is_in_place_only_without_autograd(six):
+    """``convnets.relu``: torch's values either way; in place under ``no_grad`` (evaluation), a new tensor with autograd
+    (training keeps its graph: the input is left as it was)."""
+    import torch.nn.functional as F
+
+    from fedlib.convnets import relu
+
+    x = torch.randn(4, 3, 5, 5) * 8
+    want = F.relu6(x) if six else F.relu(x)
+    inp = x.clone().requires_grad_() * 1.0
+    out = relu(inp, six)
+    assert torch.equal(out, want) and out.requires_grad and out is not inp and torch.equal(inp, x)
+    with torch.no_grad():
+        z = x.clone()
+        assert relu(z, six) is z and torch.equal(z, want)

@@ -196,21 +196,31 @@ def test_forced_kernels_and_group_bytes():
     assert make_executor("auto", mlp, group_bytes=8 << 20).group_size(mlp, 50, None, opt, "cpu") == 3
 
 
-def test_a_chains_group_keeps_one_steps_inputs_within_l2():
-    """Twelve batched Synthetic runs' 1,200 MLR clients go in groups of 200, not in one (the byte budget alone):
-    1 MiB over 20 rows of 60 float32 inputs is 218 clients, cut into equal groups. AdaFL's MLP stays bounded by its
-    parameters, and a GPU takes every client at once."""
+@pytest.mark.parametrize(
+    "l2, l3, mlr_group, mlp_group",
+    [(1 << 20, 32 << 20, 200, 5), (2 << 20, 480 << 20, 400, 10)],
+    ids=["amd-1MiB-L2-32MiB-L3", "intel-2MiB-L2-480MiB-L3"],
+)
+def test_a_chains_group_keeps_one_steps_inputs_within_l2(monkeypatch, l2, l3, mlr_group, mlp_group):
+    """Twelve batched Synthetic runs' 1,200 MLR clients go in groups whose one step's inputs fit in a core's L2, not
+    in one (the byte budget alone): 1 MiB over 20 rows of 60 float32 inputs is 218 clients (2 MiB: 436), cut into
+    equal groups. AdaFL's MLP stays bounded by its parameters, half the L3 (16 MiB: groups of 5 of 10 clients; 240
+    MiB: all 10 at once), and a GPU takes every client at once. The budgets as the AMD and the Intel machine's
+    caches give them (``PROCESS_CACHE_BYTES``, ``CORE_CACHE_BYTES``)."""
     from fedlib.data.federated import BatchPlan
+    from fedlib.executors import stacked
 
+    monkeypatch.setattr(stacked, "CORE_CACHE_BYTES", l2)
     mlr = build_model("mlr", (60,), 10, seed=0)
     plan = BatchPlan(torch.zeros(20, 1200, 20, dtype=torch.long))
     opt = LocalSGD(0.01, mu=0.001)
-    assert StackedExecutor().group_bytes // (610 * 4 * 3) > 1200  # the byte budget alone would take all of them
-    assert StackedExecutor().group_size(mlr, 1200, plan, opt, "cpu") == 200
-    assert StackedExecutor().group_size(mlr, 1200, plan, opt, "cuda") == 1200
+    ex = StackedExecutor(group_bytes=l3 // 2)
+    assert ex.group_bytes // (610 * 4 * 3) > 1200  # the byte budget alone would take all of them
+    assert ex.group_size(mlr, 1200, plan, opt, "cpu") == mlr_group
+    assert ex.group_size(mlr, 1200, plan, opt, "cuda") == 1200
     mlp = build_model("mlp", (784,), 10, (200, 200), seed=0)
     plan = BatchPlan(torch.zeros(60, 10, 10, dtype=torch.long))  # B = 10: 33 clients' inputs fit in 1 MiB
-    assert StackedExecutor().group_size(mlp, 10, plan, LocalSGD(0.01, momentum=0.5, mu=0.001), "cpu") == 5
+    assert ex.group_size(mlp, 10, plan, LocalSGD(0.01, momentum=0.5, mu=0.001), "cpu") == mlp_group
 
 
 def test_chain_forward_is_the_models_forward():

@@ -74,6 +74,31 @@ def test_personal_evaluation_in_blocks_equals_each_client_alone():
         assert cnt[i] == len(y)
 
 
+def test_blocks_hold_each_clients_rows_feature_by_feature():
+    """``Split.blocks``: client ``clients[j]``'s rows, flattened, are the first ``sizes[j]`` columns of
+    ``features[j]`` (contiguous, feature-major: what ``chain_logits_by_class(..., by_feature=True)`` takes), zeros
+    after them, and ``mask`` marks exactly those columns; ``block_clients`` lists every client with rows once, in
+    block order. Image inputs (N, 1, 4, 4) are flattened to 16 features."""
+    from fedlib.data.federated import FederatedData
+
+    g = torch.Generator().manual_seed(2)
+    rows = (9, 0, 3, 8, 1)
+    xs = [torch.randn(n + 2, 1, 4, 4, generator=g).numpy() for n in rows]
+    ys = [torch.randint(0, 10, (n + 2,), generator=g).numpy() for n in rows]
+    data = FederatedData.from_clients("img", xs, ys, [np.arange(2)] * 5, [np.arange(2, n + 2) for n in rows], 10)
+    split = data.test
+    assert split.block_clients.tolist() == [i for blk in split.blocks for i in blk.clients.tolist()]
+    assert sorted(split.block_clients.tolist()) == [0, 2, 3, 4]
+    for blk in split.blocks:
+        assert blk.features.is_contiguous() and blk.features.shape[:2] == (len(blk.sizes), 16)
+        for j, (i, n) in enumerate(zip(blk.clients.tolist(), blk.sizes)):
+            x, y = split.client(i)
+            assert n == len(y)
+            assert torch.equal(blk.features[j, :, :n], x.reshape(n, 16).T)
+            assert not blk.features[j, :, n:].any() and torch.equal(blk.y[j, :n], y)
+            assert blk.mask[j, :n].all() and not blk.mask[j, n:].any()
+
+
 def test_personal_evaluation_without_test_rows_is_zero():
     """No client has test rows (no block): zero correct, zero loss, zero rows, for one run and for batched runs."""
     data = _uneven(rows=(0, 0, 0))

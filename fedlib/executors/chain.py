@@ -100,18 +100,28 @@ def chain_forward(
     return hs
 
 
-def chain_logits_by_class(layers: list[str], params: Params, x: torch.Tensor) -> torch.Tensor:
+def chain_logits_by_class(layers: list[str], params: Params, x: torch.Tensor, by_feature: bool = False) -> torch.Tensor:
     """The logits of the chain ``layers``, by class: (G, classes, N) for a group of G models (``params`` (G, out, in)
-    weights, ``x`` (G, N, *input)), (classes, N) for one model (``params`` (out, in), ``x`` (N, *input)). Each layer
-    runs as W h^T, features by rows (evaluation: N in the thousands), where the rows-first x W^T of ``chain_forward``
-    is a thin matmul, as wide as the layer's outputs (Synthetic's DNN over a block of 3 x 6,453 rows on the 2-core
-    CPU: 0.76 ms against 1.70 ms; the same logits, summed in another order)."""
+    weights, ``x`` (G, N, *input), or (G, F, N) with ``by_feature``: the rows' flattened inputs feature by feature,
+    as ``data.federated.Block.features`` keeps them), (classes, N) for one model (``params`` (out, in), ``x``
+    (N, *input)). Each layer runs as W h^T, features by rows (evaluation: N in the thousands), where the rows-first
+    x W^T of ``chain_forward`` is a thin matmul, as wide as the layer's outputs (Synthetic's DNN over a block of
+    3 x 6,453 rows on the 2-core CPU: 0.76 ms against 1.70 ms; the same logits, summed in another order).
+    A group's layer is a matmul and then the bias added in place: ``baddbmm`` first copies the bias, broadcast along
+    the rows, into its output (W3's personal evaluation, one thread, 2026-11-28: 3.46 ms against 3.03 ms over its
+    blocks). The logits are those of ``baddbmm`` bit for bit over Synthetic's 60 features (W3's and W4's blocks, one
+    and two threads); over 784 (MNIST) they differ in the last bits, where the BLAS adds a preloaded bias part-way
+    through a long sum (float32 evaluation of MNIST's Linear chains moves so; float64 logits of magnitude ~100 moved
+    by ~1e-13)."""
     group = params[f"{layers[0]}.weight"].dim() == 3
-    h = x.flatten(2).transpose(1, 2) if group else x.flatten(1).T
+    if by_feature:
+        h = x
+    else:
+        h = x.flatten(2).transpose(1, 2) if group else x.flatten(1).T
     last = len(layers) - 1
     for j, name in enumerate(layers):
         W, b = params[f"{name}.weight"], params[f"{name}.bias"]
-        h = torch.baddbmm(b.unsqueeze(2), W, h) if group else torch.addmm(b[:, None], W, h)
+        h = torch.bmm(W, h).add_(b.unsqueeze(2)) if group else torch.addmm(b[:, None], W, h)
         if j < last:
             h.relu_()
     return h
