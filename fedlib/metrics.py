@@ -25,10 +25,32 @@ from .data.federated import Split
 from .executors.chain import chain_logits_by_class, class_softmax
 from .models import linear_chain
 
-# rows per forward pass when a client's model is not a Linear chain: on the 2-core CPU (idle), LeNet-BN + SE over the
-# digits' test sets (10,000 / 2,007 / 9,001 rows) took 2.0 s whole, 1.41 s in chunks of 1,024, 1.05 s in chunks of
-# 256 (0.72 s with ``convnets.max_pool_2x2``), with bit-identical logits (``python -m fedlib.bench --e2e``, W5)
+# rows per forward pass when a model is not a Linear chain, one client's model or one global model: on the 2-core CPU
+# (idle), LeNet-BN + SE over the digits' test sets (10,000 / 2,007 / 9,001 rows) took 2.0 s whole, 1.41 s in chunks of
+# 1,024, 1.05 s in chunks of 256 (0.72 s with ``convnets.max_pool_2x2``), with bit-identical logits (``python -m
+# fedlib.bench --e2e``, W5). A global conv model was still evaluated in the chains' chunks of 8,192 rows until
+# 2026-11-28: LeNet-BN over those test sets 634-664 ms against 244 ms in chunks of 256 (two threads, Intel machine),
+# the same numbers (README's measurement log)
 CONV_ROWS = 256
+
+
+class _Reparametrized(nn.Module):
+    """``fn(net)`` as ``forward``: ``functional_call`` of this module runs it with ``net``'s parameters and buffers
+    swapped for the given tensors once for the whole call, where a ``functional_call`` per chunk of rows swapped them
+    per chunk (LeNet-BN + SE's 34 tensors: ~0.25 ms a swap, 82 chunks: 20-30 ms of a pFedLA digits round)."""
+
+    def __init__(self, net: nn.Module, fn):
+        super().__init__()
+        self.net, self.fn = net, fn
+
+    def forward(self):
+        return self.fn(self.net)
+
+
+def _with_tensors(model: nn.Module, tensors: dict[str, torch.Tensor], fn):
+    """``fn(model)`` with ``tensors`` (names of ``model.state_dict()``) as the model's parameters and buffers; the
+    model's own are untouched."""
+    return functional_call(_Reparametrized(model, fn), {f"net.{n}": t for n, t in tensors.items()}, ())
 
 
 @torch.no_grad()
@@ -51,8 +73,11 @@ def evaluate(
         one = {n: t.unsqueeze(0) for n, t in params.items()}
         c, lo = personal_chain(layers, one, split) if per_client else global_chain(layers, one, split, chunk)
         correct, loss = c[0], lo[0]
-    elif not per_client:
-        c, lo = _global_sums(lambda x: functional_call(model, params, (x,)).T.unsqueeze(0), 1, split, chunk, dtype)
+    elif not per_client:  # in chunks of at most CONV_ROWS rows (``chunk``'s default is the chains'): see CONV_ROWS
+        rows = min(chunk, CONV_ROWS)
+        c, lo = _with_tensors(
+            model, params, lambda net: _global_sums(lambda x: net(x).T.unsqueeze(0), 1, split, rows, dtype)
+        )
         correct, loss = c[0], lo[0]
     else:
         for i in range(n_clients):
@@ -60,9 +85,10 @@ def evaluate(
             if len(y) == 0:
                 continue
             # in chunks: a conv net's activations for a whole test set spill the caches (same logits, faster)
-            p = {n: t[i] for n, t in params.items()}
-            out = torch.cat(
-                [functional_call(model, p, (x[a : a + CONV_ROWS].to(dtype),)) for a in range(0, len(y), CONV_ROWS)]
+            out = _with_tensors(
+                model,
+                {n: t[i] for n, t in params.items()},
+                lambda net: torch.cat([net(x[a : a + CONV_ROWS].to(dtype)) for a in range(0, len(y), CONV_ROWS)]),
             )
             correct[i] = (out.argmax(1) == y).sum()
             loss[i] = F.nll_loss(class_softmax(out, log=True), y, reduction="sum")

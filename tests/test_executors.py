@@ -5,7 +5,7 @@ import torch
 from helpers import small_synthetic
 from torch import nn
 
-from fedlib.data.federated import sample_epochs, sample_steps
+from fedlib.data.federated import FederatedData, sample_epochs, sample_steps
 from fedlib.executors import (
     PROCESS_CACHE_BYTES,
     CrossEntropy,
@@ -139,6 +139,67 @@ def test_prox_without_anchor_is_an_error():
     plan = sample_steps(data.train, torch.arange(2), 1, 2, torch.Generator())
     with pytest.raises(ValueError, match="mu=0.5 needs an anchor"):
         StackedExecutor().train(model, _params(model, 2), plan, data.train, LocalSGD(0.1, mu=0.5))
+
+
+class _WithUnused(nn.Module):
+    """An MLR with a parameter the data loss never reaches (only the proximal term moves it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(60, 10)
+        self.spare = nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("model_name", ["lenet-se", "dnn", "unused"])
+@pytest.mark.parametrize("opt", [LocalSGD(0.1, mu=0.3), LocalSGD(0.05, 0.9, 1e-3, mu=5.0), LocalSGD(0.1, 0.5)])
+def test_loop_generic_terms_are_autograds_bit_for_bit(model_name, opt):
+    """The loop executor adds mu (w - anchor_i) and drift_i to the data loss's gradient after backward: the same
+    float32 parameters, bit for bit, as autograd through mu/2 ||w - anchor_i||^2 + <drift_i, w> added to the loss
+    (what it did until 2026-11-28), a parameter the data loss does not reach included."""
+    shape = (3, 28, 28) if model_name == "lenet-se" else (60,)
+    g = torch.Generator().manual_seed(0)
+    rows = (30, 21)
+    data = FederatedData.from_clients(
+        "t", [torch.randn(n, *shape, generator=g).numpy() for n in rows],
+        [torch.randint(0, 10, (n,), generator=g).numpy() for n in rows],
+        [torch.arange(n).numpy() for n in rows], [torch.arange(n).numpy() for n in rows], 10,
+    )  # fmt: skip
+    if model_name == "unused":
+        torch.manual_seed(0)
+        model = _WithUnused()
+    elif model_name == "lenet-se":
+        model = build_model("lenet", shape, 10, seed=0, attention="se")
+    else:
+        model = build_model("dnn", shape, 10, (20,), seed=0)
+    params = {n: t.unsqueeze(0).repeat(2, *[1] * t.dim()) for n, t in model.state_dict().items()}
+    names = [n for n, _ in model.named_parameters()]
+    shift = {n: 0.05 * torch.randn(t.shape, generator=g) for n, t in params.items() if n in names}
+    anchor = {n: t + shift[n] if n in shift else t for n, t in params.items()}
+    drift = None if opt.mu else {n: 0.3 * v for n, v in shift.items()}
+    plan = sample_steps(data.train, torch.arange(2), 4, 8, g)
+    got = LoopExecutor().train(model, params, plan, data.train, opt, anchor=anchor, drift=drift)
+    for i in range(2):  # the reference: the terms in the loss, through autograd
+        model.load_state_dict({n: t[i] for n, t in params.items()})
+        model.train()
+        ps = dict(model.named_parameters())
+        sgd = torch.optim.SGD(ps.values(), lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
+        for s in range(plan.steps):
+            rows_i = plan.index[s, i]
+            loss = nn.functional.cross_entropy(model(data.train.x[rows_i]), data.train.y[rows_i])
+            if opt.mu:
+                loss = loss + opt.mu / 2 * sum(((p - anchor[n][i]) ** 2).sum() for n, p in ps.items())
+            if drift is not None:
+                loss = loss + sum((p * drift[n][i]).sum() for n, p in ps.items())
+            sgd.zero_grad(set_to_none=True)
+            loss.backward()
+            sgd.step()
+        for n, t in model.state_dict().items():
+            assert torch.equal(got[n][i], t), (n, i)
+    if model_name == "unused" and opt.mu:  # the spare parameter moved toward its anchor by the pull alone
+        assert not torch.equal(got["spare"], params["spare"])
 
 
 # -- client objectives: any objective on any executor (issue "Engine v2", item 3) ------------------------------
