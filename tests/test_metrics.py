@@ -170,8 +170,8 @@ def test_conv_evaluation_in_chunks_equals_one_pass(monkeypatch):
 def test_conv_evaluation_swaps_each_models_tensors_once(monkeypatch):
     """A conv net's client model (and a global one) is put in place once for all its chunks of rows, not once per
     chunk (a swap of LeNet-BN + SE's 34 tensors cost ~0.25 ms a chunk), the model's own tensors are untouched, and a
-    global model goes in chunks of at most ``CONV_ROWS`` rows whatever ``chunk`` says (8,192-row chunks took 2.4x the
-    time on the digits' test sets)."""
+    global model goes in chunks of at most ``CONV_ROWS`` rows whatever ``chunk`` says (8,192-row chunks took 2.6-2.7x
+    the time on the digits' test sets)."""
     from fedlib.data.federated import FederatedData
 
     g = torch.Generator().manual_seed(0)
@@ -188,7 +188,8 @@ def test_conv_evaluation_swaps_each_models_tensors_once(monkeypatch):
     monkeypatch.setattr(model, "forward", lambda x: batches.append(len(x)) or real_forward(x))
     M.evaluate(model, params, data.test, per_client=True)
     assert len(swaps) == 3 and max(batches) == M.CONV_ROWS  # three clients with rows; 600 rows as 256 + 256 + 88
-    swaps.clear(), batches.clear()
+    swaps.clear()
+    batches.clear()
     M.evaluate(model, before, data.test, per_client=False)
     assert len(swaps) == 1 and max(batches) == M.CONV_ROWS and sum(batches) == sum(rows)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
