@@ -138,6 +138,10 @@ def test_e2e_prints_every_workload_with_its_breakdown(capsys):
         )
     ceiling_line = next(line for line in out if line.startswith("W6c"))
     assert "ceiling" in ceiling_line and float(ceiling_line.split("x")[-2].split()[-1]) > 0
+    # last, the targets of the workloads that ran, each met or missed
+    block = out[out.index(next(line for line in out if line.startswith("issue 21's targets"))) + 1 :]
+    assert [line.split()[0] for line in block] == ["W3t", "W4t", "W6t"]
+    assert all(line.rstrip().endswith(("met", "of its floor)", "out of reach)")) for line in block)
 
 
 def test_e2e_rejects_unknown_workload(capsys):
@@ -280,3 +284,32 @@ def test_table_window_of_a_whole_grid(tmp_path, capsys):
     assert r["estimate_s"] == pytest.approx(r["seconds"]) and r["slowest_run_s"] <= r["seconds"]
     assert "fedmcsa_sigma (smoke): 8 runs, 24 rounds; " in capsys.readouterr().out
     assert (tmp_path / "log.json").exists() and "runs stored" in log.read_text()
+
+
+def test_e2e_targets_say_met_missed_and_whether_the_floor_allows_it():
+    """Issue 21's targets from hand-made results: W1 met (ratio 1.9); W2 missed with a floor within reach (ratio
+    3.0, floor 0.15 s over a 0.1 s limit: 1.5, so the round must come within 2 / 1.5 = 1.33x of it); W3 missed, its
+    floor of 21 ms out of reach; W4 at exactly 20 ms missed (the target is < 20 ms); W5 met at 1.311 / 3 s; W6
+    missed, its ceiling 4.5x below the 5x."""
+    from fedlib.bench import W5_BEFORE_S, e2e_targets
+
+    results = {
+        "W1": {"seconds": 0.19, "limit": 0.1, "ratio": 1.9, "floor": 0.12},
+        "W2": {"seconds": 0.3, "limit": 0.1, "ratio": 3.0, "floor": 0.15},
+        "W3": {"seconds": 0.025, "limit": 0.002, "ratio": 12.5, "floor": 0.021},
+        "W4": {"seconds": 0.020, "limit": 0.003, "ratio": 6.7, "floor": 0.01},
+        "W5": {"seconds": W5_BEFORE_S / 3, "limit": 0.1, "ratio": 4.4, "floor": 0.5},
+        "W6x": 1.3,
+        "W6c": {"floor": 0.03, "ceiling": 4.5},
+    }
+    got = {name: (target, measured, said) for name, target, measured, said in e2e_targets(results)}
+    assert got == {
+        "W1": ("ratio <= 2", "1.9", "met"),
+        "W2": ("ratio <= 2", "3.0", "missed (floor 1.5: needs the round within 1.33x of its floor)"),
+        "W3": ("< 20 ms a round", "25.0 ms", "missed (floor 21.0 ms: out of reach)"),
+        "W4": ("< 20 ms a round", "20.0 ms", "missed (floor 10.0 ms: needs the round within 2.00x of its floor)"),
+        "W5": ("3x faster than 1.311 s: <= 0.437 s", "0.437 s", "met"),
+        "W6": ("batched >= 5x one by one", "1.30x", "missed (ceiling 4.50x: out of reach)"),
+    }
+    del results["W6c"], results["W1"]["floor"]  # a workload without its floor (or W6 without its grid) has no row
+    assert [row[0] for row in e2e_targets(results)] == ["W2", "W3", "W4", "W5"]
