@@ -97,16 +97,23 @@ def test_e2e_prints_every_workload_with_its_breakdown(capsys):
     assert _printed_ratio(1.3, 0.0013, 0.0011) and not _printed_ratio(2.6, 0.0013, 0.0011)  # CI's case; twice it
     assert _printed_ratio(2.0, 0.4066, 0.1987) and not _printed_ratio(2.2, 0.4066, 0.1987)  # W1's row, 2026-11-25
 
-    main(["--e2e", "--tiny", "--rounds", "2", "--only", "W3,W4,W6"])
+    main(["--e2e", "--tiny", "--rounds", "2", "--only", "W3,W4,W6", "--repeats", "2"])
     out = capsys.readouterr().out.splitlines()
     assert any("GFLOP/s" in line and "limit s" in line for line in out)
+    assert "median of 2 timings" in out[0]
     header = next(line for line in out if "workload" in line and "s/round" in line)
     for col in ("s/round", "GFLOP", "limit s", "ratio", *(s[:6] for s in STAGES)):
         assert col in header
     rows = {line.split()[0]: line for line in out if line.split() and line.split()[0] in ("W3", "W4", "W6")}
     assert set(rows) == {"W3", "W4", "W6"}
     for name, line in rows.items():
+        # each workload timed twice: the line is the lower of the two (of an even count, the lower middle one),
+        # the range of both after it
+        line, spread = line.split("  median of 2: ")
+        rows[name] = line
+        lo, hi = (float(v) for v in spread.split("-"))
         nums = [float(v) for v in line.split()[-(4 + len(STAGES)) :]]  # s/round GFLOP limit ratio ... stages
+        assert lo <= hi and nums[0] == pytest.approx(lo, abs=5e-5)
         sec, gflop, limit, ratio, shares = nums[0], nums[1], nums[2], nums[3], nums[4:]
         assert sec > 0 and gflop > 0 and limit > 0 and _printed_ratio(ratio, sec, limit)
         assert sum(shares) == pytest.approx(100, abs=0.5)  # the stages cover the round
@@ -118,7 +125,7 @@ def test_e2e_prints_every_workload_with_its_breakdown(capsys):
         sec, gflop, limit, ratio = (float(v) for v in whole[tag].split()[-4:])
         assert sec > 0 and gflop == pytest.approx(float(rows["W6"].split()[-(3 + len(STAGES))]), rel=0.01)
         assert _printed_ratio(ratio, sec, limit)
-    assert float(whole["W6x"].split()[-1].rstrip("x")) > 0
+    assert float(whole["W6x"].split()[-1].rstrip("x")) > 0 and "medians of 2" in whole["W6x"]
     lr_grid = next(line for line in out if line.startswith("W6l"))  # the grid over lr, each run its own lr
     assert "over lr" in lr_grid and float(lr_grid.split()[-1].rstrip("x")) > 0
     # each workload's floor (its matmuls alone, replayed) against the same limit, and the round over it
@@ -313,3 +320,15 @@ def test_e2e_targets_say_met_missed_and_whether_the_floor_allows_it():
     }
     del results["W6c"], results["W1"]["floor"]  # a workload without its floor (or W6 without its grid) has no row
     assert [row[0] for row in e2e_targets(results)] == ["W2", "W3", "W4", "W5"]
+    # timed more than once: judged on the median, the range of the timings beside it (W3 and W4 straddling 20 ms)
+    results["W2"]["range"] = (0.25, 0.42)
+    results["W3"].update(seconds=0.019, range=(0.0157, 0.0243))
+    results["W4"].update(seconds=0.021, range=(0.0185, 0.0302))
+    results["W5"]["range"] = (0.41, 0.52)
+    got = {name: (measured, said) for name, _, measured, said in e2e_targets(results)}
+    assert got == {
+        "W2": ("3.0 (2.5-4.2)", "missed (floor 1.5: needs the round within 1.33x of its floor)"),
+        "W3": ("19.0 ms (15.7-24.3)", "met"),
+        "W4": ("21.0 ms (18.5-30.2)", "missed (floor 10.0 ms: needs the round within 2.00x of its floor)"),
+        "W5": ("0.437 s (0.410-0.520)", "met"),
+    }
