@@ -609,8 +609,9 @@ def _speed_up(cfgs, device: str, times_each: int = 2) -> tuple[float, dict]:
 
 
 def _grid_lines(cfgs, device: str, rate: float, out, results: dict, times_each: int = 2) -> None:
-    """W6 side by side in this process: the grid's whole runs one by one (W6w), then batched as one model (W6b), then
-    once more each (the medians are printed), as seconds per round of the whole grid and against the FLOP limit;
+    """W6 side by side in this process: the grid's whole runs one by one (W6w), then batched as one model (W6b),
+    alternating, ``times_each`` times each (the medians are printed), as seconds per round of the whole grid and
+    against the FLOP limit;
     W6x: the speed-up; W6c: batching's ceiling; W6l: the same grid over lr (each seed's runs at ``W6_LRS`` instead of
     its sigmas), batched vs one by one."""
     rounds = cfgs[0].rounds
