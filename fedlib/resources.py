@@ -29,6 +29,7 @@ import math
 import os
 import platform
 import statistics
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -455,7 +456,9 @@ def check_clients(cfg) -> None:
         )
 
 
-KIND_FIELDS = ("dataset", "model", "algorithm", "attention", "n_clients")
+# what a round costs depends on these (n_clients last: ``seconds_for`` scales by it); domain_percent, the share of
+# each domain a client holds, 5x from 10% (None) to 100% (committed FedBN digits runs, 0.71 against 3.64 s a round)
+KIND_FIELDS = ("dataset", "model", "algorithm", "attention", "domain_percent", "n_clients")
 
 
 def _kind(cfg) -> tuple:  # a RunConfig or a stored run's flat config.json: both have .get
@@ -468,7 +471,7 @@ def run_seconds(meta: dict) -> float:
     return float(meta["wall_seconds"]) / int(meta.get("batched", 1))
 
 
-def stored_times(*roots) -> dict[tuple, float]:
+def stored_times(*roots, device: str | None = None) -> dict[tuple, float]:
     """Median wall seconds a round of the runs stored under ``roots`` (store folders), per kind of run
     (``KIND_FIELDS``): a run's time over its rounds, so that a kind's runs at every profile count, and one run timed
     on a busy machine does not decide (the committed store's one quick-profile LeNet-BN run took 10 s a round, its
@@ -476,18 +479,85 @@ def stored_times(*roots) -> dict[tuple, float]:
     is skipped. A run trained as one model in a batch of n (``runner.train_together``; ``meta["batched"]``) stores
     the batch's time: it counts its share, that time over n. On the CPU, where batching gains ~1.2x (the
     benchmark's W6x), the share is near a solo run's time, and the batch's time n times it: the quick profile's
-    164 runs stored 8,382 s of wall time, 4,275 s in shares, and took ~4,400 s of two processes' time (2026-11-25)."""
+    164 runs stored 8,382 s of wall time, 4,275 s in shares, and took ~4,400 s of two processes' time (2026-11-25).
+    ``device`` ("cpu", "cuda"): only the runs that trained there (``meta["device"]``): the committed store's 15 AdaFL
+    MNIST runs of 2026-11-23 trained on a GPU, at 0.4-0.8 s a round."""
     times: dict = {}
     folders = dict.fromkeys(Path(r).resolve() for r in roots if r is not None)  # a root given twice counts once
     for d in (d for r in folders if r.is_dir() for d in r.iterdir()):
         try:
             cfg, meta = json.loads((d / "config.json").read_text()), json.loads((d / "meta.json").read_text())
             wall, rounds = run_seconds(meta), int(cfg["rounds"])
+            if device is not None and meta.get("device") != device:
+                continue
         except (OSError, ValueError, TypeError, KeyError, AttributeError, ZeroDivisionError):
             continue
         if wall > 0 and rounds > 0:
             times.setdefault(_kind(cfg), []).append(wall / rounds)
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+REFERENCE_TIMES = Path(__file__).with_name("round_seconds.json")
+
+
+def reference_times(device: str, path: Path | None = None) -> dict[tuple, float]:
+    """This version's seconds a round per kind of run (``KIND_FIELDS``) on the reference machine, for ``device``
+    (only "cpu" is recorded: the 2-core CPU the README's timings are from), read as JSON from ``path``
+    (``scripts/reference_timings.py`` writes it from a store the quick profile filled from empty). What a run's time
+    is estimated from where the user's own store holds no run of its kind (``runner.known_times``): the committed
+    store's runs were trained by older versions, up to 4x slower a round (Synthetic, AdaFL's MNIST MLP), and from
+    them ``scripts/run_notebooks.py --plan`` said 73 min for a quick profile that trained in 37 (2026-11-29). A
+    damaged file is skipped with a warning (an estimate is not worth stopping a job for); {} for another device."""
+    path = REFERENCE_TIMES if path is None else Path(path)
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("device") != device:
+            return {}
+        out = {}
+        for row in doc["seconds_a_round"]:
+            seconds = float(row["seconds"])
+            if not (math.isfinite(seconds) and seconds > 0):
+                raise ValueError(f"seconds={row['seconds']!r}")
+            out[_kind(row)] = seconds
+        return out
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        warnings.warn(f"{path}: not a table of seconds a round ({e!r}); estimating without it", stacklevel=2)
+        return {}
+
+
+def write_reference_times(root, path: Path | None = None) -> dict:
+    """Write ``reference_times``' file (``path``, default the package's) from the CPU runs stored under ``root``
+    (their ``stored_times``), with where and by what they were timed (CPUs, commits, threads, the last finish);
+    returns what it wrote. ``scripts/reference_timings.py`` is its command line."""
+    runs = [d for d in Path(root).iterdir() if (d / "meta.json").is_file()]
+    metas = []
+    for d in runs:
+        try:
+            meta = json.loads((d / "meta.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(meta, dict) and meta.get("device") == "cpu":
+            metas.append(meta)
+    seen = lambda field: sorted({str(m.get(field)) for m in metas})
+    times = stored_times(root, device="cpu")
+    doc = {
+        "about": "seconds a round per kind of run, this version on the reference machine (fedlib.resources."
+        "reference_times); written by scripts/reference_timings.py from a store the quick profile filled from empty",
+        "device": "cpu",
+        "cpus": seen("device_name"),
+        "commits": seen("git_commit"),
+        "threads": seen("threads"),
+        "runs": len(metas),
+        "last_finished": max((str(m.get("finished", "")) for m in metas), default=""),
+        "seconds_a_round": [
+            {**dict(zip(KIND_FIELDS, k)), "seconds": round(v, 6)} for k, v in sorted(times.items(), key=str)
+        ],
+    }
+    head, rows = json.dumps({k: v for k, v in doc.items() if k != "seconds_a_round"}, indent=1), doc["seconds_a_round"]
+    body = ",\n".join(f"  {json.dumps(r)}" for r in rows)  # a kind a line
+    path = REFERENCE_TIMES if path is None else Path(path)
+    path.write_text(f'{head[:-2]},\n "seconds_a_round": [\n{body}\n ]\n}}\n')
+    return doc
 
 
 def seconds_for(cfg, known: dict) -> float | None:

@@ -389,14 +389,26 @@ def run_grid(
     )
 
 
-def known_times(store: Store) -> dict:
-    """``resources.stored_times`` of ``store``, and of the checkout's committed store for the kinds ``store`` holds
-    no run of: what the runs to train are estimated from (``resources.seconds``; ``scripts/run_notebooks.py``'s plan
-    too). The store's own runs decide a kind they hold, since they were timed on this machine, most likely by this
-    version: the quick profile's runs (the one grid of 164 that trained in 36 min on two processes, 2026-11-25, and
-    notebook 12's 7 later ones) were estimated at 59 min (``span_seconds``) from the committed store's times, 40 min
-    from the median of both stores, and 36 min from that store's own."""
-    return {**resources.stored_times(committed_root()), **resources.stored_times(store.root)}
+def known_times(store: Store, device: str | None = None) -> dict:
+    """Seconds a round per kind of run (``resources.stored_times``), what the runs to train are estimated from
+    (``resources.seconds``; ``scripts/run_notebooks.py``'s plan too), for runs training on ``device`` (None: this
+    machine's, as ``device="auto"`` resolves). Each source overrides the ones before it, for the kinds it holds:
+    the checkout's committed store (runs timed on any device, then on ``device``), ``store`` (any device), this
+    version's reference timings (``resources.reference_times``: the quick profile on the 2-core CPU), and last
+    ``store``'s runs on ``device``, since they were timed on this machine, most likely by this version: the quick
+    profile's runs (the one grid of 164 that trained in 36 min on two processes, 2026-11-25, and notebook 12's 7
+    later ones) were estimated at 59 min (``span_seconds``) from the committed store's times, 40 min from the
+    median of both stores, and 36 min from that store's own."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    committed = committed_root()
+    return {
+        **resources.stored_times(committed),
+        **resources.stored_times(store.root),
+        **resources.stored_times(committed, device=device),
+        **resources.reference_times(device),
+        **resources.stored_times(store.root, device=device),
+    }
 
 
 def span_seconds(cfgs: list[RunConfig], jobs: int, known: dict, batch: int = BATCH) -> float:
@@ -529,7 +541,8 @@ def run_configs(
         jobs = default_jobs(todo, batch) if jobs is None else jobs
     cost = None
     if cluster is not None or jobs > 1:  # the longest runs first, so that short ones fill the end (stopped ones first)
-        todo, cost = _longest_first(todo, known_times(store), keep=len(stopped))
+        device = todo[0].resolved_device() if todo else None
+        todo, cost = _longest_first(todo, known_times(store, device), keep=len(stopped))
     if cluster is not None:
         cluster.run(todo, store, progress, data_root, batch, cost=cost)
     else:

@@ -235,7 +235,7 @@ def test_ray_tasks_go_longest_first_and_units_balance_in_estimated_seconds(tmp_p
     info = store.checkpoint(cfgs[3]).info_path  # stopped part-way: goes first whatever its estimate
     info.parent.mkdir(parents=True, exist_ok=True)
     info.write_text(json.dumps({"round": 1, "rounds": 3, "elapsed": 0.1}))
-    monkeypatch.setattr(runner, "known_times", lambda store: {})  # nothing stored: each run its 3 rounds
+    monkeypatch.setattr(runner, "known_times", lambda store, device=None: {})  # nothing stored: each run its 3 rounds
     longer = [c.replace(rounds=30) for c in cfgs[:2]]
     seen = []
     monkeypatch.setattr(ray_backend.RayBackend, "run", lambda self, todo, *a, cost=None: seen.append((todo, cost)))

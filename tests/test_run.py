@@ -1,5 +1,6 @@
 """Runs through the store: pure, stored atomically, grids skip stored runs and resume after interruption."""
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -12,6 +13,7 @@ import fedlib.runner as run_module
 from fedlib import RunConfig, Store, expand, run, run_grid
 
 TINY = RunConfig(n_clients=4, clients_per_round=2, rounds=3, local_steps=2, model="mlr")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_run_is_pure_and_stored(tmp_path):
@@ -379,27 +381,94 @@ def test_stored_times_estimate_runs_of_the_kinds_stored(tmp_path):
     assert resources.seconds([other], {}) == [10.0]  # nothing stored: rounds
 
 
-def test_known_times_take_the_stores_own_runs_over_the_committed_ones(tmp_path, monkeypatch):
-    """``runner.known_times``: a kind the store holds is estimated from the store's own runs alone (this machine);
-    the committed store's runs count for the kinds the store lacks."""
-    import json
+def _stored_at(root, cfg, wall: float, device: str = "cpu") -> Store:
+    """``cfg`` trained into the store at ``root``, its meta.json then saying it took ``wall`` s on ``device``."""
+    store = Store(root)
+    run(cfg, store, progress=False)
+    meta = store.path(cfg) / "meta.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "wall_seconds": wall, "device": device}))
+    return store
 
+
+def test_known_times_layer_the_committed_store_the_reference_and_the_stores_own_runs(tmp_path, monkeypatch):
+    """``runner.known_times``, per kind, the last source that holds it: the committed store (any device, then the
+    runs' device), the store (any device), this version's reference timings, the store's own runs on the device.
+    ``resources.stored_times(device=...)`` counts the runs of that device alone."""
     import fedlib.runner as runner
     from fedlib import resources
 
-    def stored(root, cfg, wall):
-        store = Store(root)
-        run(cfg, store, progress=False)
-        meta = store.path(cfg) / "meta.json"
-        meta.write_text(json.dumps({**json.loads(meta.read_text()), "wall_seconds": wall}))
-        return store
+    own, ref, same, other = (TINY.replace(algorithm=a) for a in ("fedavg", "fedprox", "local", "ditto"))
+    committed = tmp_path / "committed"
+    _stored_at(committed, own, 30.0)  # 10 s a round
+    _stored_at(committed, own.replace(seed=1), 3.0, "cuda")
+    _stored_at(committed, ref, 3.0)  # 1 s a round
+    _stored_at(committed, same, 6.0)  # 2 s a round on this device ...
+    _stored_at(committed, other, 0.9, "cuda")  # ... a kind timed on a GPU alone: 0.3 s
+    mine = _stored_at(tmp_path / "mine", own.replace(seed=2), 0.3)  # 0.1 s a round here
+    _stored_at(mine.root, same.replace(seed=2), 0.15, "cuda")  # the store's GPU run: 0.05 s
+    assert resources.stored_times(committed, device="cuda") == {resources._kind(own): 1.0, resources._kind(other): 0.3}
+    reference = tmp_path / "round_seconds.json"
+    resources.write_reference_times(committed, reference)  # the committed CPU runs: own 10, ref 1, same 2
+    doc = json.loads(reference.read_text())
+    doc["seconds_a_round"] = [r for r in doc["seconds_a_round"] if r["algorithm"] in ("fedavg", "fedprox")]
+    for r in doc["seconds_a_round"]:
+        r["seconds"] /= 4  # this version: own 2.5, ref 0.25
+    reference.write_text(json.dumps(doc))
+    monkeypatch.setattr(resources, "REFERENCE_TIMES", reference)
+    monkeypatch.setattr(runner, "committed_root", lambda: committed)
+    assert runner.known_times(mine, "cpu") == pytest.approx({
+        resources._kind(own): 0.1,  # the store's own CPU run over the reference and the committed ones
+        resources._kind(ref): 0.25,  # the reference over the committed store
+        resources._kind(same): 2.0,  # the committed CPU runs over the store's GPU run
+        resources._kind(other): 0.3,  # timed on a GPU alone: better than nothing
+    })  # fmt: skip
+    assert runner.known_times(mine, "cuda") == pytest.approx({  # no reference for a GPU
+        resources._kind(own): 1.0, resources._kind(ref): 1.0, resources._kind(same): 0.05,
+        resources._kind(other): 0.3,
+    })  # fmt: skip
 
-    dnn = TINY.replace(model="dnn", hidden=(5,))
-    stored(tmp_path / "committed", TINY, 30.0)  # 10 s a round
-    stored(tmp_path / "committed", dnn, 3.0)
-    mine = stored(tmp_path / "mine", TINY.replace(seed=1), 0.3)  # 0.1 s a round here
-    monkeypatch.setattr(runner, "committed_root", lambda: tmp_path / "committed")
-    assert runner.known_times(mine) == {resources._kind(TINY): pytest.approx(0.1), resources._kind(dnn): 1.0}
+
+def test_reference_times_are_read_back_as_written_and_a_damaged_file_is_skipped(tmp_path, capsys):
+    """``write_reference_times`` keeps each kind's median seconds a round of the store's CPU runs (and where they
+    were timed); ``reference_times`` reads them back as JSON only, nothing for another device; a damaged file, or
+    one with a seconds that is not a positive number, gives nothing and a warning naming the file.
+    ``scripts/reference_timings.py`` is its command line."""
+    from fedlib import resources
+
+    store = _stored_at(tmp_path / "quick", TINY, 3.0)
+    _stored_at(store.root, TINY.replace(seed=1), 9.0)
+    _stored_at(store.root, TINY.replace(algorithm="local"), 1.5, "cuda")
+    out = tmp_path / "ref.json"
+    doc = resources.write_reference_times(store.root, out)
+    assert resources.reference_times("cpu", out) == {resources._kind(TINY): 2.0}  # the median of 1 and 3 s
+    spec = importlib.util.spec_from_file_location("reference_timings", ROOT / "scripts" / "reference_timings.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.main([str(store.root), "--out", str(tmp_path / "cli.json")])  # its command line writes the same
+    assert json.loads((tmp_path / "cli.json").read_text()) == json.loads(out.read_text())
+    assert "1 kinds from 2 runs" in capsys.readouterr().out
+    assert resources.reference_times("cuda", out) == {}
+    assert doc["runs"] == 2 and doc["device"] == "cpu" and len(doc["commits"]) == 1
+    row = json.loads(out.read_text())["seconds_a_round"][0]
+    bad = {**json.loads(out.read_text()), "seconds_a_round": [{**row, "seconds": -1}]}
+    for text in ("__import__('os').system('false')", json.dumps(bad), json.dumps({"device": "cpu"}), "[1]"):
+        out.write_text(text)
+        with pytest.warns(UserWarning, match="ref.json"):
+            assert resources.reference_times("cpu", out) == {}
+
+
+def test_the_shipped_reference_times_cover_every_kind_the_quick_profile_trains(tmp_path, monkeypatch):
+    """``fedlib/round_seconds.json`` holds a time for every kind of run the quick profile's experiments train on
+    the data present, so that ``make notebooks``' plan from an empty store estimates every run from this version's
+    times. A new kind fails here until the file is written again (``scripts/reference_timings.py``)."""
+    from fedlib import experiments, profiles, resources
+
+    monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path / "empty"))
+    reference = resources.reference_times("cpu")
+    kinds = {resources._kind(c) for name in profiles.EXPERIMENTS for c in experiments.configs(name, "quick")[0]}
+    assert kinds and all(s > 0 for s in reference.values())
+    missing = sorted(map(str, kinds - reference.keys()))
+    assert not missing, f"not in {resources.REFERENCE_TIMES.name}: {missing}; see scripts/reference_timings.py"
 
 
 def test_a_grid_on_several_processes_starts_with_its_longest_runs(tmp_path, monkeypatch):
@@ -410,7 +479,7 @@ def test_a_grid_on_several_processes_starts_with_its_longest_runs(tmp_path, monk
     short = expand(TINY, {"seed": [0, 1]})
     long = [TINY.replace(model="dnn", seed=s) for s in (0, 1)]
     times = {runner.resources._kind(long[0]): 100.0 / 3, runner.resources._kind(short[0]): 0.5}  # s a round
-    monkeypatch.setattr(runner, "known_times", lambda store: times)
+    monkeypatch.setattr(runner, "known_times", lambda store, device=None: times)
     seen = []
 
     def capture(units, store, jobs, progress, data_root, cost):
@@ -436,7 +505,7 @@ def test_parallel_failure_raises_and_keeps_finished_runs(tmp_path, monkeypatch):
 
     # no stored times: both runs are estimated at their 3 rounds and keep their order, so the good one starts first
     # (a unit not started when another fails is dropped; the committed store put the MNIST run first)
-    monkeypatch.setattr(runner, "known_times", lambda store: {})
+    monkeypatch.setattr(runner, "known_times", lambda store, device=None: {})
     good = expand(TINY, {"seed": [0]})
     bad = TINY.replace(seed=1, dataset="mnist", partition="iid")  # no MNIST under this data root
     with pytest.raises(Exception, match="mnist"):
