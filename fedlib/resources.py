@@ -456,9 +456,20 @@ def check_clients(cfg) -> None:
         )
 
 
-# what a round costs depends on these (n_clients last: ``seconds_for`` scales by it); domain_percent, the share of
-# each domain a client holds, 5x from 10% (None) to 100% (committed FedBN digits runs, 0.71 against 3.64 s a round)
-KIND_FIELDS = ("dataset", "model", "algorithm", "attention", "domain_percent", "n_clients")
+# what a round costs depends on these (n_clients last: ``seconds_for`` scales by it). domain_percent, the share of
+# each domain a client holds: 5x from 10% (None) to 100% (committed FedBN digits runs, 0.71 against 3.64 s a round);
+# the local epochs or steps: AdaFL's MNIST SCAFFOLD rows, E = 1 at the quick profile, 0.67 s a round, and E = 5 at
+# the paper's, 2.7-3.7 s (2026-11-26, a version as fast)
+KIND_FIELDS = (
+    "dataset",
+    "model",
+    "algorithm",
+    "attention",
+    "domain_percent",
+    "local_epochs",
+    "local_steps",
+    "n_clients",
+)
 
 
 def _kind(cfg) -> tuple:  # a RunConfig or a stored run's flat config.json: both have .get
