@@ -49,7 +49,8 @@ leaves glibc's allocator as it is, to compare).
 
 To tell how far the stacked path is from this machine's floor, each case also prints the stacked
 executor's arithmetic rate (the matmul FLOPs of a round, ``chain_flops``, over its median time), the
-rate of one large float32 matmul (``sgemm_rate``, measured first), the most this CPU gives, and the
+rate of one large float32 matmul (``sgemm_rate``, measured first; ``--e2e`` again before each workload, taking
+the highest), the most this CPU gives, and the
 ratio's ceiling: the loop's time over the time the round's FLOPs take at that rate (``ceiling``). No
 stacked executor could beat the ceiling on that run without skipping arithmetic, so a target above it
 is out of this machine's reach that run, whatever the code.
@@ -505,7 +506,12 @@ def bench_e2e(
     """Time every workload (``only``: some of W1..W6) and print a line each: seconds per round, the round's GFLOPs,
     the seconds those take at ``rate`` FLOP/s, the ratio (1.0 = at the limit) and the stages' shares. ``repeats``:
     each workload's runs timed that many times, one after another; its line is the median timing's, with the range
-    of all of them (``_e2e_line``); W6's grids alternate max(2, repeats) times each way."""
+    of all of them (``_e2e_line``); W6's grids alternate max(2, repeats) times each way.
+
+    The matmul rate is measured again before each workload (``results["rates"]``, ``rate`` first), each line taking
+    the highest so far, and at the end every workload's limit and ratio are those at the highest of all
+    (``at_rate``), which the targets are judged on: one measurement at the start, in a slow spell of the shared
+    VM (118 GFLOP/s where the run's others gave 190), made W1's ratio 1.6 and its target "met" (2026-11-29)."""
     from .data import readers
     from .data.domains import DOMAINS
 
@@ -516,7 +522,7 @@ def bench_e2e(
         + " ".join(f"{s[:6]:>6}" for s in STAGES)
         + "  (stage columns: % of the round)"
     )
-    results = {}
+    results, rates = {}, [rate]
     for name, (what, cfgs) in work.items():
         if only and name not in only:
             continue
@@ -529,6 +535,8 @@ def bench_e2e(
         if absent:
             out(f"{name:4}{what:70} skipped: data absent ({', '.join(absent)})")
             continue
+        rates.append(sgemm_rate(device, repeats=3))
+        rate = max(rates)
         # W5 also on the stacked executor (kernel='vmap': per-client BatchNorm buffers; opt-in, auto keeps the loop)
         for tag, executor in [("", None)] + ([("s", StackedExecutor(kernel="vmap"))] if name == "W5" else []):
             reps = [[time_run(c, device, executor) for c in cfgs] for _ in range(repeats)]
@@ -536,7 +544,18 @@ def bench_e2e(
         _floor_line(name, cfgs, device, out, results)
         if name == "W6":
             _grid_lines(cfgs, device, rate, out, results, max(2, repeats))
+    at_rate(results, max(rates))
+    results["rates"] = rates
     return results
+
+
+def at_rate(results: dict, rate: float) -> None:
+    """Every workload's limit (its FLOPs at ``rate`` FLOP/s) and ratio (its round, and its floor, over that) in
+    ``results``, in place."""
+    for r in results.values():
+        if isinstance(r, dict) and "flops" in r and "seconds" in r:
+            r["limit"] = r["flops"] / rate
+            r["ratio"] = r["seconds"] / r["limit"]
 
 
 def time_grid(cfgs, device: str, batched: bool) -> float:
@@ -809,11 +828,17 @@ def main(argv=None):
     rate = sgemm_rate(args.device)
     if args.e2e:
         print(
-            f"one 2000x2000x2000 float32 matmul on this {args.device}: {rate / 1e9:.0f} GFLOP/s; limit s: the round's "
-            "FLOPs at that rate; ratio: s/round over limit s (1.0 = at the limit)"
+            f"one 2000x2000x2000 float32 matmul on this {args.device}: {rate / 1e9:.0f} GFLOP/s at the start (measured "
+            "again as the run goes); limit s: the round's FLOPs at the highest rate so far; ratio: s/round over "
+            "limit s (1.0 = at the limit)"
         )
         results = bench_e2e(args.device, rate, cases, args.rounds, args.tiny, repeats=args.repeats)
         targets = e2e_targets(results)
+        rates = results["rates"]
+        print(
+            f"the matmul rate, measured {len(rates)} times through the run: {min(rates) / 1e9:.0f}-"
+            f"{max(rates) / 1e9:.0f} GFLOP/s; the targets below take the highest (a slow spell only ever lowers it)"
+        )
         if targets:
             print(f"issue 21's targets (set for the 2-core CPU){' (not this device)' if args.device != 'cpu' else ''}:")
             for name, target, measured, said in targets:

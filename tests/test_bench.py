@@ -332,3 +332,27 @@ def test_e2e_targets_say_met_missed_and_whether_the_floor_allows_it():
         "W4": ("21.0 ms (18.5-30.2)", "missed (floor 10.0 ms: needs the round within 2.00x of its floor)"),
         "W5": ("0.437 s (0.410-0.520)", "met"),
     }
+
+
+def test_e2e_judges_the_ratios_at_the_highest_matmul_rate_measured(monkeypatch, capsys):
+    """The matmul rate is measured at the start and again before each workload; every workload's limit and ratio,
+    and the targets, are taken at the highest: a first measurement in a slow spell (half the rate) cannot make a
+    ratio look twice as good. W3's line is printed at the rate measured before it, its result at the best, measured
+    later (before W4)."""
+    import fedlib.bench as bench
+
+    rates = iter([100e9, 150e9, 200e9])  # the start, before W3, before W4
+    monkeypatch.setattr(bench, "sgemm_rate", lambda device="cpu", n=2000, repeats=7: next(rates))
+    results = bench.bench_e2e("cpu", bench.sgemm_rate(), only=["W3", "W4"], rounds=2, tiny=True)
+    assert results["rates"] == [100e9, 150e9, 200e9]
+    for name in ("W3", "W4"):
+        r = results[name]
+        assert r["limit"] == pytest.approx(r["flops"] / 200e9) and r["ratio"] == pytest.approx(
+            r["seconds"] / r["limit"]
+        )
+    bench.at_rate(results, 100e9)  # at the start's rate the ratio would have been half
+    assert results["W3"]["ratio"] == pytest.approx(results["W3"]["seconds"] * 100e9 / results["W3"]["flops"])
+    rates = iter([100e9, 150e9, 200e9])
+    main(["--e2e", "--tiny", "--rounds", "2", "--only", "W3,W4", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert "measured 3 times through the run: 100-200 GFLOP/s; the targets below take the highest" in out
