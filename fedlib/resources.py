@@ -1,5 +1,6 @@
 """Memory a run will need, estimated from its config before anything is allocated, and refused when it cannot fit;
-and the time it will take, estimated from the stored runs of its kind (``stored_times``, ``seconds``).
+and the time it will take, estimated from the stored runs of its kind and this version's reference timings
+(``stored_times``, ``reference_times``, ``seconds``).
 
 A config such as ``n_clients=10**9``, ``hidden=(10**6,)`` or ``batch_size=10**7`` passes every per-field check and
 then fills the machine (21 of 23 GB) or hangs while generating data. ``check(cfg)`` estimates the run's peak memory
@@ -573,7 +574,7 @@ def write_reference_times(root, path: Path | None = None) -> dict:
 
 def seconds_for(cfg, known: dict) -> float | None:
     """Estimated wall seconds of one run: its rounds times the median seconds a round of its kind stored
-    (``stored_times``), else of the same data set, model, algorithm and attention at the nearest client count,
+    (``stored_times``, ``reference_times``), else of the kind that differs in its client count alone, the nearest,
     scaled by clients; None: no such run stored."""
     *same, n = _kind(cfg)
     if (*same, n) in known:
