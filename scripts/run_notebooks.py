@@ -5,8 +5,9 @@
 
 By default every notebook runs at the paper profile, whose runs are in the committed store (``results/``): it draws
 them and trains only what is missing. Before anything runs the job prints, per notebook, its experiments' runs stored
-and to train (with an estimate from the stored runs' wall times), and while a notebook runs it prints which cell is
-executing and how many of its runs are trained, with an ETA (``--plan`` prints the plan and stops).
+and to train (with an estimate from the seconds a round of runs of their kinds: ``runner.known_times``), and while
+a notebook runs it prints which cell is executing and how many of its runs are trained, with an ETA (``--plan``
+prints the plan and stops).
 ``--stored-only`` passes ``STORED_ONLY=True``: nothing trains. The notebooks train the runs they miss side by side,
 one process per core (their ``JOBS = None``); ``--jobs N`` passes ``JOBS=N`` (``--jobs 1``: one at a time). With
 more than one process, the runs the plan counts train first, all notebooks' as one grid (``train_first``), and the
@@ -156,9 +157,9 @@ class Plan:
         return self
 
     def estimate(self, known: dict) -> float | None:
-        """Seconds to train ``todo``, one after another, from the stored runs of the same kind
-        (``resources.seconds_for``: their median seconds a round, times the rounds); None: a kind with no run
-        stored."""
+        """Seconds to train ``todo``, one after another, from the runs of the same kind (``resources.seconds_for``:
+        their median seconds a round, times the rounds; ``known``: ``runner.known_times``, the stored runs' and this
+        version's reference timings); None: a kind with no time known."""
         from fedlib import resources
 
         total = 0.0
@@ -422,7 +423,7 @@ def main(argv=None) -> int:
                     seen.update(c.key() for c in p.todo)
                 side += f", about {fmt_seconds(sum(span_seconds(part, jobs, known) for part in parts if part))}"
             print(
-                f" (about {fmt_seconds(known_est)} of training from the stored runs' times, one after another"
+                f" (about {fmt_seconds(known_est)} of training from the times of runs of their kinds, one after another"
                 + (", plus runs of kinds not stored yet" if None in est else "")
                 + side
                 + ("; nothing trains: --stored-only" if args.stored_only else "")
