@@ -111,25 +111,16 @@ def global_chain(
     def logits(x):
         # run by run over the chunk's shared rows: a batched matmul over a run axis of expanded rows copies them R
         # times first (16 runs of MNIST: 411 MB a chunk) for the same time
-        return _runs_logits(layers, params, lambda t, r: t[r], x, False, runs)
+        return _runs_stacked(
+            [chain_logits_by_class(layers, {n: t[r] for n, t in params.items()}, x) for r in range(runs)]
+        )
 
     return _global_sums(logits, runs, split, chunk, dtype)
 
 
-def _runs_logits(layers, params, of_run, x, by_feature: bool, runs: int) -> torch.Tensor:
-    """The runs' logits by class on a new first axis, (R, [G,] classes, rows): run r's ``chain_logits_by_class``
-    with the parameters ``of_run(t, r)`` gives of each tensor, written into its slice (stacking them afterwards
-    copied every logit once more: ~5 ms of a 12-run batched Synthetic round's ~110, 2026-11-29); a view for one run."""
-    one = lambda r, out=None: chain_logits_by_class(layers, {n: of_run(t, r) for n, t in params.items()}, x,
-                                                    by_feature, out)  # fmt: skip
-    first = one(0)
-    if runs == 1:
-        return first.unsqueeze(0)
-    out = first.new_empty((runs, *first.shape))
-    out[0].copy_(first)  # run 0 sets the shape; the others write in place
-    for r in range(1, runs):
-        one(r, out[r])
-    return out
+def _runs_stacked(per_run: list[torch.Tensor]) -> torch.Tensor:
+    """The runs' logits on a new first axis: a view for one run (``torch.stack`` copies even one tensor)."""
+    return per_run[0].unsqueeze(0) if len(per_run) == 1 else torch.stack(per_run)
 
 
 def _global_sums(logits, runs: int, split: Split, chunk: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -176,7 +167,10 @@ def personal_chain(
         x = blk.features.to(dtype)
         # run by run through the block's shared rows: a run axis on the rows would copy them R times (12 runs of
         # Synthetic: 56 MB a block, 3x the matmuls' time); the logits, by class, are small beside them
-        out = _runs_logits(layers, ordered, lambda t, r: t[r, start : start + g], x, True, runs)  # (R, G, C, width)
+        out = _runs_stacked(
+            [chain_logits_by_class(layers, {n: t[r, start : start + g] for n, t in ordered.items()}, x, True)
+             for r in range(runs)]
+        )  # fmt: skip  # (R, G, classes, width)
         start += g
         correct[:, blk.clients] = ((class_argmax(out, 2) == blk.y) & blk.mask).sum(2).to(torch.float64)
         # each row's -log p(y), summed per (run, client) in float64 over the client's own rows (padding masked to

@@ -100,9 +100,7 @@ def chain_forward(
     return hs
 
 
-def chain_logits_by_class(
-    layers: list[str], params: Params, x: torch.Tensor, by_feature: bool = False, out: torch.Tensor | None = None
-) -> torch.Tensor:
+def chain_logits_by_class(layers: list[str], params: Params, x: torch.Tensor, by_feature: bool = False) -> torch.Tensor:
     """The logits of the chain ``layers``, by class: (G, classes, N) for a group of G models (``params`` (G, out, in)
     weights, ``x`` (G, N, *input), or (G, F, N) with ``by_feature``: the rows' flattened inputs feature by feature,
     as ``data.federated.Block.features`` keeps them), (classes, N) for one model (``params`` (out, in), ``x``
@@ -114,8 +112,7 @@ def chain_logits_by_class(
     blocks). The logits are those of ``baddbmm`` bit for bit over Synthetic's 60 features (W3's and W4's blocks, one
     and two threads); over 784 (MNIST) they differ in the last bits, where the BLAS adds a preloaded bias part-way
     through a long sum (float32 evaluation of MNIST's Linear chains moves so; float64 logits of magnitude ~100 moved
-    by ~1e-13). ``out``: the tensor the logits are written into (the same matmul, its result in place: a batched
-    evaluation's runs fill their slices of one tensor instead of being stacked afterwards, ``metrics``)."""
+    by ~1e-13)."""
     group = params[f"{layers[0]}.weight"].dim() == 3
     if by_feature:
         h = x
@@ -124,8 +121,7 @@ def chain_logits_by_class(
     last = len(layers) - 1
     for j, name in enumerate(layers):
         W, b = params[f"{name}.weight"], params[f"{name}.bias"]
-        into = out if j == last else None
-        h = torch.bmm(W, h, out=into).add_(b.unsqueeze(2)) if group else torch.addmm(b[:, None], W, h, out=into)
+        h = torch.bmm(W, h).add_(b.unsqueeze(2)) if group else torch.addmm(b[:, None], W, h)
         if j < last:
             h.relu_()
     return h
