@@ -493,19 +493,34 @@ def stored_times(*roots, device: str | None = None) -> dict[tuple, float]:
     benchmark's W6x), the share is near a solo run's time, and the batch's time n times it: the quick profile's
     164 runs stored 8,382 s of wall time, 4,275 s in shares, and took ~4,400 s of two processes' time (2026-11-25).
     ``device`` ("cpu", "cuda"): only the runs that trained there (``meta["device"]``): the committed store's 15 AdaFL
-    MNIST runs of 2026-11-23 trained on a GPU, at 0.4-0.8 s a round."""
-    times: dict = {}
+    MNIST runs of 2026-11-23 trained on a GPU, at 0.4-0.8 s a round. (``timed_runs`` and ``median_times``: the
+    same in two steps, for a caller that wants several devices' medians from one read.)"""
+    return median_times(timed_runs(*roots), device)
+
+
+def timed_runs(*roots) -> list[tuple[tuple, dict, float]]:
+    """(kind, meta, seconds a round) of every run stored under ``roots`` that says how long it took
+    (``stored_times``)."""
+    out = []
     folders = dict.fromkeys(Path(r).resolve() for r in roots if r is not None)  # a root given twice counts once
     for d in (d for r in folders if r.is_dir() for d in r.iterdir()):
         try:
             cfg, meta = json.loads((d / "config.json").read_text()), json.loads((d / "meta.json").read_text())
             wall, rounds = run_seconds(meta), int(cfg["rounds"])
-            if device is not None and meta.get("device") != device:
-                continue
+            kind = _kind(cfg)
         except (OSError, ValueError, TypeError, KeyError, AttributeError, ZeroDivisionError):
             continue
         if wall > 0 and rounds > 0:
-            times.setdefault(_kind(cfg), []).append(wall / rounds)
+            out.append((kind, meta, wall / rounds))
+    return out
+
+
+def median_times(runs: list[tuple[tuple, dict, float]], device: str | None = None) -> dict[tuple, float]:
+    """Per kind, the median seconds a round of ``timed_runs``' ``runs`` (``device``: of those that trained there)."""
+    times: dict = {}
+    for kind, meta, seconds in runs:
+        if device is None or meta.get("device") == device:
+            times.setdefault(kind, []).append(seconds)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -541,17 +556,10 @@ def write_reference_times(root, path: Path | None = None) -> dict:
     """Write ``reference_times``' file (``path``, default the package's) from the CPU runs stored under ``root``
     (their ``stored_times``), with where and by what they were timed (CPUs, commits, threads, the last finish);
     returns what it wrote. ``scripts/reference_timings.py`` is its command line."""
-    runs = [d for d in Path(root).iterdir() if (d / "meta.json").is_file()]
-    metas = []
-    for d in runs:
-        try:
-            meta = json.loads((d / "meta.json").read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(meta, dict) and meta.get("device") == "cpu":
-            metas.append(meta)
+    runs = [r for r in timed_runs(root) if r[1].get("device") == "cpu"]
+    metas = [meta for _, meta, _ in runs]
     seen = lambda field: sorted({str(m.get(field)) for m in metas})
-    times = stored_times(root, device="cpu")
+    times = median_times(runs)
     doc = {
         "about": "seconds a round per kind of run, this version on the reference machine (fedlib.resources."
         "reference_times); written by scripts/reference_timings.py from a store the quick profile filled from empty",

@@ -401,13 +401,13 @@ def known_times(store: Store, device: str | None = None) -> dict:
     median of both stores, and 36 min from that store's own."""
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    committed = committed_root()
+    committed, mine = resources.timed_runs(committed_root()), resources.timed_runs(store.root)  # each read once
     return {
-        **resources.stored_times(committed),
-        **resources.stored_times(store.root),
-        **resources.stored_times(committed, device=device),
+        **resources.median_times(committed),
+        **resources.median_times(mine),
+        **resources.median_times(committed, device),
         **resources.reference_times(device),
-        **resources.stored_times(store.root, device=device),
+        **resources.median_times(mine, device),
     }
 
 
