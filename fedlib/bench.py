@@ -71,6 +71,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .config import auto_device
 from .data.federated import FederatedData, sample_steps
 from .data.synthetic import synthetic
 from .executors import LocalSGD, LoopExecutor, StackedExecutor
@@ -764,7 +765,7 @@ def main(argv=None):
         "--repeats", type=int, default=None,
         help="rounds per case (default 5); with --e2e, timings of each workload, the median printed (default 3)",
     )  # fmt: skip
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--device", default=auto_device(), choices=["cpu", "cuda"])
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     ap.add_argument(
         "--only", default=None, help="comma-separated cases among a,b,c,f (with --e2e: among W1..W6); default all"

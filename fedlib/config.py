@@ -584,11 +584,14 @@ class RunConfig(Part):
         self.validate()
 
     def resolved_device(self) -> str:
-        if self.device != "auto":
-            return self.device
-        import torch
+        return self.device if self.device != "auto" else auto_device()
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
+
+def auto_device() -> str:
+    """What ``device="auto"`` trains on here: "cuda" where torch sees a CUDA device, else "cpu"."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _tuple(v):

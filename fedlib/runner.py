@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from . import openmp, resources
 from .algorithms import build_algorithm
-from .config import RunConfig, flat_name
+from .config import RunConfig, auto_device, flat_name
 from .data import load_federated
 from .executors import make_executor
 from .executors.graphs import graphs_from_env
@@ -399,8 +399,7 @@ def known_times(store: Store, device: str | None = None) -> dict:
     profile's runs (the one grid of 164 that trained in 36 min on two processes, 2026-11-25, and notebook 12's 7
     later ones) were estimated at 59 min (``span_seconds``) from the committed store's times, 40 min from the
     median of both stores, and 36 min from that store's own."""
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = auto_device() if device is None else device
     committed, mine = resources.timed_runs(committed_root()), resources.timed_runs(store.root)  # each read once
     return {
         **resources.median_times(committed),
