@@ -43,7 +43,7 @@ test: env
 
 ## stacked vs per-client loop executor timings
 bench: env
-	$(BIN)/python -m fedlib.bench
+	$(BIN)/python -m benchmarks
 
 ## JupyterLab on notebooks/ with the project's kernel; --allow-root only when run as root (containers); kernels train
 ## on one thread unless OMP_NUM_THREADS is set (torch's threads spin on a busy CPU: see scripts/run_notebooks.py)

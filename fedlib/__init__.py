@@ -1,16 +1,20 @@
 """fedlib: the reproducible companion to FedMCSA, AdaFL and pFedLA.
 
-A federated round is a composition of stages (selection, start models, local update,
-aggregation, evaluation); all clients of a round train as one stacked model. Start with
-``RunConfig`` and ``run`` (one run) or ``experiment`` (a named experiment of
-``fedlib.profiles``); see README.md and notebooks/00_quickstart.ipynb.
+A federated round is a composition of stages (selection, start models, local update, aggregation, evaluation);
+all clients of a round train as one stacked model. Start with ``RunConfig`` and ``run`` (one run), ``run_grid``
+(a grid) or ``experiment`` (a named experiment of a paper); see README.md and notebooks/00_quickstart.ipynb.
+
+The package is in layers, each importing only those below it: ``config``, ``data`` and ``models`` at the bottom,
+then ``executors``, ``core`` (the round), ``algorithms``, ``runs`` (training configs, the store), ``papers`` and
+``experiments`` at the top.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-from .config import PROFILES, RunConfig, resolve_profile
-from .runner import expand, results_frame, run, run_configs, run_grid, train
-from .store import Store
+from fedlib.config.run import PROFILES, RunConfig, resolve_profile
+from fedlib.runs.grids import expand, results_frame, run_configs, run_grid
+from fedlib.runs.store import Store
+from fedlib.runs.train import run, train
 
 __all__ = [
     "experiment",
@@ -30,10 +34,9 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # ``experiment`` (the entry point of the notebooks and the CLI) is imported on first use: imported here eagerly,
-    # ``python -m fedlib.experiments`` would find its own module already loaded by the package and warn
+    # ``experiment`` imports every paper's grids: on first use, so that ``import fedlib`` stays light
     if name in ("experiment", "Experiment"):
-        from . import experiments
+        from fedlib.experiments import named
 
-        return getattr(experiments, name)
+        return getattr(named, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,10 +4,10 @@
 #   FEDLIB_DATA=<data root> OUT=<folder> bash scripts/device_check.sh [window seconds per table, default 90]
 # Steps, each under its own time limit, so that one that hangs leaves the others their time:
 #   1. tests/test_cuda.py: the GPU path against the CPU's (float64) and CUDA graphs against eager (bit for bit)
-#   2. python -m fedlib.bench --e2e --device cuda --repeats 1: W1-W6 eager (one timing each: the device's minutes
+#   2. python -m benchmarks --e2e --device cuda --repeats 1: W1-W6 eager (one timing each: the device's minutes
 #      are few)
 #   3. the same with FEDLIB_CUDA_GRAPHS=1 (only if step 1 passed)
-#   4. python -m fedlib.bench --table: windows of AdaFL's MNIST Table 1 and FedMCSA's Table 2 (whole-table estimates),
+#   4. python -m benchmarks --table: windows of AdaFL's MNIST Table 1 and FedMCSA's Table 2 (whole-table estimates),
 #      with CUDA graphs where step 1 passed
 set -u
 cd "$(dirname "$0")/.."
@@ -34,13 +34,13 @@ step() {
 } 2>&1 | tee "$OUT/machine.log"
 step tests 170 $py -m pytest -q -s -p no:cacheprovider tests/test_cuda.py -k "${TESTS:-not test_run_on_cuda_equals_cpu}"
 graphs=$([ $? -eq 0 ] && echo 1 || echo 0)
-[ -z "${SKIP_EAGER:-}" ] && step e2e 170 $py -m fedlib.bench --e2e --device cuda --repeats 1
+[ -z "${SKIP_EAGER:-}" ] && step e2e 170 $py -m benchmarks.bench --e2e --device cuda --repeats 1
 if [ "$graphs" = 1 ]; then
-  step e2e_graphs 120 env FEDLIB_CUDA_GRAPHS=1 $py -m fedlib.bench --e2e --device cuda --repeats 1 \
+  step e2e_graphs 120 env FEDLIB_CUDA_GRAPHS=1 $py -m benchmarks.bench --e2e --device cuda --repeats 1 \
     --only W1,W2,W3,W4,W6
 fi
 for t in adafl_table1:6 fedmcsa_table2:12; do
   step "table_${t%%:*}" $((WINDOW + 60)) env FEDLIB_CUDA_GRAPHS=$graphs \
-    $py -m fedlib.bench --table "${t%%:*}" --seconds "$WINDOW" --jobs "${t##*:}" --log "/tmp/tbl"
+    $py -m benchmarks.bench --table "${t%%:*}" --seconds "$WINDOW" --jobs "${t##*:}" --log "/tmp/tbl"
   cp "/tmp/tbl.${t%%:*}.json" "$OUT/" 2>/dev/null
 done

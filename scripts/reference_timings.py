@@ -1,4 +1,4 @@
-"""Write ``fedlib/round_seconds.json`` (``fedlib.resources.reference_times``: this version's seconds a round per kind
+"""Write ``fedlib/round_seconds.json`` (``fedlib.runs.estimates.reference_times``: this version's seconds a round per kind
 of run, what ``make notebooks``' plan and a grid's balancing estimate runs from when the store holds none of their
 kind) from a store the quick profile filled from empty on the reference machine (the 2-core CPU):
 
@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import argparse
 
-from fedlib import resources
+from fedlib.runs import estimates
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("store", help="the store folder the quick profile filled")
-    ap.add_argument("--out", default=None, help=f"the file to write (default {resources.REFERENCE_TIMES})")
+    ap.add_argument("--out", default=None, help=f"the file to write (default {estimates.REFERENCE_TIMES})")
     args = ap.parse_args(argv)
-    doc = resources.write_reference_times(args.store, args.out)
-    out = args.out or resources.REFERENCE_TIMES
+    doc = estimates.write_reference_times(args.store, args.out)
+    out = args.out or estimates.REFERENCE_TIMES
     print(f"{out}: {len(doc['seconds_a_round'])} kinds from {doc['runs']} runs ({', '.join(doc['cpus'])})")
 
 

@@ -13,7 +13,7 @@ one process per core (their ``JOBS = None``); ``--jobs N`` passes ``JOBS=N`` (``
 more than one process, the runs the plan counts train first, all notebooks' as one grid (``train_first``), and the
 notebooks then draw them (``--no-train-first``: each notebook trains its own).
 ``--profile quick`` (or smoke) explores; its results go to ``results/_explore/`` (git-ignored), not to the committed
-store, unless ``FEDLIB_RESULTS`` says otherwise (``fedlib.store.default_root``, as for a notebook opened by hand).
+store, unless ``FEDLIB_RESULTS`` says otherwise (``fedlib.runs.store.default_root``, as for a notebook opened by hand).
 An explicit ``--profile`` (or ``-p PROFILE=...``) wins over the environment's ``FEDLIB_PROFILE`` (with a warning
 naming both).
 
@@ -94,11 +94,11 @@ def tag(params: dict) -> str:
 
 
 def choose_profile(explicit: str | None, env: str | None) -> tuple[str, str | None]:
-    """(profile, warning): ``fedlib.config.resolve_profile`` (an explicit profile wins over FEDLIB_PROFILE, with a
+    """(profile, warning): ``fedlib.config.run.resolve_profile`` (an explicit profile wins over FEDLIB_PROFILE, with a
     warning naming both), except that with neither given the job draws the committed store: 'paper'."""
     import warnings
 
-    from fedlib.config import resolve_profile
+    from fedlib.config.run import resolve_profile
 
     if not explicit and not env:
         return DEFAULT_PROFILE, None
@@ -160,11 +160,11 @@ class Plan:
         """Seconds to train ``todo``, one after another, from the runs of the same kind (``resources.seconds_for``:
         their median seconds a round, times the rounds; ``known``: ``runner.known_times``, the stored runs' and this
         version's reference timings); None: a kind with no time known."""
-        from fedlib import resources
+        from fedlib.runs import estimates
 
         total = 0.0
         for c in self.todo:
-            s = resources.seconds_for(c, known)
+            s = estimates.seconds_for(c, known)
             if s is None:
                 return None
             total += s
@@ -191,7 +191,8 @@ def _job_params(grid: list[dict], args) -> list[dict]:
     ``STORED_ONLY`` one of True / False, and then the job's ``--stored-only`` (the plan, the skips and the progress
     follow it; it was passed to the notebooks only); ``BACKEND`` and ``JOBS`` as ``fedlib.experiment`` checks them
     (``runner.check_jobs``, ``runner.ray_backend``)."""
-    from fedlib.runner import check_jobs, ray_backend
+    from fedlib.runs.grids import ray_backend
+    from fedlib.runs.scheduling import check_jobs
 
     stored = {p["STORED_ONLY"] for p in grid if "STORED_ONLY" in p}
     if stored:
@@ -238,7 +239,7 @@ def train_first(todo: list, jobs: int, store) -> None:
     ``--no-train-first`` (2026-11-25, one run each: 6%, within this machine's run-to-run noise)."""
     if jobs < 2:
         return
-    from fedlib.runner import run_configs
+    from fedlib.runs.grids import run_configs
 
     print(f"TRAIN {len(todo)} runs of every notebook first, as one grid on {jobs} processes", flush=True)
     t0 = time.time()
@@ -327,10 +328,11 @@ def main(argv=None) -> int:
 
     import papermill as pm
 
-    from fedlib import malloc, resources
     from fedlib.data import readers
-    from fedlib.runner import default_jobs, jobs_arg, known_times, span_seconds
-    from fedlib.store import Store, default_root
+    from fedlib.runs import estimates, malloc
+    from fedlib.runs.estimates import known_times
+    from fedlib.runs.scheduling import default_jobs, jobs_arg, span_seconds
+    from fedlib.runs.store import Store, default_root
 
     try:
         malloc.mode()  # a bad FEDLIB_MALLOC: one line here, not a traceback in every notebook that trains
@@ -359,7 +361,7 @@ def main(argv=None) -> int:
     if not os.environ.get("OMP_NUM_THREADS"):
         # one thread per kernel: these models' operations are small, and torch's threads spin on a busy CPU. On the
         # 2-core machine at load 6, four pFedMe runs (Synthetic MLR, 10 rounds) took 36-77 s with torch's default two
-        # threads and 4.4 s with one (fedlib.bench.time_grid, one after another); batched as one model 4.3-5.1 s
+        # threads and 4.4 s with one (benchmarks.bench.time_grid, one after another); batched as one model 4.3-5.1 s
         # and 3.6-3.9 s. OMP_NUM_THREADS set by the caller wins.
         env["OMP_NUM_THREADS"] = "1"
     if profile != "paper":  # every run of the job in the exploring store, a cell's ``fedlib.run(cfg)`` included
@@ -410,7 +412,7 @@ def main(argv=None) -> int:
         print(f"plan: {len(drawn)} runs drawn, {total} to train", end="")
         # every notebook's runs train first as one grid (``train_first``), else each notebook trains its own
         one_grid = bool(todo) and not args.stored_only and not args.no_train_first and pretrainable(grid)
-        est = [resources.seconds_for(c, known) for c in todo]
+        est = [estimates.seconds_for(c, known) for c in todo]
         if total:
             known_est = sum(e for e in est if e is not None)
             given = [p["JOBS"] for p in grid if isinstance(p.get("JOBS"), int)]  # else the notebooks' own: None

@@ -3,14 +3,13 @@
 import numpy as np
 import pytest
 import torch
-from helpers import small_synthetic
+from helpers import simulate_with, small_synthetic
 
 from fedlib.algorithms import ALGORITHMS, build_algorithm
-from fedlib.config import RunConfig
+from fedlib.config.run import RunConfig
 from fedlib.data.federated import FederatedData
 from fedlib.executors import LoopExecutor, StackedExecutor
-from fedlib.models import build_model
-from fedlib.simulation import simulate
+from fedlib.models.registry import build_model
 
 
 def _two_client_data():
@@ -35,7 +34,9 @@ def test_fedavg_one_round_golden():
     model = build_model("mlr", (2,), 2, dtype=torch.float64)
     for p in model.parameters():
         torch.nn.init.zeros_(p)
-    res = simulate(build_algorithm(cfg), data, model, StackedExecutor(), 1, local_steps=1, batch_size=1, progress=False)
+    res = simulate_with(
+        build_algorithm(cfg), data, model, StackedExecutor(), 1, local_steps=1, batch_size=1, progress=False
+    )
     # test rows: client 0 x=(1,0): logits W@x+b = (1/16-1/8, -1/16+1/8) -> class 1 (wrong); client 1 x=(0,1): class 1 (right)
     assert res.client_acc.tolist() == [[0.0, 1.0]]
     assert res.metrics.test_acc.tolist() == [0.5] and res.metrics.uploads.tolist() == [2]
@@ -48,20 +49,20 @@ def test_fedavg_global_model_golden():
     model = build_model("mlr", (2,), 2, dtype=torch.float64)
     for p in model.parameters():
         torch.nn.init.zeros_(p)
-    from fedlib import simulation
+    from fedlib.core import callbacks
 
     captured = {}
-    orig = simulation._evaluate_round
+    orig = callbacks._evaluate_round
 
     def spy(alg, state, *a, **k):
         captured.update({n: t.clone() for n, t in state.global_params.items()})
         return orig(alg, state, *a, **k)
 
-    simulation._evaluate_round = spy
+    callbacks._evaluate_round = spy
     try:
-        simulate(alg, data, model, StackedExecutor(), 1, local_steps=1, batch_size=1, progress=False)
+        simulate_with(alg, data, model, StackedExecutor(), 1, local_steps=1, batch_size=1, progress=False)
     finally:
-        simulation._evaluate_round = orig
+        callbacks._evaluate_round = orig
     t = lambda v: torch.tensor(v, dtype=torch.float64)
     assert torch.allclose(captured["1.bias"], t([-1 / 8, 1 / 8]))
     assert torch.allclose(captured["1.weight"], t([[1 / 16, -3 / 16], [-1 / 16, 3 / 16]]))
@@ -69,7 +70,7 @@ def test_fedavg_global_model_golden():
 
 def _run(cfg, data, executor):
     model = build_model(cfg.model.name, data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
-    return simulate(
+    return simulate_with(
         build_algorithm(cfg),
         data,
         model,

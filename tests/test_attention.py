@@ -5,15 +5,16 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import small_synthetic
+from helpers import simulate_with, small_synthetic
 
 from fedlib.algorithms import build_algorithm
-from fedlib.attention import cosine_matrix, heurfedamp_weights, mcsa_weights
-from fedlib.config import RunConfig
+from fedlib.config.run import RunConfig
+from fedlib.core import callbacks
+from fedlib.core.attention import cosine_matrix, heurfedamp_weights, mcsa_weights
+from fedlib.core.stages import Algorithm, UniformSelection, WeightedMean, mix
+from fedlib.core.state import init_state, start_models
 from fedlib.executors import LocalSGD, StackedExecutor
-from fedlib.models import build_model
-from fedlib.simulation import init_state, simulate, start_models
-from fedlib.stages import Algorithm, UniformSelection, WeightedMean, mix
+from fedlib.models.registry import build_model
 
 # three clients' copies of one component: cos = [[1, 0, -1], [0, 1, 0], [-1, 0, 1]]
 P = {"w": torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64)}
@@ -114,7 +115,7 @@ def test_start_and_anchor_follow_algorithm_1():
 
 def _simulate(cfg, data, alg=None, on_round=None, rounds=4):
     model = build_model(cfg.model.name, data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
-    return simulate(
+    return simulate_with(
         alg or build_algorithm(cfg),
         data,
         model,
@@ -248,10 +249,9 @@ def test_an_attention_trace_above_its_cap_is_not_kept_and_the_run_says_so(cap, k
     import warnings
 
     import fedlib
-    import fedlib.simulation as sim
     from fedlib import RunConfig, Store
 
-    monkeypatch.setattr(sim, "ATTENTION_TRACE_BYTES", cap)
+    monkeypatch.setattr(callbacks, "ATTENTION_TRACE_BYTES", cap)
     cfg = RunConfig(
         algorithm="fedmcsa", n_clients=8, clients_per_round=4, rounds=6, local_steps=2, model="dnn", hidden=(8,)
     )
@@ -265,7 +265,9 @@ def test_an_attention_trace_above_its_cap_is_not_kept_and_the_run_says_so(cap, k
         assert not said and "attention_trace" not in res.meta and res.traces["attention"].shape == (6, 4, 8, 8)
         assert "attention" in stored.traces
         return
-    why = "not kept: 8 clients' pairs in 4 layer(s) would take 0.0 GB, above fedlib.resources.ATTENTION_TRACE_BYTES"
+    why = (
+        "not kept: 8 clients' pairs in 4 layer(s) would take 0.0 GB, above fedlib.core.callbacks.ATTENTION_TRACE_BYTES"
+    )
     assert said == [f"attention trace {res.meta['attention_trace']}"] and res.meta["attention_trace"].startswith(why)
     assert "attention" not in res.traces and "selected" in res.traces  # the other traces are kept
     assert stored.meta["attention_trace"] == res.meta["attention_trace"] and "attention" not in stored.traces

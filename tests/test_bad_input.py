@@ -21,16 +21,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import small_synthetic
+from helpers import simulate_with, small_synthetic
 
-import fedlib.runner as runner
 from fedlib import RunConfig, Store, run
 from fedlib.algorithms import build_algorithm
+from fedlib.config.options import METHODS
 from fedlib.executors import StackedExecutor
-from fedlib.models import build_model
-from fedlib.options import METHODS
-from fedlib.simulation import Checkpoint, simulate
-from fedlib.store import DamagedRunWarning, read_run
+from fedlib.models.registry import build_model
+from fedlib.runs import feasibility, grids
+from fedlib.runs import train as runner
+from fedlib.runs.checkpoint import Checkpoint
+from fedlib.runs.store import DamagedRunWarning, read_run
 
 TINY = RunConfig(n_clients=4, clients_per_round=2, rounds=4, local_steps=2, model="mlr")
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,7 +87,7 @@ def test_runs_that_cannot_fit_are_refused_before_any_data_loads(change, message,
     with pytest.raises(ValueError, match=message):
         runner.train(cfg, progress=False)
     with pytest.raises(ValueError, match=message):  # a grid refuses before training any of its runs
-        runner.run_configs([TINY, cfg], Store(tmp_path), progress=False)
+        grids.run_configs([TINY, cfg], Store(tmp_path), progress=False)
     assert not Store(tmp_path).has(TINY)
 
 
@@ -102,7 +103,7 @@ def test_a_store_is_a_store_or_its_folder_and_one_that_cannot_hold_results_is_re
     monkeypatch.setattr(runner, "load_federated", lambda *a, **k: pytest.fail("data loaded"))
     afile = tmp_path / "results.txt"
     afile.write_text("not a store")
-    for call in (lambda: run(TINY, afile, progress=False), lambda: runner.run_grid(TINY, {"seed": [0]}, afile)):
+    for call in (lambda: run(TINY, afile, progress=False), lambda: grids.run_grid(TINY, {"seed": [0]}, afile)):
         with pytest.raises(ValueError, match=f"the results store {afile} is not a folder: pass another store"):
             call()
     # no permission (the tests run as root here, which chmod does not stop: the probe file fails instead)
@@ -131,7 +132,7 @@ def test_a_bad_setting_is_refused_before_anything_trains(tmp_path, monkeypatch, 
     message = f"{variable}={value!r}{says}"
     calls = [
         lambda: run(TINY, tmp_path, progress=False),
-        lambda: runner.run_configs([TINY, TINY.replace(seed=1)], Store(tmp_path), progress=False, jobs=2),
+        lambda: grids.run_configs([TINY, TINY.replace(seed=1)], Store(tmp_path), progress=False, jobs=2),
     ]
     if variable == "FEDLIB_CUDA_GRAPHS":
         calls.append(StackedExecutor)
@@ -140,7 +141,7 @@ def test_a_bad_setting_is_refused_before_anything_trains(tmp_path, monkeypatch, 
             call()
     out = _cli("fedmcsa_sigma", "--profile", "smoke", "--dry-run", env={variable: value})
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert out.stderr.splitlines()[-1] == f"experiments.py: error: {message}"
+    assert out.stderr.splitlines()[-1] == f"python -m fedlib.experiments: error: {message}"
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "soon", "inf", "nan"])
@@ -164,9 +165,9 @@ def test_the_snapshot_interval_comes_from_the_environment(tmp_path, monkeypatch)
 def test_a_grid_axis_must_have_values():
     """``run_grid(base, {"lr": []})`` returned an empty table: an axis computed empty by mistake passed silently."""
     with pytest.raises(ValueError, match=r"grid\['lr'\] is an empty list: a grid axis needs at least one value"):
-        runner.expand(TINY, {"lr": [], "seed": [0, 1]})
+        grids.expand(TINY, {"lr": [], "seed": [0, 1]})
     with pytest.raises(ValueError, match=r"grid\[1\]\['seed'\] is an empty list"):
-        runner.expand(TINY, [{"seed": [0]}, {"seed": []}])
+        grids.expand(TINY, [{"seed": [0]}, {"seed": []}])
 
 
 def test_the_python_entry_points_name_an_argument_of_the_wrong_kind(tmp_path):
@@ -182,12 +183,12 @@ def test_the_python_entry_points_name_an_argument_of_the_wrong_kind(tmp_path):
             r"cfg must be a RunConfig \(RunConfig.of\(...\)\), got dict: \{'rounds': 2\}",
         ),
         (
-            lambda: runner.run_grid(TINY, [1, 2], store),
+            lambda: grids.run_grid(TINY, [1, 2], store),
             r"grid must be a dict of field -> value or list of values, or a ",
         ),
-        (lambda: runner.run_grid(TINY, "lr", store), r"grid must be a dict .*; got 'lr'"),
-        (lambda: runner.run_grid({"rounds": 2}, {"lr": [0.1]}, store), "base must be a RunConfig"),
-        (lambda: runner.run_configs(TINY, store), "cfgs must be a list of RunConfig, got RunConfig"),
+        (lambda: grids.run_grid(TINY, "lr", store), r"grid must be a dict .*; got 'lr'"),
+        (lambda: grids.run_grid({"rounds": 2}, {"lr": [0.1]}, store), "base must be a RunConfig"),
+        (lambda: grids.run_configs(TINY, store), "cfgs must be a list of RunConfig, got RunConfig"),
         (lambda: fedlib.results_frame([TINY, 1], store), r"cfgs\[1\] must be a RunConfig .*, got int: 1"),
     ]:
         with pytest.raises(TypeError, match=says):
@@ -203,10 +204,9 @@ def test_the_python_entry_points_name_an_argument_of_the_wrong_kind(tmp_path):
 
 def test_every_stored_config_fits_this_machine():
     """The estimate errs high, but not so high that the paper's own runs would be refused."""
-    from fedlib import resources
 
     for cfg in Store(ROOT / "results").configs():
-        resources.check(cfg, limit=16 * 2**30)
+        feasibility.check(cfg, limit=16 * 2**30)
 
 
 # -- divergence -------------------------------------------------------------------------------------------------
@@ -232,7 +232,7 @@ def test_finite_finds_every_nan_and_infinity(dtype):
     """``simulation.finite`` (the divergence check after every round, from each tensor's amax and amin) is
     ``torch.isfinite(v).all()`` over all tensors: a NaN or an infinity anywhere (the first value, the last, inside
     a vector and in its scalar tail) is found, finite extremes are not, integer tensors are skipped."""
-    from fedlib.simulation import finite
+    from fedlib.core.simulation import finite
 
     g = torch.Generator().manual_seed(0)
     sound = {"w": torch.randn(5, 37, generator=g).to(dtype), "n": torch.arange(4)}
@@ -313,7 +313,7 @@ def test_damaged_runs_do_not_break_status_or_the_experiment_summary(tmp_path, mo
     assert victim in ex.missing_runs and len(ex.damaged) == 1
     assert "damaged, left out (1" in ex.summary() and str(ex.store.path(victim)) in ex.summary()
     assert len(ex.table) == len(ex.configs) - 1  # the table leaves it out; the summary says so
-    from fedlib.experiments import status
+    from fedlib.experiments.named import status
 
     row = status("smoke", store=tmp_path).set_index("experiment").loc["quickstart"]
     assert row["damaged"] == 1 and row["stored"] == len(ex.configs) - 1 and row["to run"] == 1
@@ -357,7 +357,7 @@ def test_every_committed_run_passes_its_integrity_check():
 def _simulate(cfg, data, **kw):
     model = build_model(cfg.model.name, data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
     alg = build_algorithm(cfg, n_samples=data.train.sizes.numpy())
-    return simulate(alg, data, model, StackedExecutor(), cfg.rounds, local_steps=cfg.local_steps,
+    return simulate_with(alg, data, model, StackedExecutor(), cfg.rounds, local_steps=cfg.local_steps,
                     batch_size=cfg.batch_size, seed=cfg.seed, progress=False, **kw)  # fmt: skip
 
 
@@ -468,7 +468,7 @@ def _two_workers_training(parent: subprocess.Popen) -> list[int]:
 def test_grid_workers_stop_when_the_parent_is_killed(tmp_path):
     """`kill -9` of the parent of a --jobs 2 grid orphaned its workers: they stored 5 more runs, then hung."""
     script = (
-        "import sys; from fedlib import RunConfig, Store; from fedlib.runner import run_configs\n"
+        "import sys; from fedlib import RunConfig, Store; from fedlib.runs.grids import run_configs\n"
         "cfgs = [RunConfig(n_clients=20, clients_per_round=20, rounds=100000, local_steps=20, model='dnn', seed=s)"
         " for s in range(4)]\n"
         f"run_configs(cfgs, Store({str(tmp_path)!r}), progress=False, jobs=2, batch=1)\n"
@@ -594,7 +594,7 @@ def test_ctrl_c_of_a_grid_on_two_processes_stops_it_without_starting_another_run
     waited (2026-11-28). Now the four runs snapshot their round."""
     script = (
         "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-        "from fedlib import RunConfig, Store; from fedlib.runner import run_configs\n"
+        "from fedlib import RunConfig, Store; from fedlib.runs.grids import run_configs\n"
         "if __name__ == '__main__':\n"
         "    cfgs = [RunConfig(n_clients=20, clients_per_round=20, rounds=100000, local_steps=20, model='dnn', seed=s)"
         " for s in range(4)]\n"

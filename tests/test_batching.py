@@ -1,20 +1,20 @@
-"""Grids as one model (``fedlib.batching``, issue 21 item 5): runs trained together give their solo runs' numbers bit
+"""Grids as one model (``fedlib.runs.batching``, issue 21 item 5): runs trained together give their solo runs' numbers bit
 for bit, for every registered method, in float32 and float64; their calls really merge; a run that fails or diverges
 leaves the others alone; a stop snapshots every run; ``run_configs`` batches by itself."""
 
 import numpy as np
 import pytest
 import torch
-from helpers import small_synthetic
+from helpers import simulate_with, small_synthetic
 from test_checkpoint import _same
 
-import fedlib.runner as runner
 from fedlib import RunConfig, Store
 from fedlib.algorithms import ALGORITHMS, build_algorithm
-from fedlib.batching import run_together
-from fedlib.executors import StackedExecutor, class_softmax
-from fedlib.models import build_model
-from fedlib.simulation import Checkpoint, simulate
+from fedlib.executors import StackedExecutor, class_softmax, hardware
+from fedlib.models.registry import build_model
+from fedlib.runs import feasibility, grids, scheduling
+from fedlib.runs.batching import run_together
+from fedlib.runs.checkpoint import Checkpoint
 
 
 def _cfg(algorithm, **kw):
@@ -28,7 +28,7 @@ def _simulate(cfg, data, executor=None, stop=None, **kw):
     dtype = data.train.x.dtype
     model = build_model(cfg.model.name, data.input_shape, 10, (8,), seed=cfg.seed, dtype=dtype)
     alg = build_algorithm(cfg, n_samples=data.train.sizes.numpy())
-    return simulate(
+    return simulate_with(
         alg, data, model, executor or StackedExecutor(), cfg.rounds, local_steps=cfg.local_steps,
         batch_size=cfg.batch_size, seed=cfg.seed, progress=False, eval_every=1, stop=stop, **kw,
     )  # fmt: skip
@@ -162,7 +162,7 @@ def _synthetic(**kw):
 def test_gang_threads_take_turns_between_calls():
     """One run's thread at a time runs its own Python between its calls (each hands the turn on at the barrier):
     with every thread runnable at once they took the GIL from each other, and W6 batched took 0.84x the time of
-    its runs one by one (``python -m fedlib.bench --e2e``). Every run still makes all its calls."""
+    its runs one by one (``python -m benchmarks --e2e``). Every run still makes all its calls."""
     import threading
     import time
 
@@ -200,12 +200,12 @@ def two_threads():
 def test_merged_calls_run_in_the_calling_thread_and_run_threads_start_no_openmp_team(two_threads):
     """With two threads, the merged calls ran in whichever run thread arrived last, each run thread a GNU OpenMP
     team of its own: more threads in teams than cores, so every parallel region slept and woke its workers, and
-    W6 batched took 0.50-0.70x the time of its runs one by one (``fedlib.openmp``; 2026-11-28). Now the calling
+    W6 batched took 0.50-0.70x the time of its runs one by one (``fedlib.runs.openmp``; 2026-11-28). Now the calling
     thread runs every merged call with torch's threads, and a run thread computes on one (where the runtime lets
-    ``fedlib.openmp`` set it); a run's metadata still records the process's threads."""
+    ``fedlib.runs.openmp`` set it); a run's metadata still records the process's threads."""
     import threading
 
-    from fedlib import openmp
+    from fedlib.runs import openmp
 
     seen = []
 
@@ -231,7 +231,7 @@ def test_run_together_returns_when_the_last_run_ends_not_at_the_next_poll(monkey
     slept out its timeout after the last run (0.2 s of a batched W6's 0.9 s)."""
     import time
 
-    import fedlib.batching as batching
+    import fedlib.runs.batching as batching
 
     class Echo:
         def train(self, *args, **kwargs):
@@ -252,37 +252,37 @@ def test_batches_group_by_data_model_and_method_and_respect_the_caps(monkeypatch
     a = [_synthetic(seed=s) for s in range(5)]
     b = [_synthetic(seed=0, data_seed=1)]  # other data: another unit
     c = [RunConfig(dataset="digits", model="lenet", algorithm="fedbn", rounds=2)]  # the loop executor: alone
-    units = runner.batches(a + b + c, most=3)
+    units = scheduling.batches(a + b + c, most=3)
     assert [len(u) for u in units] == [3, 2, 1, 1]
     assert units[0] == a[:3] and units[1] == a[3:] and units[2] == b and units[3] == c
-    assert [len(u) for u in runner.batches(a, most=1)] == [1] * 5
+    assert [len(u) for u in scheduling.batches(a, most=1)] == [1] * 5
     many = [_synthetic(seed=s) for s in range(20)]
-    assert [len(u) for u in runner.batches(many, most=16)] == [10, 10]  # as many units as 16 + 4, of equal size
-    assert [len(u) for u in runner.batches(many, most=6)] == [5, 5, 5, 5]
-    assert sum(runner.batches(many, most=6), []) == many  # every run once, in order
+    assert [len(u) for u in scheduling.batches(many, most=16)] == [10, 10]  # as many units as 16 + 4, of equal size
+    assert [len(u) for u in scheduling.batches(many, most=6)] == [5, 5, 5, 5]
+    assert sum(scheduling.batches(many, most=6), []) == many  # every run once, in order
     other = [_synthetic(seed=s, data_seed=1) for s in range(2)]
     # two processes share the work: no unit above its share of the runs (16 + 2 would leave one idle most of the time),
     # and a unit is cut where that ends the grid sooner (8 + 8 + 2: 10 runs' time; 8 + 8 + 1 + 1: 9)
-    assert [len(u) for u in runner.batches(many[:16] + other, most=16, jobs=2)] == [8, 8, 1, 1]
+    assert [len(u) for u in scheduling.batches(many[:16] + other, most=16, jobs=2)] == [8, 8, 1, 1]
     trio = [_synthetic(seed=s, data_seed=d) for d in range(3) for s in range(3)]  # three kinds of three runs
-    assert [len(u) for u in runner.batches(trio, most=16, jobs=2)] == [2, 1, 3, 3]  # 5 runs' time, not 6
-    assert sum(runner.batches(trio, most=16, jobs=2), []) == trio  # every run once, in order
+    assert [len(u) for u in scheduling.batches(trio, most=16, jobs=2)] == [2, 1, 3, 3]  # 5 runs' time, not 6
+    assert sum(scheduling.batches(trio, most=16, jobs=2), []) == trio  # every run once, in order
     longer = [c.replace(rounds=c.rounds * 4) for c in other]  # the span counts rounds, not runs
-    assert [len(u) for u in runner.batches(many[:4] + longer, most=16, jobs=2)] == [2, 2, 1, 1]
-    assert [len(u) for u in runner.batches(many[:8], most=16, jobs=3)] == [3, 3, 2]
-    assert runner.batches(a[:3], most=16, jobs=2) == [a[:2], a[2:3]]  # two processes: a unit each
-    assert [len(u) for u in runner.batches(a + b, most=16, jobs=4)] == [2, 2, 1, 1]  # a's 5 runs in 3 pieces
-    est = runner.resources.estimate(a[0])
-    room = est["data"] + 2 * runner.resources.run_bytes(est)  # the data once and two runs
-    monkeypatch.setattr(runner.resources, "available_bytes", lambda device="cpu": room / runner.BATCH_MEMORY_SHARE)
-    assert [len(u) for u in runner.batches(a, most=16)] == [2, 2, 1]
+    assert [len(u) for u in scheduling.batches(many[:4] + longer, most=16, jobs=2)] == [2, 2, 1, 1]
+    assert [len(u) for u in scheduling.batches(many[:8], most=16, jobs=3)] == [3, 3, 2]
+    assert scheduling.batches(a[:3], most=16, jobs=2) == [a[:2], a[2:3]]  # two processes: a unit each
+    assert [len(u) for u in scheduling.batches(a + b, most=16, jobs=4)] == [2, 2, 1, 1]  # a's 5 runs in 3 pieces
+    est = feasibility.estimate(a[0])
+    room = est["data"] + 2 * feasibility.run_bytes(est)  # the data once and two runs
+    monkeypatch.setattr(hardware, "available_bytes", lambda device="cpu": room / scheduling.BATCH_MEMORY_SHARE)
+    assert [len(u) for u in scheduling.batches(a, most=16)] == [2, 2, 1]
 
 
 def test_run_configs_batches_and_stores_each_run_as_its_solo_run(tmp_path):
     cfgs = [_synthetic(seed=s, sigma=sg) for s in (0, 1) for sg in (1.0, 50.0)]
     batched, solo = Store(tmp_path / "b"), Store(tmp_path / "s")
-    runner.run_configs(cfgs, batched, progress=False)
-    runner.run_configs(cfgs, solo, progress=False, batch=1)
+    grids.run_configs(cfgs, batched, progress=False)
+    grids.run_configs(cfgs, solo, progress=False, batch=1)
     for c in cfgs:
         x, y = batched.load(c), solo.load(c)
         cols = [k for k in x.metrics.columns if k != "seconds"]
@@ -294,7 +294,7 @@ def test_run_configs_batches_and_stores_each_run_as_its_solo_run(tmp_path):
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
 def test_run_configs_refuses_a_bad_batch(bad, tmp_path):
     with pytest.raises(ValueError, match="batch="):
-        runner.run_configs([_synthetic()], Store(tmp_path), progress=False, batch=bad)
+        grids.run_configs([_synthetic()], Store(tmp_path), progress=False, batch=bad)
 
 
 def test_class_softmax_is_softmax_and_a_row_does_not_depend_on_its_neighbours():

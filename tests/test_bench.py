@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from fedlib.bench import ceiling, chain_flops, main
-from fedlib.models import build_model
+from benchmarks.bench import ceiling, chain_flops, main
+from fedlib.models.registry import build_model
 
 
 def test_chain_flops_golden():
@@ -74,7 +74,7 @@ def test_bench_refuses_a_bad_malloc_setting_in_one_line(monkeypatch, capsys):
 
 
 def test_fedmix_case_times_the_three_paths():
-    from fedlib.bench import bench_fedmix
+    from benchmarks.bench import bench_fedmix
 
     r = bench_fedmix(repeats=1, clients=2, steps=2)
     assert {"loop", "vmap", "chain"} <= set(r) and all(r[k] > 0 for k in ("loop", "vmap", "chain"))
@@ -92,7 +92,7 @@ def _printed_ratio(ratio: float, num: float, den: float) -> bool:
 
 
 def test_e2e_prints_every_workload_with_its_breakdown(capsys):
-    from fedlib.bench import STAGES
+    from benchmarks.bench import STAGES
 
     assert _printed_ratio(1.3, 0.0013, 0.0011) and not _printed_ratio(2.6, 0.0013, 0.0011)  # CI's case; twice it
     assert _printed_ratio(2.0, 0.4066, 0.1987) and not _printed_ratio(2.2, 0.4066, 0.1987)  # W1's row, 2026-11-25
@@ -159,21 +159,22 @@ def test_e2e_rejects_unknown_workload(capsys):
 
 def test_stage_clock_books_each_stage_of_each_round():
     """Two rounds of a tiny run: every stage of run_round is booked, setup before round 1 is not."""
+    from benchmarks.bench import StageClock
     from fedlib.algorithms import build_algorithm
-    from fedlib.config import RunConfig
+    from fedlib.config.run import RunConfig
+    from fedlib.core.callbacks import Evaluation
+    from fedlib.core.simulation import simulate
+    from fedlib.core.state import Schedule
     from fedlib.data import load_federated
     from fedlib.executors import make_executor
-    from fedlib.simulation import CLOCK, StageClock, simulate, stage_timing
 
     cfg = RunConfig.of(n_clients=6, clients_per_round=3, local_steps=2, rounds=2, model="mlr").validate()
     data = load_federated(cfg).to("cpu", torch.float32)
     model = build_model("mlr", data.input_shape, 10, seed=0)
     alg = build_algorithm(cfg)
-    with stage_timing(StageClock()) as clock:
-        simulate(alg, data, model, make_executor("auto", model), 2, local_steps=2, progress=False)
-    from fedlib import simulation
-
-    assert simulation.CLOCK is CLOCK  # switched back off
+    clock = StageClock()
+    simulate(alg, data, model, make_executor("auto", model), Schedule(local_steps=2), rounds=2,
+             callbacks=[Evaluation(), clock])  # fmt: skip
     assert len(clock.rounds) == 2
     for r in clock.rounds:
         assert {"selection", "start", "plan", "training", "aggregation", "evaluation", "other"} <= set(r)
@@ -181,7 +182,7 @@ def test_stage_clock_books_each_stage_of_each_round():
 
 
 def test_sample_flops_from_layer_shapes():
-    from fedlib.bench import sample_flops
+    from benchmarks.bench import sample_flops
 
     dnn = build_model("dnn", (784,), 10, (100,), seed=0)
     # forward 2*(784*100 + 100*10); training: chain_flops of one sample
@@ -210,7 +211,7 @@ def test_arithmetic_log_sees_each_steps_matmuls():
     updates fused into baddbmm_; all of them local training's, at the group's shapes."""
     from helpers import small_synthetic
 
-    from fedlib.bench import ArithmeticLog, _CountingExecutor
+    from benchmarks.bench import ArithmeticLog, _CountingExecutor
     from fedlib.data.federated import sample_steps
     from fedlib.executors import LocalSGD, StackedExecutor
 
@@ -233,7 +234,7 @@ def test_arithmetic_log_sees_each_steps_matmuls():
 def test_merged_puts_equal_calls_of_the_runs_side_by_side():
     """3 runs' equal bmm calls, 7 in all: two merged calls with the client axis 3x (12 clients), one left alone;
     ops other than (b)bmm stay as they are."""
-    from fedlib.bench import merged
+    from benchmarks.bench import merged
 
     t = lambda shape, stride: ("tensor", shape, stride, torch.float32, "cpu")
     bmm = (torch.ops.aten.bmm.default, (t((4, 3, 5), (15, 5, 1)), t((4, 5, 2), (10, 1, 5))), ())
@@ -250,7 +251,7 @@ def test_replay_runs_each_call_at_its_shapes_and_strides(monkeypatch):
     trials of 1 s, 0.5 s and 1 s, the fastest counts: 0.5 s."""
     import types
 
-    import fedlib.bench as bench
+    import benchmarks.bench as bench
 
     t = lambda shape, stride: ("tensor", shape, stride, torch.float32, "cpu")
     a, b = bench._materialise((t((4, 3, 5), (0, 5, 1)), t((4, 5, 2), (10, 1, 5))), torch.Generator().manual_seed(0))
@@ -266,8 +267,8 @@ def test_replay_runs_each_call_at_its_shapes_and_strides(monkeypatch):
 
 
 def test_rounds_done_counts_stored_runs_whole_and_stopped_ones_from_their_snapshot(tmp_path):
+    from benchmarks.bench import rounds_done
     from fedlib import RunConfig, Store, run
-    from fedlib.bench import rounds_done
 
     tiny = RunConfig(n_clients=4, clients_per_round=2, rounds=4, local_steps=2, model="mlr")
     stored, stopped, queued = tiny, tiny.replace(seed=1, rounds=9), tiny.replace(seed=2)
@@ -282,7 +283,7 @@ def test_rounds_done_counts_stored_runs_whole_and_stopped_ones_from_their_snapsh
 def test_table_window_of_a_whole_grid(tmp_path, capsys):
     """``--table``: the CLI trains the experiment's grid from an empty store (FEDLIB_RESULTS untouched) and the
     rounds are counted; a window longer than the grid counts every round, and the estimate is the time it took."""
-    from fedlib.bench import bench_table
+    from benchmarks.bench import bench_table
 
     log = tmp_path / "log"
     r = bench_table("fedmcsa_sigma", 600, 2, "smoke", log=str(log))
@@ -298,7 +299,7 @@ def test_e2e_targets_say_met_missed_and_whether_the_floor_allows_it():
     3.0, floor 0.15 s over a 0.1 s limit: 1.5, so the round must come within 2 / 1.5 = 1.33x of it); W3 missed, its
     floor of 21 ms out of reach; W4 at exactly 20 ms missed (the target is < 20 ms); W5 met at 1.311 / 3 s; W6
     missed, its ceiling 4.5x below the 5x."""
-    from fedlib.bench import W5_BEFORE_S, e2e_targets
+    from benchmarks.bench import W5_BEFORE_S, e2e_targets
 
     results = {
         "W1": {"seconds": 0.19, "limit": 0.1, "ratio": 1.9, "floor": 0.12},
@@ -339,7 +340,7 @@ def test_e2e_judges_the_ratios_at_the_highest_matmul_rate_measured(monkeypatch, 
     and the targets, are taken at the highest: a first measurement in a slow spell (half the rate) cannot make a
     ratio look twice as good. W3's line is printed at the rate measured before it, its result at the best, measured
     later (before W4)."""
-    import fedlib.bench as bench
+    import benchmarks.bench as bench
 
     rates = iter([100e9, 150e9, 200e9])  # the start, before W3, before W4
     monkeypatch.setattr(bench, "sgemm_rate", lambda device="cpu", n=2000, repeats=7: next(rates))

@@ -5,14 +5,16 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import small_synthetic
+from helpers import simulate_with, small_synthetic
 
-import fedlib.simulation as simulation
 from fedlib import RunConfig, Store, run
 from fedlib.algorithms import ALGORITHMS, build_algorithm
+from fedlib.core import callbacks
 from fedlib.executors import StackedExecutor
-from fedlib.models import build_model
-from fedlib.simulation import Checkpoint, simulate
+from fedlib.models.registry import build_model
+from fedlib.runs import grids
+from fedlib.runs import train as runner
+from fedlib.runs.checkpoint import Checkpoint
 
 
 class Interrupt(Exception):
@@ -22,7 +24,7 @@ class Interrupt(Exception):
 def _simulate(cfg, data, **kw):
     model = build_model(cfg.model.name, data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
     alg = build_algorithm(cfg, n_samples=data.train.sizes.numpy())
-    return simulate(
+    return simulate_with(
         alg,
         data,
         model,
@@ -109,7 +111,7 @@ def test_checkpoint_of_another_length_is_ignored(tmp_path):
 def _killed_once_in_round(monkeypatch, t_stop: int) -> list:
     """The first evaluation of round ``t_stop`` raises KeyboardInterrupt (a kill), later ones run; returns the
     list of evaluated rounds, in order."""
-    real, calls = simulation._evaluate_round, []
+    real, calls = callbacks._evaluate_round, []
 
     def evaluate(alg, state, data, model, t, *rest):
         calls.append(t)
@@ -117,7 +119,7 @@ def _killed_once_in_round(monkeypatch, t_stop: int) -> list:
             raise KeyboardInterrupt
         return real(alg, state, data, model, t, *rest)
 
-    monkeypatch.setattr(simulation, "_evaluate_round", evaluate)
+    monkeypatch.setattr(callbacks, "_evaluate_round", evaluate)
     return calls
 
 
@@ -162,7 +164,6 @@ def test_grid_finishes_stopped_runs_first(tmp_path, monkeypatch, batch):
     """A grid whose second config was stopped part-way trains that one first (it continues from its snapshot).
     Batched (``batch`` > 1), the two share one unit, which lists the stopped run first: its runs start together in
     threads, so which of them calls ``train`` first is a race (asserting that order failed in CI once, 2026-11-28)."""
-    import fedlib.runner as runner
 
     a = RunConfig(n_clients=4, clients_per_round=2, rounds=4, local_steps=2, model="mlr")
     b = a.replace(seed=1)
@@ -174,9 +175,9 @@ def test_grid_finishes_stopped_runs_first(tmp_path, monkeypatch, batch):
     order, units, real_train, real_together = [], [], runner.train, runner.train_together
     monkeypatch.setattr(runner, "train", lambda cfg, *a, **k: order.append(cfg.seed) or real_train(cfg, *a, **k))
     monkeypatch.setattr(
-        runner, "train_together", lambda u, *a, **k: units.append([c.seed for c in u]) or real_together(u, *a, **k)
+        grids, "train_together", lambda u, *a, **k: units.append([c.seed for c in u]) or real_together(u, *a, **k)
     )
-    table = runner.run_configs([a, b], store, progress=False, batch=batch, jobs=1)
+    table = grids.run_configs([a, b], store, progress=False, batch=batch, jobs=1)
     assert list(table.seed) == [0, 1]  # the table keeps the order given
     if batch == 1:
         assert order == [1, 0] and units == []  # b first

@@ -13,9 +13,9 @@ import pytest
 from test_bad_input import _cli  # python -m fedlib.experiments in a subprocess
 
 import fedlib
-from fedlib import experiments
-from fedlib.report import paper_vs_ours
-from fedlib.store import Store
+from fedlib.experiments import cli
+from fedlib.papers.report import paper_vs_ours
+from fedlib.runs.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ def test_cli_office_experiment_with_its_data_absent_says_so(name, dry, profile, 
     needs absent data, the data sets it would run on are named and it stops (exit status 1) before training."""
     monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "no-data"))
     with pytest.raises(SystemExit) as stop:
-        experiments.main([name, "--profile", profile, *(["--dry-run"] if dry else [])])
+        cli.main([name, "--profile", profile, *(["--dry-run"] if dry else [])])
     assert stop.value.code == (
         f"python -m fedlib.experiments: error: nothing to train or show: every config needs data absent under "
         f"{tmp_path / 'no-data'} ({OFFICE[name]}); put it there or set FEDLIB_DATA (see data/README.md)"
@@ -45,7 +45,7 @@ def test_cli_office_experiment_with_its_data_absent_says_so(name, dry, profile, 
 def test_cli_office_experiment_beside_one_with_data_runs_the_other(tmp_path, monkeypatch, capsys):
     """In a queue with an experiment that has configs, the absent Office data is reported and the rest runs."""
     monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "no-data"))
-    assert experiments.main(["pfedla_office_fig4", "quickstart", "--profile", "smoke", "--dry-run"]) == 0
+    assert cli.main(["pfedla_office_fig4", "quickstart", "--profile", "smoke", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "data absent, skipped: office31" in out and "2 configs, 0 stored" in out
 
@@ -62,7 +62,7 @@ def test_cli_bad_fedlib_profile_is_a_usage_error(args, monkeypatch, capsys):
     """It was an uncaught ValueError traceback (resolve_profile ran outside the argument checks)."""
     monkeypatch.setenv("FEDLIB_PROFILE", "bogus")
     with pytest.raises(SystemExit) as stop:
-        experiments.main(args)
+        cli.main(args)
     err = capsys.readouterr().err
     assert stop.value.code == 2
     assert err.strip().splitlines()[-1].endswith("error: FEDLIB_PROFILE='bogus' is not one of: smoke, quick, paper")
@@ -119,8 +119,8 @@ def test_experiment_bad_available_names_the_argument(available, tmp_path):
     with pytest.raises(ValueError) as err:
         fedlib.experiment("quickstart", "smoke", available=available, progress=False, store=Store(tmp_path))
     assert str(err.value) == (
-        f"available={available!r}: must be a fedlib.profiles.Available (the data sets to count as present, e.g. "
-        "fedlib.profiles.Available.scan()) or None (what is under the data root)"
+        f"available={available!r}: must be a fedlib.experiments.profiles.Available (the data sets to count as present, e.g. "
+        "fedlib.experiments.profiles.Available.scan()) or None (what is under the data root)"
     )
     assert not list(tmp_path.rglob("*.json"))
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fedlib.config import RunConfig, from_dict, resolve_profile
+from fedlib.config.run import RunConfig, from_dict, resolve_profile
 
 
 @pytest.mark.parametrize(

@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 import torch
 
-import fedlib.runner as runner
-from fedlib import RunConfig, Store, resources, run
-from fedlib.config import PARTITIONS, DataConfig, LocalConfig
+from fedlib import RunConfig, Store, run
+from fedlib.config.options import METHODS
+from fedlib.config.run import PARTITIONS, DataConfig, LocalConfig
 from fedlib.data import partition
 from fedlib.data.synthetic import synthetic
-from fedlib.models import MODELS, build_model
-from fedlib.options import METHODS
+from fedlib.models.registry import MODELS, build_model
+from fedlib.runs import feasibility, grids
+from fedlib.runs import train as runner
 
 TINY = RunConfig(n_clients=4, clients_per_round=2, rounds=2, local_steps=2, model="mlr")
 MNIST = RunConfig(dataset="mnist", partition="labels", n_clients=4, clients_per_round=2, rounds=1, local_steps=1)
@@ -39,7 +40,7 @@ def test_a_grid_with_more_labels_per_client_than_classes_trains_nothing(tmp_path
     """``run_grid(..., {"labels_per_client": [2, 11]})`` trained the first config, then failed on the second's data
     with ``k=11: must be in [1, 10]``."""
     with pytest.raises(ValueError, match=r"RunConfig.labels_per_client=11 must be in \[1, 10\]"):
-        runner.run_grid(MNIST, {"labels_per_client": [2, 11]}, Store(tmp_path), progress=False, batch=1)
+        grids.run_grid(MNIST, {"labels_per_client": [2, 11]}, Store(tmp_path), progress=False, batch=1)
     MNIST.replace(labels_per_client=10).validate()
 
 
@@ -65,9 +66,9 @@ def test_a_grid_with_more_labels_per_client_than_classes_trains_nothing(tmp_path
 def test_partitions_the_data_set_cannot_hold_are_refused_before_its_data_loads(change, message, tmp_path, no_data):
     cfg = MNIST.replace(**change).validate()
     with pytest.raises(ValueError, match=message):
-        resources.check(cfg, limit=HUGE)
+        feasibility.check(cfg, limit=HUGE)
     with pytest.raises(ValueError, match=message):  # a grid refuses before training any of its runs
-        runner.run_configs([TINY, cfg], Store(tmp_path), progress=False)
+        grids.run_configs([TINY, cfg], Store(tmp_path), progress=False)
     assert not Store(tmp_path).has(TINY)
 
 
@@ -81,14 +82,14 @@ def test_the_limits_are_the_partitions_own():
         (dict(n_clients=50), dict(n_clients=200), "n_clients=200 is too many for partition='labels'"),
     ]:
         cfg = MNIST.replace(**ok).validate()
-        resources.check_data(cfg)
-        resources.check_clients(cfg)
+        feasibility.check_data(cfg)
+        feasibility.check_clients(cfg)
         cfg = MNIST.replace(**bad).validate()
         with pytest.raises(ValueError, match=message):
-            resources.check_data(cfg)
-            resources.check_clients(cfg)
+            feasibility.check_data(cfg)
+            feasibility.check_clients(cfg)
     # the partitions with the data set's own test set take train_frac = 1 (AdaFL's MNIST runs)
-    resources.check(MNIST.replace(partition="shards", train_frac=1.0).validate(), limit=HUGE)
+    feasibility.check(MNIST.replace(partition="shards", train_frac=1.0).validate(), limit=HUGE)
 
 
 @pytest.mark.parametrize(
@@ -105,7 +106,7 @@ def test_the_limits_are_the_partitions_own():
 )
 def test_client_sizes_are_those_the_partition_draws(dataset, part, n, seed, extra):
     """``client_sizes`` draws from the class counts alone what the partitioner draws from the labels."""
-    train, test = (np.repeat(np.arange(10), c) for c in resources.CLASS_COUNTS[dataset])
+    train, test = (np.repeat(np.arange(10), c) for c in feasibility.CLASS_COUNTS[dataset])
     cfg = RunConfig(dataset=dataset, partition=part, n_clients=n, clients_per_round=1, data_seed=seed, **extra)
     k, alpha = cfg.data.labels_per_client, cfg.data.dirichlet_alpha
     parts = {
@@ -116,13 +117,13 @@ def test_client_sizes_are_those_the_partition_draws(dataset, part, n, seed, extr
         "iid": lambda: partition.iid(len(train), n, seed=seed),
         "shards": lambda: partition.shards(train, n, 2, cfg.data.shard_size, seed=seed),
     }[part]()
-    assert resources.client_sizes(cfg).tolist() == [len(p) for p in parts]
+    assert feasibility.client_sizes(cfg).tolist() == [len(p) for p in parts]
 
 
 def test_synthetic_client_sizes_are_the_generators():
     for seed in (0, 1, 7):
         _, ys = synthetic(0.5, 0.5, 6, seed)
-        assert resources.client_sizes(RunConfig(n_clients=6, clients_per_round=2, data_seed=seed)).tolist() == [
+        assert feasibility.client_sizes(RunConfig(n_clients=6, clients_per_round=2, data_seed=seed)).tolist() == [
             len(y) for y in ys
         ]
 
@@ -133,8 +134,8 @@ def test_the_class_counts_are_the_data_sets():
     le = next(f.metadata["le"] for f in dataclasses.fields(DataConfig) if f.name == "labels_per_client")
     for d, parts in PARTITIONS.items():
         if "labels" in parts or "iid" in parts:
-            train, test = resources.CLASS_COUNTS[d]
-            assert len(train) == len(test) == le and sum(train) + sum(test) == resources.DATA[d][1], d
+            train, test = feasibility.CLASS_COUNTS[d]
+            assert len(train) == len(test) == le and sum(train) + sum(test) == feasibility.DATA[d][1], d
     root = os.environ.get("FEDLIB_DATA")
     if not root or not (Path(root) / "MNIST" / "raw").exists():
         pytest.skip("MNIST is not here")
@@ -144,13 +145,13 @@ def test_the_class_counts_are_the_data_sets():
         if readers.missing([d]):
             continue
         counts = tuple(tuple(np.bincount(load(s, root=root)[1]).tolist()) for s in ("train", "test"))
-        assert counts == resources.CLASS_COUNTS[d], d
+        assert counts == feasibility.CLASS_COUNTS[d], d
     for cfg in (
         RunConfig(dataset="mnist", partition="labels", n_clients=20, clients_per_round=10, data_seed=1),
         RunConfig(dataset="mnist", partition="shards", n_clients=100, clients_per_round=10, train_frac=1.0),
     ):
         fd = load_federated(cfg, root)
-        assert (fd.train.sizes + fd.test.sizes).tolist() == resources.client_sizes(cfg).tolist()
+        assert (fd.train.sizes + fd.test.sizes).tolist() == feasibility.client_sizes(cfg).tolist()
 
 
 # -- 2. seeds ----------------------------------------------------------------------------------------------------
@@ -221,9 +222,9 @@ def test_the_memory_estimate_counts_the_step_plan(change, tmp_path, no_data):
     cfg = TINY.replace(**change).validate()
     message = r"would need about .* \(clients .*, training .*, data .*, plan .*B, records .*\).*inner_steps"
     with pytest.raises(ValueError, match=message):
-        resources.check(cfg, limit=16 * 2**30)
+        feasibility.check(cfg, limit=16 * 2**30)
     with pytest.raises(ValueError, match=message):
-        runner.run_configs([TINY, cfg], Store(tmp_path), progress=False)
+        grids.run_configs([TINY, cfg], Store(tmp_path), progress=False)
     assert not Store(tmp_path).has(TINY)
 
 
@@ -235,17 +236,17 @@ def test_the_plan_estimate_errs_high_but_not_by_orders():
     layout = Split(torch.zeros(0), torch.zeros(0).long(), torch.arange(10) * 300, torch.full((10,), 300))
     gen = torch.Generator().manual_seed(0)
     steps = sample_steps(layout, torch.arange(10), 50, 16, gen).index.nbytes
-    assert steps <= resources.plan(cfg) <= 8 * steps
+    assert steps <= feasibility.plan(cfg) <= 8 * steps
     # pFedMe: its K inner steps of a local step repeat that step's batch (plan.at_steps) on top of the plan
     k = 1000
     inner = sample_steps(layout, torch.arange(10), 1, 16, gen).at_steps(torch.zeros(k, dtype=torch.long)).index.nbytes
     pf = cfg.replace(algorithm="pfedme", inner_steps=k, local_steps=1)
-    assert inner <= resources.plan(pf) - resources.plan(pf.replace(inner_steps=1)) <= 8 * inner
+    assert inner <= feasibility.plan(pf) - feasibility.plan(pf.replace(inner_steps=1)) <= 8 * inner
     # epochs: E epochs of the largest client's rows, padded to batches
     ep = cfg.replace(local_steps=None, local_epochs=3, dataset="mnist", partition="shards", shard_size=150)
     plan = sample_epochs(layout, torch.arange(10), 3, 16, gen)
     held = plan.index.nbytes + plan.weight.nbytes + plan.active.nbytes
-    assert held <= resources.plan(ep) <= 8 * held
+    assert held <= feasibility.plan(ep) <= 8 * held
 
 
 def test_train_frac_1_is_refused_where_the_clients_splits_are_the_test_data():
@@ -297,17 +298,17 @@ def test_normalize_is_refused_where_the_data_is_not_read_as_pixels_to_scale(cfg)
 def test_a_model_that_does_not_take_the_data_is_refused_naming_both(change, message, tmp_path, no_data):
     cfg = TINY.replace(**change).validate()
     with pytest.raises(ValueError, match=message):
-        resources.check(cfg, limit=HUGE)
+        feasibility.check(cfg, limit=HUGE)
     with pytest.raises(ValueError, match=message):
         run(cfg, Store(tmp_path), progress=False)
     with pytest.raises(ValueError, match=message):
-        runner.run_configs([TINY, cfg], Store(tmp_path), progress=False)
+        grids.run_configs([TINY, cfg], Store(tmp_path), progress=False)
     assert not Store(tmp_path).has(TINY)
 
 
 def test_which_models_take_which_data_is_what_the_models_do():
     """``resources.takes`` against a forward pass of each model at each data set's input shape."""
-    shapes = {resources.input_shape(d) for d in PARTITIONS}
+    shapes = {feasibility.input_shape(d) for d in PARTITIONS}
     for name in MODELS:
         for shape in sorted(shapes):
             try:
@@ -316,7 +317,7 @@ def test_which_models_take_which_data_is_what_the_models_do():
                     works = model(torch.zeros(1, *shape)).shape == (1, 10)
             except (ValueError, RuntimeError):
                 works = False
-            assert resources.takes(name, shape) == works, (name, shape)
+            assert feasibility.takes(name, shape) == works, (name, shape)
 
 
 # -- 5. a part of the wrong kind ---------------------------------------------------------------------------------

@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from fedlib import convnets
-from fedlib.local_attention import CA, ECA, KINDS, SE, Hybrid, eca_kernel_size, make_attention
-from fedlib.paper_data import load
-from fedlib.papers import pfedla_params
+from fedlib.models import convnets
+from fedlib.models.local_attention import CA, ECA, KINDS, SE, Hybrid, eca_kernel_size, make_attention
+from fedlib.papers.paper_data import load
+from fedlib.papers.pfedla import params as pfedla_params
 
 ATTENTION_TYPES = (SE, ECA, CA, Hybrid)
 # small but complete instances: every layer and slot of the real nets, narrow FC layers where that is free
@@ -275,7 +275,7 @@ def test_max_pool_2x2_is_max_pool2d(shape):
     """Evaluation's pooling (four strided views) gives torch's values, NaN included; training keeps torch's kernel."""
     import torch.nn.functional as F
 
-    from fedlib.convnets import max_pool_2x2
+    from fedlib.models.convnets import max_pool_2x2
 
     x = torch.randn(*shape)
     x[0, 0, 0, 0] = float("nan")
@@ -293,7 +293,7 @@ def test_relu_is_in_place_only_without_autograd(six):
     (training keeps its graph: the input is left as it was)."""
     import torch.nn.functional as F
 
-    from fedlib.convnets import relu
+    from fedlib.models.convnets import relu
 
     x = torch.randn(4, 3, 5, 5) * 8
     want = F.relu6(x) if six else F.relu(x)

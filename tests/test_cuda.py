@@ -12,12 +12,12 @@ import torch
 from helpers import small_synthetic
 
 from fedlib.algorithms import ALGORITHMS
-from fedlib.config import RunConfig
+from fedlib.config.run import RunConfig
 from fedlib.data.federated import FederatedData, sample_epochs
 from fedlib.data.synthetic import synthetic
 from fedlib.executors import LocalSGD, LoopExecutor, StackedExecutor
-from fedlib.models import MODELS, build_model
-from fedlib.runner import train, train_unit
+from fedlib.models.registry import MODELS, build_model
+from fedlib.runs.train import train, train_unit
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 

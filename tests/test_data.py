@@ -7,7 +7,7 @@ from helpers import shared_data_root
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedlib.config import RunConfig
+from fedlib.config.run import RunConfig
 from fedlib.data import load_federated, partition_summary
 from fedlib.data.federated import FederatedData, Split, gather_rows, sample_epochs, sample_steps
 from fedlib.data.synthetic import synthetic

@@ -18,7 +18,7 @@ import pytest
 
 from fedlib.data import domains, readers
 from fedlib.data.readers import DatasetFormatError
-from fedlib.experiments import DATA_ERRORS
+from fedlib.experiments.cli import DATA_ERRORS
 
 Image = pytest.importorskip("PIL.Image")
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedlib.config import RunConfig
+from fedlib.config.run import RunConfig
 from fedlib.data import domains, load_federated, partition_summary, readers
 from fedlib.data.readers import DatasetNotFoundError
 

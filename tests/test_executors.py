@@ -18,7 +18,7 @@ from fedlib.executors import (
     make_executor,
 )
 from fedlib.executors.sgd import RunsSGD, _segments, restrict
-from fedlib.models import MODELS, build_model, linear_chain
+from fedlib.models.registry import MODELS, build_model, linear_chain
 
 OPTS = {
     "sgd": LocalSGD(lr=0.1),
@@ -417,7 +417,7 @@ def test_shrinking_stack_does_each_clients_steps_only(monkeypatch):
 def test_shrinking_stack_fuses_the_weight_update(monkeypatch):
     """Every client of a shrunk stack's step steps, so the chain path writes the update into the weight-gradient
     matmul (``_fused_weight_step``) at every step and layer, as on a lock-step plan without padding; the masked
-    update (a separate gradient and ``torch.where``) was ~10% of W1's round (``python -m fedlib.bench --e2e``)."""
+    update (a separate gradient and ``torch.where``) was ~10% of W1's round (``python -m benchmarks --e2e``)."""
     import fedlib.executors.chain as chain
 
     data = _unequal()

@@ -1,12 +1,13 @@
-"""The one entry point (``fedlib.experiment``) and the registry behind it (``fedlib.profiles``): grids are pure
+"""The one entry point (``fedlib.experiment``) and the registry behind it (``fedlib.experiments.profiles``): grids are pure
 functions of (profile, available data), never of the store; dotted names work in ``where`` and in grid cells."""
 
 import pytest
 
 import fedlib
-from fedlib import experiments, profiles
-from fedlib.config import flat_field_names
-from fedlib.store import Store
+from fedlib.config.run import flat_field_names
+from fedlib.experiments import cli, profiles
+from fedlib.experiments import named as experiments
+from fedlib.runs.store import Store
 
 
 @pytest.fixture(autouse=True)
@@ -103,14 +104,14 @@ def test_dotted_names_in_where_and_in_grids(tmp_path):
 
 def test_cli_dotted_where_and_the_winners_step(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path))
-    assert experiments.main(["fedmcsa_sigma", "--profile", "smoke", "--dry-run", "--where", "method.sigma=0.0"]) == 0
+    assert cli.main(["fedmcsa_sigma", "--profile", "smoke", "--dry-run", "--where", "method.sigma=0.0"]) == 0
     assert "2 configs, 0 stored" in capsys.readouterr().out
     with pytest.raises(SystemExit):
-        experiments.main(["fedmcsa_sigma", "--profile", "smoke", "--dry-run", "--where", "method.nope=1"])
+        cli.main(["fedmcsa_sigma", "--profile", "smoke", "--dry-run", "--where", "method.nope=1"])
     err = capsys.readouterr().err
     assert "--where='method.nope=1' must be FIELD=VALUE" in err and "sigma, " in err
     # Table 1: the grid first (queued by name even when not asked for), then the winners step, then stage 2
-    assert experiments.main(["fedmcsa_table1", "--profile", "smoke", "--dry-run"]) == 0
+    assert cli.main(["fedmcsa_table1", "--profile", "smoke", "--dry-run"]) == 0
     out = capsys.readouterr().out
     grid_line = out.index("24 configs, 0 stored")
     step_line = out.index("step table1_winners: 0 winners from 0 of 24 fedmcsa_table1_grid runs stored")
@@ -120,7 +121,7 @@ def test_cli_dotted_where_and_the_winners_step(monkeypatch, tmp_path, capsys):
 def test_cli_says_when_where_matches_nothing(capsys):
     """A --where that keeps no config is an error listing the values present (issue 20: it printed "0 configs" and
     exited 0)."""
-    from fedlib.experiments import main
+    from fedlib.experiments.cli import main
 
     with pytest.raises(SystemExit) as stop:
         main(["fedmcsa_fig3", "--profile", "smoke", "--where", "model.name=dnn", "--dry-run"])
@@ -134,7 +135,7 @@ def test_exploring_profiles_store_apart_from_the_committed_runs(tmp_path, monkey
     profile stored its runs among the committed paper runs, where ``make notebooks PROFILE=quick`` kept them apart.
     ``FEDLIB_RESULTS`` and a ``store`` argument win; a config run on its own has no profile: results/_explore/,
     reading the committed runs too."""
-    from fedlib import store as store_module
+    from fedlib.runs import store as store_module
 
     committed, explore = tmp_path / "results", tmp_path / "results" / "_explore"
     monkeypatch.delenv("FEDLIB_RESULTS")
@@ -166,13 +167,13 @@ def test_exploring_profiles_store_apart_from_the_committed_runs(tmp_path, monkey
     table1 = fedlib.experiment("fedmcsa_table1", "smoke", stored_only=True, progress=False)
     assert table1.store.root == table1.after.store.root == explore
     # the CLI: its queue and 'status'
-    assert experiments.main(["quickstart", "--profile", "smoke", "--dry-run"]) == 0
+    assert cli.main(["quickstart", "--profile", "smoke", "--dry-run"]) == 0
     assert f"results in {explore}" in capsys.readouterr().out
     seen = []
     monkeypatch.setattr(Store, "has", lambda self, cfg: seen.append(self.root) or False)
     experiments.status("smoke")
     assert set(seen) == {explore}
-    assert experiments.main(["status", "--profile", "smoke"]) == 0
+    assert cli.main(["status", "--profile", "smoke"]) == 0
     assert capsys.readouterr().out.startswith(f"profile smoke, results in {explore}\n")
     monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path / "env"))
     assert root("quick") == root("paper") == tmp_path / "env"

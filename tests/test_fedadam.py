@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fedlib.algorithms.fedadam import ServerAdam
-from fedlib.simulation import init_state
+from fedlib.core.state import init_state
 
 
 def _state():

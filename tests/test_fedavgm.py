@@ -4,14 +4,14 @@ contract tests over every registered algorithm in test_algorithms.py and test_ch
 import numpy as np
 import pytest
 import torch
-from helpers import small_synthetic
+from helpers import simulate_with, small_synthetic
 
 from fedlib import RunConfig
 from fedlib.algorithms import build_algorithm
 from fedlib.algorithms.fedavgm import ServerMomentum
+from fedlib.core.state import init_state
 from fedlib.executors import StackedExecutor
-from fedlib.models import build_model
-from fedlib.simulation import init_state, simulate
+from fedlib.models.registry import build_model
 
 
 def _state():
@@ -20,7 +20,7 @@ def _state():
 
 def _run(cfg, data, executor):
     model = build_model("dnn", data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
-    return simulate(
+    return simulate_with(
         build_algorithm(cfg),
         data,
         model,

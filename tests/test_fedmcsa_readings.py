@@ -10,13 +10,13 @@ from helpers import shared_data_root
 from test_attention import _simulate, assert_is_fedavg  # the same few-client runs
 
 from fedlib.algorithms import build_algorithm
-from fedlib.attention import mcsa_weights
-from fedlib.config import RunConfig
+from fedlib.config.run import RunConfig
+from fedlib.core.attention import mcsa_weights
+from fedlib.core.stages import mix
 from fedlib.data.federated import FederatedData
 from fedlib.data.synthetic import synthetic
-from fedlib.models import build_model
+from fedlib.models.registry import build_model
 from fedlib.papers import fedmcsa
-from fedlib.stages import mix
 
 F = lambda *v: torch.tensor(v, dtype=torch.float64)
 P = {"w": F([1.0, 0.0], [0.0, 1.0], [-1.0, 0.0])}  # cos = [[1, 0, -1], [0, 1, 0], [-1, 0, 1]]
@@ -272,7 +272,7 @@ def test_readings_smoke_table_and_switches():
 def test_readings_on_the_images_reuse_table2s_runs():
     """The image-data readings are FedMCSA's rows of the Synthetic readings and Local, on Table 2's image cells; their
     paper's-equations and Local configs are Table 2's (the same keys, so those runs are not trained twice)."""
-    from fedlib.experiments import configs
+    from fedlib.experiments.named import configs
 
     assert [r["algorithm"] for r in fedmcsa.READINGS_IMAGES] == ["fedmcsa"] * 6 + ["local"]
     assert {c["dataset"] for c in fedmcsa.readings_images("paper")[1]} == {"mnist", "fmnist", "cifar10"}
@@ -294,7 +294,7 @@ def test_readings_on_the_images_reuse_table2s_runs():
 def test_figures_on_fedmcsas_partition_are_their_mnist_panels_with_label_stride_2():
     """Figures 3-4's MNIST runs once more with ``label_stride=2`` and nothing else changed; their FedAvg, pFedMe,
     FedMCSA and Local runs are Table 2's on that partition (the same keys, not trained twice)."""
-    from fedlib.experiments import configs
+    from fedlib.experiments.named import configs
 
     table2, _ = configs("fedmcsa_table2_partition", "paper")
     for name, model in (("fedmcsa_fig3", "mlr"), ("fedmcsa_fig4", "dnn")):
@@ -489,7 +489,7 @@ def test_report_mean_evaluates_the_sent_mean_and_trains_the_same():
     """End to end, 3 clients of unequal size, 2 sampled a round: training, the personal evaluation and every model
     are the run's without the option, bit for bit; the global model is each round's mean of the uploads (what each
     sampled client was sent), and ``gm_test_acc`` is that model's accuracy on the clients' test data."""
-    from fedlib import metrics
+    from fedlib.executors import evaluation
 
     data = unequal_synthetic()
     cfg = RunConfig(**{**SMALL, "clients_per_round": 2}, algorithm="fedmcsa-mcsa")
@@ -512,7 +512,7 @@ def test_report_mean_evaluates_the_sent_mean_and_trains_the_same():
     assert np.array_equal(plain.metrics.test_acc, on.metrics.test_acc)
     model = build_model("dnn", data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
     for (_, row), mean in zip(on.metrics.iterrows(), means):
-        correct, _, count = metrics.evaluate(model, mean, data.test, False)
+        correct, _, count = evaluation.evaluate(model, mean, data.test, False)
         assert row.gm_test_acc == pytest.approx(float(correct.sum() / count.sum()), abs=1e-12)
     assert not np.allclose(on.metrics.gm_test_acc, on.metrics.test_acc)  # two different models
 
@@ -532,7 +532,7 @@ def test_table2_mean_is_table2s_minus_mcsa_row_with_the_mean_evaluated():
     import matplotlib.pyplot as plt
 
     import fedlib
-    from fedlib.experiments import configs
+    from fedlib.experiments.named import configs
 
     ours, _ = configs("fedmcsa_table2_mean", "paper")
     assert all(c.get("report_mean") for c in ours)

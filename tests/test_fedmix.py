@@ -13,12 +13,12 @@ from torch import nn
 import fedlib
 from fedlib.algorithms import ALGORITHMS, build_algorithm
 from fedlib.algorithms.fedmix import MEANS_KEY, MixClient, mean_dataset, pairing
-from fedlib.config import RunConfig
+from fedlib.config.run import RunConfig
+from fedlib.core.state import init_state
 from fedlib.data.federated import BatchPlan, FederatedData, Split, sample_epochs
 from fedlib.data.synthetic import synthetic
 from fedlib.executors import LocalSGD, LoopExecutor, StackedExecutor
-from fedlib.models import build_model, count_parameters
-from fedlib.simulation import init_state
+from fedlib.models.registry import build_model, count_parameters
 
 F64 = torch.float64
 
@@ -131,7 +131,7 @@ def test_lam_zero_is_fedavg(taylor):
     for executor in (LoopExecutor(), StackedExecutor()):
         state = init_state(model, 3)
         state.round = 1
-        got = client(executor, model, start, start, plan, data.train, state, torch.arange(3))
+        got = client(executor, model, start, start, plan, data.train, state, torch.arange(3), opt)
         assert _max_diff(got, want) < 1e-12
     assert _max_diff(want, start) > 1e-2  # it did train
 
@@ -219,7 +219,8 @@ def test_batch_scale_matches_loop_on_masked_epochs(path):
 
 
 def test_engine_dispatch_and_lr_scale():
-    """The hook picks the vectorised path for a StackedExecutor, the reference otherwise; both honour lr_decay."""
+    """The hook picks the vectorised path for a StackedExecutor, the reference otherwise; both step with the lr of
+    the round's optimiser they are handed (round 3 of lr_decay = 0.5**0.5: 0.1 * 0.5)."""
     data = _unequal_synthetic()
     model = build_model("mlr", (60,), 10, seed=0, dtype=F64)
     plan = sample_epochs(data.train.layout(), torch.arange(3), 1, 8, torch.Generator().manual_seed(1))
@@ -228,8 +229,8 @@ def test_engine_dispatch_and_lr_scale():
     outs = []
     for ex in (LoopExecutor(), StackedExecutor()):
         state = init_state(model, 3)
-        state.round, state.lr_scale = 3, 0.5
-        outs.append(client(ex, model, start, start, plan, data.train, state, torch.arange(3)))
+        state.round = 3
+        outs.append(client(ex, model, start, start, plan, data.train, state, torch.arange(3), LocalSGD(lr=0.1 * 0.5)))
         assert set(state.extra[MEANS_KEY].means) == {"x", "y"}
     assert _max_diff(outs[0], outs[1]) < 1e-12
     mx, my = mean_dataset(data.train, 10, 4)
@@ -386,9 +387,9 @@ def test_fedmix_trains_the_cnn_vectorised():
 def test_adafl_fedmix_cells_take_the_batch_scale_and_the_ablation_differs_only_there(profile):
     """AdaFL Table 3's FedMix cells use the batch-scale Taylor term; the scale ablation's cells are the same
     AdaFL+FedMix and FedMix-0.1 configs with the per-sample term, nothing else changed."""
-    from fedlib import profiles
+    from fedlib.experiments import profiles
     from fedlib.papers import adafl
-    from fedlib.runner import expand
+    from fedlib.runs.grids import expand
 
     table3 = expand(*profiles.get("adafl_table3", profile))
     mix = {

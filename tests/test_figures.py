@@ -139,8 +139,8 @@ def test_fedmcsa_attention_panels_wrap_and_are_labelled():
 
 
 def test_adafl_schedules_legend_below_and_coinciding_named():
+    from fedlib.core.selection import ConstantFraction, StepFraction, schedule_counts
     from fedlib.papers.adafl import plot_fraction_schedules
-    from fedlib.selection import ConstantFraction, StepFraction, schedule_counts
 
     schedules = {
         "AdaFL": schedule_counts(StepFraction(0.1, 0.5, 5, 1000), 1000, 100),

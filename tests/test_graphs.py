@@ -13,7 +13,7 @@ from fedlib.executors import CrossEntropy, LocalSGD, StackedExecutor
 from fedlib.executors.chain import chain_cross_entropy, chain_mean_mixup
 from fedlib.executors.graphs import GroupGraphs, graphs_from_env
 from fedlib.executors.sgd import RunsSGD
-from fedlib.models import build_model
+from fedlib.models.registry import build_model
 
 
 @pytest.mark.parametrize("value, on", [(None, False), ("", False), ("0", False), ("off", False), ("1", True),

@@ -1,4 +1,4 @@
-"""fedlib.malloc: glibc keeps freed memory, so a round's large tensor is not faulted in afresh each round."""
+"""fedlib.runs.malloc: glibc keeps freed memory, so a round's large tensor is not faulted in afresh each round."""
 
 import os
 import subprocess
@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from fedlib import malloc
+from fedlib.runs import malloc
 
 # allocate, fill and free a 64 MiB tensor (above glibc's 32 MiB mmap ceiling) eight times, as rounds do; print
 # each time's minor page faults: with glibc's default every time a fresh mmap (~16,400 4-KiB pages); with fedlib's
@@ -15,7 +15,7 @@ from fedlib import malloc
 # 0, 0] and [16372, 16384, 0, 0, 0, 0, 0, 0]; glibc's aligned allocation does not always fit the freed block)
 PROBE = textwrap.dedent("""
     import resource, torch
-    from fedlib.malloc import keep_freed_memory
+    from fedlib.runs.malloc import keep_freed_memory
     applied = keep_freed_memory()
     faults = []
     for i in range(8):

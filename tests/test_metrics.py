@@ -5,8 +5,9 @@ import pytest
 import torch
 from helpers import small_synthetic
 
-from fedlib import metrics as M
-from fedlib.models import build_model, linear_chain
+from fedlib.core import metrics as M
+from fedlib.executors import evaluation as E
+from fedlib.models.registry import build_model, linear_chain
 
 
 def test_means_golden():
@@ -34,9 +35,9 @@ def test_evaluate_global_equals_per_client():
     data = small_synthetic(n_clients=4, rows=60)
     model = build_model("dnn", (60,), 10, (8,), seed=0, dtype=torch.float64)
     g = model.state_dict()
-    c1, l1, n1 = M.evaluate(model, g, data.test, per_client=False, chunk=7)  # chunks cross client borders
+    c1, l1, n1 = E.evaluate(model, g, data.test, per_client=False, chunk=7)  # chunks cross client borders
     stacked = {k: v.unsqueeze(0).repeat(4, *[1] * v.dim()) for k, v in g.items()}
-    c2, l2, n2 = M.evaluate(model, stacked, data.test, per_client=True)
+    c2, l2, n2 = E.evaluate(model, stacked, data.test, per_client=True)
     assert np.array_equal(c1, c2) and np.allclose(l1, l2) and np.array_equal(n1, n2)
     assert np.array_equal(n1, [15, 15, 15, 15])
     x, y = data.test.client(2)
@@ -64,7 +65,7 @@ def test_personal_evaluation_in_blocks_equals_each_client_alone():
     model = build_model("dnn", (60,), 10, (20,), seed=0, dtype=torch.float64)
     g = torch.Generator().manual_seed(1)
     params = {k: torch.randn(n, *v.shape, generator=g, dtype=torch.float64) for k, v in model.state_dict().items()}
-    correct, loss, cnt = M.evaluate(model, params, data.test, per_client=True)
+    correct, loss, cnt = E.evaluate(model, params, data.test, per_client=True)
     for i in range(n):
         x, y = data.test.client(i)
         out = torch.func.functional_call(model, {k: v[i] for k, v in params.items()}, (x,))
@@ -105,9 +106,9 @@ def test_personal_evaluation_without_test_rows_is_zero():
     model = build_model("dnn", (60,), 10, (20,), seed=0, dtype=torch.float64)
     params = {k: v.unsqueeze(0).repeat(3, *[1] * v.dim()) for k, v in model.state_dict().items()}
     assert data.test.blocks == []
-    for out in M.evaluate(model, params, data.test, per_client=True):
+    for out in E.evaluate(model, params, data.test, per_client=True):
         assert np.array_equal(out, np.zeros(3))
-    c, lo = M.personal_chain(linear_chain(model), {k: v.unsqueeze(0).repeat(2, 1, *[1] * (v.dim() - 1))
+    c, lo = E.personal_chain(linear_chain(model), {k: v.unsqueeze(0).repeat(2, 1, *[1] * (v.dim() - 1))
                                                     for k, v in params.items()}, data.test)  # fmt: skip
     assert c.shape == lo.shape == (2, 3) and not c.any() and not lo.any()
 
@@ -117,7 +118,7 @@ def test_global_evaluation_in_chunks_equals_each_client_alone():
     data = _uneven()
     model = build_model("dnn", (60,), 10, (20,), seed=0, dtype=torch.float64)
     params = dict(model.state_dict())
-    correct, loss, cnt = M.evaluate(model, params, data.test, per_client=False, chunk=50)
+    correct, loss, cnt = E.evaluate(model, params, data.test, per_client=False, chunk=50)
     for i in range(data.n_clients):
         x, y = data.test.client(i)
         out = model(x)
@@ -138,7 +139,7 @@ def test_conv_global_evaluation_in_chunks_equals_each_client_alone():
     tests = [np.arange(4, n + 4) for n in rows]
     data = FederatedData.from_clients("conv", xs, ys, [np.arange(4)] * 4, tests, 10).to("cpu", torch.float64)
     model = build_model("lenet", (3, 28, 28), 10, seed=0, dtype=torch.float64, attention="se")
-    correct, loss, cnt = M.evaluate(model, dict(model.state_dict()), data.test, per_client=False, chunk=40)
+    correct, loss, cnt = E.evaluate(model, dict(model.state_dict()), data.test, per_client=False, chunk=40)
     assert list(cnt) == list(rows)
     model.eval()  # BatchNorm's running statistics, as evaluate uses them
     for i in range(4):
@@ -161,10 +162,10 @@ def test_conv_evaluation_in_chunks_equals_one_pass(monkeypatch):
     data = FederatedData.from_clients("conv", xs, ys, [np.arange(8)] * 3, [np.arange(8, n + 8) for n in rows], 10)
     model = build_model("lenet", (3, 28, 28), 10, seed=0, attention="se")
     params = {k: v.unsqueeze(0).repeat(3, *[1] * v.dim()) for k, v in model.state_dict().items()}
-    chunked = M.evaluate(model, params, data.test, per_client=True)
-    monkeypatch.setattr(M, "CONV_ROWS", 10**9)
-    whole = M.evaluate(model, params, data.test, per_client=True)
-    assert M.CONV_ROWS == 10**9 and all(np.array_equal(a, b) for a, b in zip(chunked, whole))
+    chunked = E.evaluate(model, params, data.test, per_client=True)
+    monkeypatch.setattr(E, "CONV_ROWS", 10**9)
+    whole = E.evaluate(model, params, data.test, per_client=True)
+    assert E.CONV_ROWS == 10**9 and all(np.array_equal(a, b) for a, b in zip(chunked, whole))
 
 
 def test_conv_evaluation_swaps_each_models_tensors_once(monkeypatch):
@@ -183,15 +184,15 @@ def test_conv_evaluation_swaps_each_models_tensors_once(monkeypatch):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     params = {k: v.unsqueeze(0).repeat(4, *[1] * v.dim()) for k, v in before.items()}
     swaps, batches = [], []
-    real_call, real_forward = M.functional_call, model.forward
-    monkeypatch.setattr(M, "functional_call", lambda *a, **k: swaps.append(1) or real_call(*a, **k))
+    real_call, real_forward = E.functional_call, model.forward
+    monkeypatch.setattr(E, "functional_call", lambda *a, **k: swaps.append(1) or real_call(*a, **k))
     monkeypatch.setattr(model, "forward", lambda x: batches.append(len(x)) or real_forward(x))
-    M.evaluate(model, params, data.test, per_client=True)
-    assert len(swaps) == 3 and max(batches) == M.CONV_ROWS  # three clients with rows; 600 rows as 256 + 256 + 88
+    E.evaluate(model, params, data.test, per_client=True)
+    assert len(swaps) == 3 and max(batches) == E.CONV_ROWS  # three clients with rows; 600 rows as 256 + 256 + 88
     swaps.clear()
     batches.clear()
-    M.evaluate(model, before, data.test, per_client=False)
-    assert len(swaps) == 1 and max(batches) == M.CONV_ROWS and sum(batches) == sum(rows)
+    E.evaluate(model, before, data.test, per_client=False)
+    assert len(swaps) == 1 and max(batches) == E.CONV_ROWS and sum(batches) == sum(rows)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
 
@@ -206,9 +207,9 @@ def test_class_argmax_is_torch_argmax_ties_and_nans_included(dtype):
     z[0, 1, :, 6] = math.inf
     z[1, 0, :, 8] = -math.inf  # a row of -inf only: the first class
     z[1, 1, 3:, 9] = -math.inf
-    assert torch.equal(M.class_argmax(z, 2), z.argmax(2))
-    assert torch.equal(M.class_argmax(z, -2), z.argmax(2))
-    assert torch.equal(M.class_argmax(z[0, 0], 0), z[0, 0].argmax(0))
+    assert torch.equal(E.class_argmax(z, 2), z.argmax(2))
+    assert torch.equal(E.class_argmax(z, -2), z.argmax(2))
+    assert torch.equal(E.class_argmax(z[0, 0], 0), z[0, 0].argmax(0))
 
 
 def test_logits_by_class_are_the_chains_logits():

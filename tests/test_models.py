@@ -4,17 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from fedlib.local_attention import ATTENTIONS, CA, SE
-from fedlib.models import (
-    KERNELS,
-    MODELS,
-    ModelSpec,
-    build_model,
-    count_parameters,
-    kernel_of,
-    linear_chain,
-    param_groups,
-)
+from fedlib.models.groups import param_groups
+from fedlib.models.local_attention import ATTENTIONS, CA, SE
+from fedlib.models.registry import KERNELS, MODELS, ModelSpec, build_model, count_parameters, kernel_of, linear_chain
 
 CASES = [(name, shape) for name in sorted(MODELS) for shape in MODELS[name].example_shapes]
 

@@ -47,12 +47,13 @@ def stores(tmp_path_factory):
     """Two smoke stores: an empty one, and one holding every other config of every experiment (the second, fourth,
     ...), as while a long grid is still running."""
     import fedlib
-    from fedlib import profiles, runner
+    from fedlib.experiments import profiles
+    from fedlib.runs import grids
 
     partial = tmp_path_factory.mktemp("partial-store")
     for name in profiles.EXPERIMENTS:  # in registry order: a step reads the stage before it
         ex = fedlib.experiment(name, "smoke", stored_only=True, progress=False, store=partial)
-        runner.run_configs(ex.configs[1::2], ex.store, progress=False)
+        grids.run_configs(ex.configs[1::2], ex.store, progress=False)
     return {"empty": tmp_path_factory.mktemp("empty-store"), "partial": partial}
 
 

@@ -7,8 +7,8 @@ import pickle
 
 import pytest
 
-from fedlib.config import LEGACY, DataConfig, LocalConfig, RunConfig, from_dict
-from fedlib.options import METHODS
+from fedlib.config.options import METHODS
+from fedlib.config.run import LEGACY, DataConfig, LocalConfig, RunConfig, from_dict
 
 
 @pytest.mark.parametrize(
@@ -100,7 +100,7 @@ def test_flat_view_is_the_schema1_config():
 
 
 def test_grids_take_dotted_names():
-    from fedlib.runner import expand
+    from fedlib.runs.grids import expand
 
     cfgs = expand(RunConfig(algorithm="fedprox"), {"method.mu": [0.01, 0.1], "local.lr": [0.01, 0.02]})
     assert sorted((c.method.mu, c.local.lr) for c in cfgs) == [(0.01, 0.01), (0.01, 0.02), (0.1, 0.01), (0.1, 0.02)]
@@ -112,7 +112,7 @@ def test_grids_take_dotted_names():
 def test_flat_name_resolves_every_dotted_spelling_by_its_part():
     """Grid cells and --where filters: ``model.name`` and ``method.name`` were refused, and ``local.mu`` taken as
     FedProx's mu, when the last component alone was looked up."""
-    from fedlib.config import flat_name
+    from fedlib.config.run import flat_name
 
     assert [flat_name(n) for n in ("lr", "local.lr", "model.name", "selection.rule", "method.name", "method.mu",
                                    "data.dataset", "model.hidden")] == [

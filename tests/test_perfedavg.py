@@ -2,16 +2,16 @@
 
 import torch
 import torch.nn.functional as F
-from helpers import small_synthetic
+from helpers import simulate_with, small_synthetic
 from torch.func import functional_call
 
 from fedlib.algorithms import build_algorithm
 from fedlib.algorithms.perfedavg import AdaptBeforeEval
-from fedlib.config import RunConfig
+from fedlib.config.run import RunConfig
+from fedlib.core.state import init_state
 from fedlib.data.federated import sample_steps
 from fedlib.executors import StackedExecutor
-from fedlib.models import build_model
-from fedlib.simulation import init_state, simulate
+from fedlib.models.registry import build_model
 
 
 def _loss(model, p, x, y):
@@ -53,7 +53,7 @@ def _check(algorithm, hf, atol):
     )
     model = build_model("dnn", (60,), 10, (6,), seed=0, dtype=torch.float64)
     w0 = {n: t.clone() for n, t in model.state_dict().items()}
-    res = simulate(
+    res = simulate_with(
         build_algorithm(cfg), data, model, StackedExecutor(), 1, local_steps=2, batch_size=5, seed=2, progress=False
     )
     plan = sample_steps(data.train, torch.arange(3), 2 * (3 if hf else 2), 5, torch.Generator().manual_seed(3))

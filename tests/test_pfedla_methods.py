@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import small_synthetic
+from helpers import simulate_with, small_synthetic
 
 from fedlib.algorithms import build_algorithm
-from fedlib.config import RunConfig
+from fedlib.config.run import RunConfig
+from fedlib.core.state import start_models
 from fedlib.data.federated import FederatedData
 from fedlib.executors import LoopExecutor, StackedExecutor
-from fedlib.models import build_model
-from fedlib.simulation import simulate, start_models
+from fedlib.models.registry import build_model
 
 
 def _digits_like(n_clients=3, rows=24, seed=0) -> FederatedData:
@@ -30,7 +30,7 @@ def _run(cfg, data, rounds=2, on_round=None, executor=None):
     model = lambda: build_model(
         cfg.model.name, data.input_shape, 10, seed=0, dtype=torch.float64, attention=cfg.attention
     )
-    res = simulate(
+    res = simulate_with(
         alg,
         data,
         model(),
@@ -75,7 +75,8 @@ def test_fedbn_without_bn_is_refused():
 
 def test_models_declare_their_parameter_groups():
     """``ModelSpec.groups`` (what validation reads) is what ``param_groups`` finds in every built model."""
-    from fedlib.models import MODELS, param_groups
+    from fedlib.models.groups import param_groups
+    from fedlib.models.registry import MODELS
 
     for name, spec in MODELS.items():
         model = spec.build(spec.example_shapes[0], 10, spec.default_hidden)
@@ -101,7 +102,7 @@ def test_pfedla_attention_never_leaves_the_client(algorithm):
         assert torch.equal(st.client_params[n], trained[2][n])
         assert torch.equal(st.global_params[n], model.state_dict()[n])  # the global copy is never touched
     # clients' attention differs (LeNet's 6-channel SE slot has one hidden unit, which can start dead -- see
-    # fedlib.local_attention -- so not every tensor moves; the 16-channel slot's do)
+    # fedlib.models.local_attention -- so not every tensor moves; the 16-channel slot's do)
     assert not torch.allclose(st.client_params["attn2.fc2.weight"][0], st.client_params["attn2.fc2.weight"][1])
     start, _ = start_models(alg, st, torch.arange(3))
     for n in attn:
@@ -131,7 +132,7 @@ def test_attention_config_errors():
 
 def _initial_client_params(monkeypatch) -> list:
     """The clients' models as round 1 starts, one dict per run trained after this call."""
-    import fedlib.simulation as simulation
+    from fedlib.core import simulation
 
     seen, real = [], simulation.run_round
 
@@ -149,14 +150,14 @@ def test_per_client_attention_draws_each_clients_own(attention, monkeypatch):
     """pFedLA Algorithm 1, line 9: each client's attention starts from its own random draw (``attention_init=
     'per_client'``): client i's from the model drawn with seed SeedSequence([seed, i]), the backbone the run's one
     draw. The default ('shared', every stored run) starts every client from the run's one model."""
-    from fedlib.local_attention import per_client_attention
-    from fedlib.models import param_groups
+    from fedlib.models.groups import param_groups
+    from fedlib.models.local_attention import per_client_attention
 
     data, cfg = _digits_like(), LENET.replace(algorithm="fedbn", attention=attention)
     build = lambda s: build_model("lenet", data.input_shape, 10, seed=s, dtype=torch.float64, attention=attention)
     init = per_client_attention(build, 3, seed=0)
     alg = build_algorithm(cfg.validate(), n_samples=data.train.sizes.numpy())
-    train = lambda **kw: simulate(
+    train = lambda **kw: simulate_with(
         alg, data, build(0), LoopExecutor(), 1, local_steps=2, batch_size=4, progress=False, **kw
     )
     seen = _initial_client_params(monkeypatch)
@@ -184,13 +185,13 @@ def test_client_init_of_a_shared_parameter_is_refused():
     model = build_model("lenet", data.input_shape, 10, seed=0, dtype=torch.float64, attention="se")
     shared = {k: v.unsqueeze(0).repeat(3, *[1] * v.dim()) for k, v in model.state_dict().items() if "conv" in k}
     with pytest.raises(ValueError, match="client_init names 'conv1.weight', a parameter the clients share"):
-        simulate(alg, data, model, LoopExecutor(), 1, local_steps=1, batch_size=4, progress=False,
+        simulate_with(alg, data, model, LoopExecutor(), 1, local_steps=1, batch_size=4, progress=False,
                  client_init=dict(list(shared.items())[:1]))  # fmt: skip
 
 
 def test_runs_with_per_client_attention_draw_it(monkeypatch):
     """``runner.train`` hands ``simulate`` each client's own draw for ``attention_init='per_client'`` only."""
-    import fedlib.runner as runner
+    from fedlib.runs import train as runner
 
     got = []
 
@@ -273,8 +274,8 @@ def test_ditto_lambda_zero_personal_is_local_training():
 def test_the_init_ablation_is_table1s_se_cells_with_per_client_attention(profile):
     """``pfedla_attention_init``: Table 1's cells of every method with SE, and FedBN's with the hybrid, every seed,
     with ``attention_init='per_client'`` and nothing else changed (notebook 31 pairs each run with its Table 1 cell)."""
-    from fedlib import profiles
-    from fedlib.runner import expand
+    from fedlib.experiments import profiles
+    from fedlib.runs.grids import expand
 
     wanted = lambda c: c.attention == "se" or (c.algorithm == "fedbn" and c.attention == "hybrid")
     table1 = {c.replace(attention_init="per_client").key() for c in expand(*profiles.get("pfedla_table1", profile))

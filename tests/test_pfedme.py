@@ -2,15 +2,14 @@
 
 import torch
 import torch.nn.functional as F
-from helpers import small_synthetic
+from helpers import simulate_with, small_synthetic
 from torch.func import functional_call
 
 from fedlib.algorithms import build_algorithm
-from fedlib.config import RunConfig
+from fedlib.config.run import RunConfig
 from fedlib.data.federated import sample_steps
 from fedlib.executors import LoopExecutor, StackedExecutor
-from fedlib.models import build_model
-from fedlib.simulation import simulate
+from fedlib.models.registry import build_model
 
 
 def _reference_client(model, w0, x, y, plan_rows, lr, personal_lr, lam, K):
@@ -46,7 +45,7 @@ def test_pfedme_one_round_matches_reference():
     model = build_model("dnn", (60,), 10, (6,), seed=0, dtype=torch.float64)
     w0 = {n: t.clone() for n, t in model.state_dict().items()}
     for executor in (StackedExecutor(), LoopExecutor()):
-        res = simulate(
+        res = simulate_with(
             build_algorithm(cfg), data, model, executor, 1, local_steps=3, batch_size=4, seed=4, progress=False
         )
         # same draws as the engine: the plan for all 3 clients from generator seed + 1, selection from rng(seed)

@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 
 import fedlib
-from fedlib import profiles
+from fedlib.experiments import profiles
 from fedlib.papers import adafl, fedmcsa, pfedla
-from fedlib.report import paper_vs_ours
-from fedlib.store import Store
+from fedlib.papers.report import paper_vs_ours
+from fedlib.runs.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"

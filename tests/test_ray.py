@@ -1,4 +1,4 @@
-"""The Ray backend (``fedlib.ray_backend``): a grid on a local Ray instance stores what the local backend stores; a
+"""The Ray backend (``fedlib.runs.ray_backend``): a grid on a local Ray instance stores what the local backend stores; a
 worker killed mid-run is retried and nothing is lost or duplicated; a wrong address and a dataset missing on a
 worker fail with messages naming them. One Ray instance (``ray.init(num_cpus=2)``) serves the whole module."""
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from fedlib import RunConfig, Store, expand
-from fedlib.runner import run_configs
+from fedlib.runs.grids import run_configs
 
 # Jupyter kernels (papermill) and Ray bind TCP ports picked as free a moment before. Started side by side on two xdist
 # workers, a kernel's reply was lost and make test hung, three times on the shared machine (the last time exactly when
@@ -20,7 +20,9 @@ from fedlib.runner import run_configs
 pytestmark = pytest.mark.ports
 
 ray = pytest.importorskip("ray")
-from fedlib import ray_backend  # noqa: E402
+from fedlib.executors import hardware  # noqa: E402
+from fedlib.runs import grids, ray_backend, worker  # noqa: E402
+from fedlib.runs import train as runner  # noqa: E402
 
 TINY = RunConfig(n_clients=4, clients_per_round=2, rounds=3, local_steps=2, model="mlr")
 GRID = [{"algorithm": ["fedavg", "fedmcsa"], "seed": [0, 1]}, {"algorithm": "local", "model": "dnn", "hidden": (5,)}]
@@ -31,7 +33,7 @@ def test_fedlib_does_not_import_ray_unless_asked():
     import subprocess
     import sys
 
-    code = "import sys, fedlib, fedlib.experiments, fedlib.ray_backend; print('ray' in sys.modules)"
+    code = "import sys, fedlib, fedlib.experiments, fedlib.runs.ray_backend; print('ray' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 
@@ -81,13 +83,12 @@ def test_grid_on_ray_stores_what_the_local_backend_stores(cluster, tmp_path, mon
     """A smoke grid (FedAvg, FedMCSA with its attention traces, Local) on Ray: every run stored by the driver under
     the local backend's keys, with the same files and numbers; a second call finds them all stored and submits
     nothing. The driver's bar moves by the units' estimated seconds to 100%, and counts the runs done."""
-    import fedlib.runner as run_module
 
     cfgs = expand(TINY, GRID)
     local = run_configs(cfgs, Store(tmp_path / "local"), progress=False)
     store = Store(tmp_path / "ray")
     # the driver trains nothing itself: every run comes back from a Ray worker
-    monkeypatch.setattr(run_module, "train", lambda *a, **k: pytest.fail("trained in the driver"))
+    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("trained in the driver"))
     capfd.readouterr()
     on_ray = run_configs(cfgs, store, progress=True, backend="ray")
     bar = capfd.readouterr().err
@@ -159,18 +160,18 @@ def test_a_killed_unit_resumes_together_and_stores_its_solo_runs(cluster, tmp_pa
 def test_a_run_failing_inside_a_unit_comes_back_alone(cluster, tmp_path, monkeypatch):
     """The task body, in this process: in a unit of two, the run that raises comes back as its exception, the other
     as its result (with the node that trained it); alone, it comes back the same way."""
-    import fedlib.runner as run_module
+    from fedlib.runs import train as runner
 
     cfgs = expand(TINY, {"seed": [0, 1]})
-    build = run_module.build_algorithm
+    build = runner.build_algorithm
 
     def fail_seed_1(cfg, **kw):
         if cfg.seed == 1:
             raise ValueError("seed 1 fails")
         return build(cfg, **kw)
 
-    monkeypatch.setattr(run_module, "build_algorithm", fail_seed_1)
-    monkeypatch.setattr(run_module, "_worker_setup", lambda *a, **k: None)  # this process's threads stay as they are
+    monkeypatch.setattr(runner, "build_algorithm", fail_seed_1)
+    monkeypatch.setattr(worker, "worker_setup", lambda *a, **k: None)  # this process's threads stay as they are
     store = Store(tmp_path / "s")
     spec = {"configs": [c.to_dict() for c in cfgs], "keys": [c.key() for c in cfgs], "data_root": None,
             "runs_per_node": {}, "threads": 1, "probe": "", "snapshots": [str(store.checkpoint(c).path) for c in cfgs],
@@ -181,7 +182,7 @@ def test_a_run_failing_inside_a_unit_comes_back_alone(cluster, tmp_path, monkeyp
     [failed_alone] = ray_backend._train_task(alone)  # a task of one run returns its failure the same way
     assert isinstance(failed_alone, ValueError) and str(failed_alone) == "seed 1 fails"
     assert ok["meta"]["batched"] == 2 and ok["meta"]["ray_node"].startswith(socket.gethostname())
-    solo = run_module.train(cfgs[0], progress=False)
+    solo = runner.train(cfgs[0], progress=False)
     pd.testing.assert_frame_equal(ok["metrics"].drop(columns="seconds"), solo.metrics.drop(columns="seconds"))
 
 
@@ -205,11 +206,11 @@ def test_a_failure_that_does_not_pickle_comes_back_as_its_text():
 def test_units_fit_the_memory_ray_gives_a_task_on_the_smallest_node():
     """``_units``: at most ``batch`` runs, within half the memory per task slot of the smallest node, none above its
     share of the slots; no memory reported: this machine's."""
-    from fedlib import resources
+    from fedlib.runs import feasibility
 
     cfgs = expand(TINY, {"seed": list(range(8))})
-    est = resources.estimate(cfgs[0])
-    three = est["data"] + 3 * resources.run_bytes(est)  # the data once and three runs
+    est = feasibility.estimate(cfgs[0])
+    three = est["data"] + 3 * feasibility.run_bytes(est)  # the data once and three runs
 
     def nodes(*memory):
         return [{"NodeID": f"n{i}", "Resources": {"CPU": 2.0, "memory": m}} for i, m in enumerate(memory)]
@@ -228,14 +229,13 @@ def test_ray_tasks_go_longest_first_and_units_balance_in_estimated_seconds(tmp_p
     """As on the local backend: ``run_configs`` hands the cluster the runs stopped part-way first, then the longest
     (``resources.seconds`` of the stored times), with those seconds; ``_units`` cuts where that ends the grid sooner
     in seconds (two 10 s runs and two 1 s runs on 2 slots: 10 | 10 | 1 + 1, where rounds alone make 2 + 2)."""
-    import fedlib.runner as runner
 
     cfgs = expand(TINY, {"seed": [0, 1, 2, 3]})
     store = Store(tmp_path / "r")
     info = store.checkpoint(cfgs[3]).info_path  # stopped part-way: goes first whatever its estimate
     info.parent.mkdir(parents=True, exist_ok=True)
     info.write_text(json.dumps({"round": 1, "rounds": 3, "elapsed": 0.1}))
-    monkeypatch.setattr(runner, "known_times", lambda store, device=None: {})  # nothing stored: each run its 3 rounds
+    monkeypatch.setattr(grids, "known_times", lambda store, device=None: {})  # nothing stored: each run its 3 rounds
     longer = [c.replace(rounds=30) for c in cfgs[:2]]
     seen = []
     monkeypatch.setattr(ray_backend.RayBackend, "run", lambda self, todo, *a, cost=None: seen.append((todo, cost)))
@@ -253,12 +253,12 @@ def test_ray_tasks_go_longest_first_and_units_balance_in_estimated_seconds(tmp_p
 def test_a_unit_too_large_for_its_gpu_share_trains_in_parts(monkeypatch):
     """``_fit``: on a GPU (free memory as the worker sees it; Ray reports none) a unit is cut to its task's share of
     it; on the CPU (cut by the driver already) and alone it stays whole."""
-    from fedlib import resources
+    from fedlib.runs import feasibility
 
     cfgs = expand(TINY, {"seed": list(range(5))})
-    est = resources.estimate(cfgs[0])
-    two = est["data"] + 2 * resources.run_bytes(est)
-    monkeypatch.setattr(resources, "available_bytes", lambda device="cpu": 4 * two)  # a half share's half: two runs
+    est = feasibility.estimate(cfgs[0])
+    two = est["data"] + 2 * feasibility.run_bytes(est)
+    monkeypatch.setattr(hardware, "available_bytes", lambda device="cpu": 4 * two)  # a half share's half: two runs
     assert [len(p) for p in ray_backend._fit(cfgs, "cuda", 0.5)] == [2, 2, 1]
     assert [len(p) for p in ray_backend._fit(cfgs, "cuda", 0.25)] == [1] * 5  # not even the data and one run
     assert ray_backend._fit(cfgs, "cpu", 0) == [cfgs] and ray_backend._fit(cfgs[:1], "cuda", 0.5) == [cfgs[:1]]
@@ -354,7 +354,7 @@ def test_cli_and_experiment_take_the_backend(cluster, tmp_path, monkeypatch, cap
     """``--backend ray --address`` reaches the backend (a wrong address ends the command with its name); the local
     backend refuses Ray's options, Ray refuses ``--jobs``; ``fedlib.experiment`` takes ``backend``/``address``."""
     import fedlib
-    from fedlib.experiments import main
+    from fedlib.experiments.cli import main
 
     monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path / "r"))
     with pytest.raises(SystemExit, match="address='127.0.0.1:9': no Ray cluster answers"):

@@ -2,10 +2,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedlib import paper_data
-from fedlib.profiles import available_cells, get
-from fedlib.report import paper_vs_ours
-from fedlib.store import Store
+from fedlib.experiments.profiles import available_cells, get
+from fedlib.papers import paper_data
+from fedlib.papers.report import paper_vs_ours
+from fedlib.runs.store import Store
 
 
 def test_paper_numbers_are_complete():
@@ -75,8 +75,8 @@ def test_available_cells_drops_absent_datasets(monkeypatch, tmp_path):
 def test_available_cells_takes_domains_from_base(monkeypatch):
     """pFedLA's digits cells name no domains: they run on the base config's, the domains present (offline three of
     the five). A regression once dropped them all because it compared against the five domains of the paper."""
-    from fedlib import profiles
     from fedlib.data import domains
+    from fedlib.experiments import profiles
 
     present = {d: () for d in domains.DOMAINS} | {"digits": ("mnist", "usps", "mnist_m")}
     monkeypatch.setattr(domains, "available", lambda: present)
@@ -91,18 +91,19 @@ def test_available_cells_takes_domains_from_base(monkeypatch):
 
 
 def test_experiments_cli_dry_run_and_filter(monkeypatch, tmp_path, capsys):
-    from fedlib import experiments
+    from fedlib.experiments import cli
+    from fedlib.experiments import named as experiments
 
     monkeypatch.delenv("FEDLIB_PROFILE", raising=False)
     monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "no-data"))
     cfgs, missing = experiments.configs("fedmcsa_table2", "paper", {"seed": 0})
     assert missing == ["cifar10", "fmnist", "mnist"] and len(cfgs) == 2 * 7 and {c.seed for c in cfgs} == {0}
-    assert experiments.main(["fedmcsa_sigma", "--profile", "smoke", "--dry-run"]) == 0
+    assert cli.main(["fedmcsa_sigma", "--profile", "smoke", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "8 configs, 0 stored" in out and out.count("to run  ") == 8
     # status: one line per experiment; without data only the Synthetic grids have configs, none stored here
     table = experiments.status("paper").set_index("experiment")
-    assert set(table.index) == set(__import__("fedlib").profiles.EXPERIMENTS)
+    assert set(table.index) == set(__import__("fedlib.experiments.profiles", fromlist=["EXPERIMENTS"]).EXPERIMENTS)
     assert tuple(table.loc["fedmcsa_sigma", ["configs", "stored", "to run"]]) == (18, 0, 18)
     assert table.loc["fedmcsa_table2", "absent data"] == "cifar10, fmnist, mnist"
     assert table.loc["pfedla_table1", "absent data"] == "all (no cells)"
@@ -114,21 +115,21 @@ def test_experiments_cli_dry_run_and_filter(monkeypatch, tmp_path, capsys):
     table = experiments.status("paper").set_index("experiment")
     assert table.loc["fedmcsa_sigma", "resumable (round/T)"] == f"412/{sigma_cfgs[0].rounds}"
     assert table.loc["fedmcsa_table1", "resumable (round/T)"] == ""
-    assert experiments.main(["status", "--profile", "smoke"]) == 0 and "fedmcsa_sigma" in capsys.readouterr().out
+    assert cli.main(["status", "--profile", "smoke"]) == 0 and "fedmcsa_sigma" in capsys.readouterr().out
     # several experiments are one queue, a config they share counted once
-    assert experiments.main(["fedmcsa_sigma", "fedmcsa_sigma", "--profile", "smoke", "--dry-run"]) == 0
+    assert cli.main(["fedmcsa_sigma", "fedmcsa_sigma", "--profile", "smoke", "--dry-run"]) == 0
     assert "8 configs, 0 stored" in capsys.readouterr().out
     with pytest.raises(SystemExit):
-        experiments.main(["status", "fedmcsa_sigma", "--profile", "smoke"])
+        cli.main(["status", "fedmcsa_sigma", "--profile", "smoke"])
     assert "'status' takes no experiment names" in capsys.readouterr().err
     # a filter on a field that does not exist is refused by name, not silently empty or an AttributeError
     for bad in ("sigmaa=1", "seed"):
         with pytest.raises(SystemExit):
-            experiments.main(["fedmcsa_sigma", "--profile", "smoke", "--dry-run", "--where", bad])
+            cli.main(["fedmcsa_sigma", "--profile", "smoke", "--dry-run", "--where", bad])
         err = capsys.readouterr().err
         assert f"--where={bad!r} must be FIELD=VALUE" in err and "sigma, " in err
     # a tuple-valued field matches its Python literal
-    assert experiments.main(["fedmcsa_sigma", "--profile", "smoke", "--dry-run", "--where", "hidden=(20,)"]) == 0
+    assert cli.main(["fedmcsa_sigma", "--profile", "smoke", "--dry-run", "--where", "hidden=(20,)"]) == 0
     assert "4 configs, 0 stored" in capsys.readouterr().out
 
 
@@ -386,8 +387,8 @@ class _FakeStore(Store):
 
 
 def _digits_run(attention, seed, acc):
-    from fedlib.config import RunConfig
-    from fedlib.simulation import RunResult
+    from fedlib.config.run import RunConfig
+    from fedlib.core.state import RunResult
 
     cfg = RunConfig(
         dataset="digits",
@@ -454,10 +455,10 @@ def test_pfedla_frame_golden():
 def test_diverged_runs_give_no_number_to_the_adafl_and_pfedla_tables():
     """AdaFL's and pFedLA's frames: a diverged run's every metric is NaN (its best was the best before its models
     became non-finite), so AdaFL's cell has no mean and pFedLA's counts one run fewer."""
-    from fedlib.config import RunConfig
+    from fedlib.config.run import RunConfig
+    from fedlib.core.state import RunResult
     from fedlib.papers import adafl
     from fedlib.papers.pfedla import frame as pfedla_frame
-    from fedlib.simulation import RunResult
 
     cfg, res = _digits_run("se", 0, [[0.5, 0.7], [np.nan, np.nan]])
     res.meta = {"diverged_at": 20}

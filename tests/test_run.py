@@ -9,8 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import fedlib.runner as run_module
 from fedlib import RunConfig, Store, expand, run, run_grid
+from fedlib.executors import hardware
+from fedlib.runs import estimates, feasibility, grids, scheduling, worker
+from fedlib.runs import train as runner
 
 TINY = RunConfig(n_clients=4, clients_per_round=2, rounds=3, local_steps=2, model="mlr")
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,12 +41,12 @@ def test_run_is_pure_and_stored(tmp_path):
 def test_store_hit_skips_training(tmp_path, monkeypatch):
     store = Store(tmp_path)
     run(TINY, store, progress=False)
-    monkeypatch.setattr(run_module, "train", lambda *a, **k: pytest.fail("should have come from the store"))
+    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("should have come from the store"))
     assert run(TINY, store, progress=False).metrics.shape[0] == 3
 
 
 def test_grid_validates_everything_first(tmp_path, monkeypatch):
-    monkeypatch.setattr(run_module, "train", lambda *a, **k: pytest.fail("no training before validation"))
+    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("no training before validation"))
     with pytest.raises(ValueError, match="RunConfig.lr=-1 must be a number >= 0"):
         run_grid(TINY, {"lr": [0.1, -1]}, Store(tmp_path), progress=False)
 
@@ -61,8 +63,8 @@ def test_a_store_reads_other_stores_and_writes_only_its_own(tmp_path, monkeypatc
     store = Store(mine, reads=[committed])
     assert store.has(TINY) and store.path(TINY) == committed / TINY.key()
     trained = []
-    real = run_module.train
-    monkeypatch.setattr(run_module, "train", lambda *a, **k: trained.append(a[0]) or real(*a, **k))
+    real = runner.train
+    monkeypatch.setattr(runner, "train", lambda *a, **k: trained.append(a[0]) or real(*a, **k))
     assert run(TINY, store, progress=False).config == TINY and trained == []
     other = TINY.replace(seed=1)
     run(other, store, progress=False)
@@ -82,16 +84,16 @@ def test_a_run_without_a_profile_reads_the_committed_runs_and_writes_apart(tmp_p
     """``fedlib.run(cfg)`` with no store in a checkout, the README's first library example, stored its run in the
     committed results/ (an untracked folder, and the test counting the committed runs then failed): it now returns
     a committed run from results/ and trains anything else into results/_explore/ (git-ignored)."""
-    from fedlib import store as store_module
+    from fedlib.runs import store as store_module
 
     committed = tmp_path / "results"
     run(TINY, Store(committed), progress=False)
     monkeypatch.delenv("FEDLIB_RESULTS")
     monkeypatch.setattr(store_module, "committed_root", lambda: committed)
-    real = run_module.train
-    monkeypatch.setattr(run_module, "train", lambda *a, **k: pytest.fail("a committed run trained again"))
+    real = runner.train
+    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("a committed run trained again"))
     assert run(TINY, progress=False).config == TINY
-    monkeypatch.setattr(run_module, "train", real)
+    monkeypatch.setattr(runner, "train", real)
     other = TINY.replace(seed=1)
     run(other, progress=False)
     assert sorted(p.name for p in committed.iterdir()) == sorted(["_explore", TINY.key()])
@@ -131,7 +133,7 @@ def test_grid_resumes_after_interruption(tmp_path, monkeypatch, batch):
     and 2, which finish beside it), nothing is half-written, and the rerun trains only what is missing."""
     store = Store(tmp_path)
     grid = {"seed": [0, 1, 2]}
-    real_train = run_module.train
+    real_train = runner.train
     calls = []
 
     def flaky(cfg, *a, **k):
@@ -140,7 +142,7 @@ def test_grid_resumes_after_interruption(tmp_path, monkeypatch, batch):
             raise KeyboardInterrupt  # the user stops the grid during the second run
         return real_train(cfg, *a, **k)
 
-    monkeypatch.setattr(run_module, "train", flaky)
+    monkeypatch.setattr(runner, "train", flaky)
     with pytest.raises(KeyboardInterrupt):
         run_grid(TINY, grid, store, progress=False, batch=batch)
     finished = [0] if batch == 1 else [0, 2]
@@ -157,7 +159,7 @@ def test_a_run_stored_by_another_process_meanwhile_is_kept(tmp_path, monkeypatch
     """Two processes training one config into one store (two notebooks, a notebook beside a grid): the one that
     finishes second finds the other's result in place, even when it appears between the check and the rename (that
     rename onto a full folder raised OSError after the whole run had trained)."""
-    from fedlib import store as store_module
+    from fedlib.runs import store as store_module
 
     store, other = Store(tmp_path / "s"), Store(tmp_path / "other")
     result = run(TINY, other, progress=False)
@@ -178,7 +180,7 @@ def test_forced_rerun_replaces_the_stored_result(tmp_path):
     """``run(force=True)`` re-trains and replaces the stored folder (e.g. to add traces a later version records)."""
     import json
 
-    from fedlib.store import seal
+    from fedlib.runs.store import seal
 
     store = Store(tmp_path)
     first = run(TINY, store, progress=False)
@@ -199,14 +201,14 @@ def test_forced_rerun_replaces_the_stored_result(tmp_path):
 def test_parallel_jobs_store_what_one_process_stores(tmp_path, monkeypatch):
     """``jobs=2`` trains in two spawned single-threaded processes: every run is stored, with the numbers a
     single process gets, and the summary keeps the order of the configs."""
-    from fedlib.runner import run_configs
+    from fedlib.runs.grids import run_configs
 
     cfgs = expand(TINY, {"seed": [0, 1, 2]})
     with pytest.raises(ValueError, match="jobs=0 must be an integer >= 1"):
         run_configs(cfgs, Store(tmp_path / "x"), progress=False, jobs=0)
     one = run_configs(cfgs, Store(tmp_path / "one"), progress=False)
     # the spawned workers import fedlib afresh; this process must train nothing itself
-    monkeypatch.setattr(run_module, "train", lambda *a, **k: pytest.fail("trained in the parent process"))
+    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("trained in the parent process"))
     par = run_configs(cfgs, Store(tmp_path / "par"), progress=False, jobs=2)
     assert all(Store(tmp_path / "par").has(c) for c in cfgs) and list(par.seed) == [0, 1, 2]
     assert np.allclose(par.best_acc, one.best_acc) and np.allclose(par.last10_acc, one.last10_acc)
@@ -216,33 +218,34 @@ def test_parallel_jobs_store_what_one_process_stores(tmp_path, monkeypatch):
 def test_jobs_none_is_a_process_per_core_within_the_units_and_the_memory(tmp_path, monkeypatch):
     """``jobs=None`` (the notebooks' default, ``--jobs auto``): one process per core this process may use, no more
     than the units the runs to train make, no more than fit side by side in the memory; nothing to train: one."""
-    from fedlib import resources
-    from fedlib.runner import BATCH_MEMORY_SHARE, default_jobs, run_configs
+    from fedlib.runs import train as runner
+    from fedlib.runs.grids import run_configs
+    from fedlib.runs.scheduling import BATCH_MEMORY_SHARE, default_jobs
 
     cfgs = expand(TINY, {"seed": list(range(8))})  # one batch key: 8 runs cut into a unit per process
-    monkeypatch.setattr(resources, "cores", lambda: 4)
-    monkeypatch.setattr(resources, "available_bytes", lambda device="cpu": 1 << 40)
+    monkeypatch.setattr(hardware, "cores", lambda: 4)
+    monkeypatch.setattr(hardware, "available_bytes", lambda device="cpu": 1 << 40)
     assert default_jobs(cfgs) == 4
     assert default_jobs(cfgs[:3]) == 3  # three runs: three units at most
     assert default_jobs(cfgs, batch=8) == 4  # one unit of 8 would idle three cores: cut in four
     assert default_jobs([]) == 1
-    largest = sum(resources.estimate(TINY).values())
-    monkeypatch.setattr(resources, "available_bytes", lambda device="cpu": 2.5 * largest / BATCH_MEMORY_SHARE)
+    largest = sum(feasibility.estimate(TINY).values())
+    monkeypatch.setattr(hardware, "available_bytes", lambda device="cpu": 2.5 * largest / BATCH_MEMORY_SHARE)
     assert default_jobs(cfgs) == 2  # memory for two runs side by side
-    monkeypatch.setattr(resources, "available_bytes", lambda device="cpu": largest / 10)
+    monkeypatch.setattr(hardware, "available_bytes", lambda device="cpu": largest / 10)
     assert default_jobs(cfgs) == 1  # not even one: one (resources.check refuses it before training)
-    monkeypatch.setattr(resources, "cores", lambda: 1)
-    monkeypatch.setattr(resources, "available_bytes", lambda device="cpu": 1 << 40)
+    monkeypatch.setattr(hardware, "cores", lambda: 1)
+    monkeypatch.setattr(hardware, "available_bytes", lambda device="cpu": 1 << 40)
     assert default_jobs(cfgs) == 1
     # on CUDA: four processes a GPU at most (the Ray backend's quarter of a GPU a run)
-    monkeypatch.setattr(resources, "cores", lambda: 16)
-    monkeypatch.setattr(run_module.torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(hardware, "cores", lambda: 16)
+    monkeypatch.setattr(runner.torch.cuda, "device_count", lambda: 1)
     assert default_jobs([c.replace(device="cuda") for c in cfgs]) == 4 and default_jobs(cfgs) == 8
     # run_configs resolves None with the runs it has to train (the stored one left out)
     store = Store(tmp_path / "r")
     run(cfgs[0], store, progress=False)
     asked = []
-    monkeypatch.setattr(run_module, "default_jobs", lambda todo, batch: asked.append(list(todo)) or 1)
+    monkeypatch.setattr(grids, "default_jobs", lambda todo, batch: asked.append(list(todo)) or 1)
     run_configs(cfgs[:3], store, progress=False, jobs=None)
     assert asked == [cfgs[1:3]] and all(store.has(c) for c in cfgs[:3])
     for bad in (0, True, 1.5, "2"):
@@ -252,30 +255,28 @@ def test_jobs_none_is_a_process_per_core_within_the_units_and_the_memory(tmp_pat
 
 def test_cores_are_the_affinity_capped_by_a_cgroup_quota(tmp_path, monkeypatch):
     """A container's CPU quota caps the processes ``jobs=None`` starts: 64 cores visible, ``--cpus 2``: 2."""
-    from fedlib import resources
 
-    monkeypatch.setattr(resources.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
-    assert resources.cores(str(tmp_path)) == 64  # no cgroup files: the affinity
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert hardware.cores(str(tmp_path)) == 64  # no cgroup files: the affinity
     (tmp_path / "cpu.max").write_text("max 100000\n")
-    assert resources.cores(str(tmp_path)) == 64  # v2, no quota
+    assert hardware.cores(str(tmp_path)) == 64  # v2, no quota
     (tmp_path / "cpu.max").write_text("150000 100000\n")
-    assert resources.cores(str(tmp_path)) == 2  # 1.5 CPUs: two processes, rounded up
+    assert hardware.cores(str(tmp_path)) == 2  # 1.5 CPUs: two processes, rounded up
     (tmp_path / "cpu.max").unlink()
     (tmp_path / "cpu").mkdir()
     (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("400000\n")
     (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
-    assert resources.cores(str(tmp_path)) == 4  # v1
+    assert hardware.cores(str(tmp_path)) == 4  # v1
     (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
-    assert resources.cores(str(tmp_path)) == 64  # v1, no quota
-    monkeypatch.setattr(resources.os, "sched_getaffinity", lambda pid: {3}, raising=False)
-    assert resources.cores(str(tmp_path)) == 1
+    assert hardware.cores(str(tmp_path)) == 64  # v1, no quota
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    assert hardware.cores(str(tmp_path)) == 1
 
 
 def test_cache_bytes_read_from_sysfs(tmp_path):
     """``resources.cache_bytes``: a level's data or unified cache from sysfs' index* entries (the stacked executor's
     client-group budgets: half the L3, one L2); instruction caches and unreadable entries left out; None where sysfs
     says nothing. The entries of the 2-core Intel machine, and a 32 MiB L3 ("32M") as the AMD one has."""
-    from fedlib import resources
 
     def entry(i, level, kind, size):
         d = tmp_path / f"index{i}"
@@ -284,19 +285,19 @@ def test_cache_bytes_read_from_sysfs(tmp_path):
         (d / "type").write_text(f"{kind}\n")
         (d / "size").write_text(f"{size}\n")
 
-    assert resources.cache_bytes(2, str(tmp_path / "absent")) is None
+    assert hardware.cache_bytes(2, str(tmp_path / "absent")) is None
     entry(0, 1, "Data", "48K")
     entry(1, 1, "Instruction", "64K")
     entry(2, 2, "Unified", "2048K")
     entry(3, 3, "Unified", "491520K")
-    assert resources.cache_bytes(1, str(tmp_path)) == 48 << 10
-    assert resources.cache_bytes(2, str(tmp_path)) == 2 << 20
-    assert resources.cache_bytes(3, str(tmp_path)) == 480 << 20
-    assert resources.cache_bytes(4, str(tmp_path)) is None
+    assert hardware.cache_bytes(1, str(tmp_path)) == 48 << 10
+    assert hardware.cache_bytes(2, str(tmp_path)) == 2 << 20
+    assert hardware.cache_bytes(3, str(tmp_path)) == 480 << 20
+    assert hardware.cache_bytes(4, str(tmp_path)) is None
     (tmp_path / "index3" / "size").write_text("32M\n")
-    assert resources.cache_bytes(3, str(tmp_path)) == 32 << 20
+    assert hardware.cache_bytes(3, str(tmp_path)) == 32 << 20
     (tmp_path / "index3" / "size").write_text("unknown\n")
-    assert resources.cache_bytes(3, str(tmp_path)) is None
+    assert hardware.cache_bytes(3, str(tmp_path)) is None
 
 
 def test_pool_workers_report_the_rounds_they_train(tmp_path, monkeypatch):
@@ -304,17 +305,18 @@ def test_pool_workers_report_the_rounds_they_train(tmp_path, monkeypatch):
     sends (unit, rounds) as it trains, a run alone or a batch of runs, at most every ``every`` seconds."""
     import queue
 
-    from fedlib.runner import _RoundReport, _run_in_worker
+    from fedlib.runs.pool import _run_in_worker
+    from fedlib.runs.worker import RoundReport
 
     q = queue.Queue()
-    monkeypatch.setattr(run_module, "_ROUNDS", _RoundReport(q, every=0.0))  # every round sent at once
+    monkeypatch.setattr(worker, "rounds", RoundReport(q, every=0.0))  # every round sent at once
     _run_in_worker([TINY], (tmp_path / "r",), None, 7)
     assert [q.get_nowait() for _ in range(q.qsize())] == [(7, 1), (7, 1), (7, 1)]
     pair = expand(TINY, {"seed": [1, 2]})
     _run_in_worker(pair, (tmp_path / "r",), None, 8)
     sent = [q.get_nowait() for _ in range(q.qsize())]
     assert {u for u, _ in sent} == {8} and sum(n for _, n in sent) == 6 and Store(tmp_path / "r").has(pair[1])
-    monkeypatch.setattr(run_module, "_ROUNDS", _RoundReport(q, every=3600.0))  # rounds of milliseconds: one message
+    monkeypatch.setattr(worker, "rounds", RoundReport(q, every=3600.0))  # rounds of milliseconds: one message
     _run_in_worker(expand(TINY, {"seed": [3]}), (tmp_path / "r",), None, 9)
     assert [q.get_nowait() for _ in range(q.qsize())] == [(9, 3)]
 
@@ -322,7 +324,8 @@ def test_pool_workers_report_the_rounds_they_train(tmp_path, monkeypatch):
 def test_parallel_bar_counts_rounds_and_runs_stored(tmp_path, capfd):
     """The parent's bar of a jobs=2 grid: every round of every run, and the runs stored. A unit that ends is
     counted whole (a resumed run trains fewer rounds, a diverged one stops early), its late reports not again."""
-    from fedlib.runner import _RoundsBar, run_configs
+    from fedlib.runs.grids import run_configs
+    from fedlib.runs.pool import _RoundsBar
 
     run_configs(expand(TINY, {"seed": [0, 1, 2]}), Store(tmp_path / "r"), progress=True, jobs=2, batch=1)
     err = capfd.readouterr().err
@@ -359,8 +362,6 @@ def test_stored_times_estimate_runs_of_the_kinds_stored(tmp_path):
     or a crash."""
     import json
 
-    from fedlib import resources
-
     store = Store(tmp_path / "r")
     cfgs = expand(TINY, {"seed": [0, 1, 2, 3, 4]})
     # seed 1 trained in a batch of 2 that took 12 s: its share is 6 s; seeds 3 and 4 hold nonsense
@@ -370,15 +371,15 @@ def test_stored_times_estimate_runs_of_the_kinds_stored(tmp_path):
         meta = store.path(c) / "meta.json"
         meta.write_text(json.dumps({**json.loads(meta.read_text()), **extra}))
     (store.path(cfgs[2]) / "meta.json").write_text("__import__('os').system('false')")
-    known = resources.stored_times(store.root, store.root)  # a root given twice counts once
-    assert known == {resources._kind(TINY): 1.5}  # s a round: the median of 1 and 2; the damaged runs left out
+    known = estimates.stored_times(store.root, store.root)  # a root given twice counts once
+    assert known == {estimates._kind(TINY): 1.5}  # s a round: the median of 1 and 2; the damaged runs left out
     (store.path(cfgs[1]) / "meta.json").write_text("[1, 2]")  # JSON, but not a run's meta
-    assert resources.stored_times(store.root) == {resources._kind(TINY): 1.0}
+    assert estimates.stored_times(store.root) == {estimates._kind(TINY): 1.0}
     longer, wider = TINY.replace(rounds=6), TINY.replace(n_clients=8, clients_per_round=2)
     other = TINY.replace(model="dnn", rounds=10)
-    assert resources.seconds([TINY, longer, wider, other], known) == [4.5, 9.0, 9.0, 15.0]  # 1.5 s a round
-    assert resources.seconds_for(other, known) is None
-    assert resources.seconds([other], {}) == [10.0]  # nothing stored: rounds
+    assert estimates.seconds([TINY, longer, wider, other], known) == [4.5, 9.0, 9.0, 15.0]  # 1.5 s a round
+    assert estimates.seconds_for(other, known) is None
+    assert estimates.seconds([other], {}) == [10.0]  # nothing stored: rounds
 
 
 def _stored_at(root, cfg, wall: float, device: str = "cpu") -> Store:
@@ -394,8 +395,7 @@ def test_known_times_layer_the_committed_store_the_reference_and_the_stores_own_
     """``runner.known_times``, per kind, the last source that holds it: the committed store (any device, then the
     runs' device), the store (any device), this version's reference timings, the store's own runs on the device.
     ``resources.stored_times(device=...)`` counts the runs of that device alone."""
-    import fedlib.runner as runner
-    from fedlib import resources
+    from fedlib.runs import estimates
 
     own, ref, same, other = (TINY.replace(algorithm=a) for a in ("fedavg", "fedprox", "local", "ditto"))
     committed = tmp_path / "committed"
@@ -406,25 +406,25 @@ def test_known_times_layer_the_committed_store_the_reference_and_the_stores_own_
     _stored_at(committed, other, 0.9, "cuda")  # ... a kind timed on a GPU alone: 0.3 s
     mine = _stored_at(tmp_path / "mine", own.replace(seed=2), 0.3)  # 0.1 s a round here
     _stored_at(mine.root, same.replace(seed=2), 0.15, "cuda")  # the store's GPU run: 0.05 s
-    assert resources.stored_times(committed, device="cuda") == {resources._kind(own): 1.0, resources._kind(other): 0.3}
+    assert estimates.stored_times(committed, device="cuda") == {estimates._kind(own): 1.0, estimates._kind(other): 0.3}
     reference = tmp_path / "round_seconds.json"
-    resources.write_reference_times(committed, reference)  # the committed CPU runs: own 10, ref 1, same 2
+    estimates.write_reference_times(committed, reference)  # the committed CPU runs: own 10, ref 1, same 2
     doc = json.loads(reference.read_text())
     doc["seconds_a_round"] = [r for r in doc["seconds_a_round"] if r["algorithm"] in ("fedavg", "fedprox")]
     for r in doc["seconds_a_round"]:
         r["seconds"] /= 4  # this version: own 2.5, ref 0.25
     reference.write_text(json.dumps(doc))
-    monkeypatch.setattr(resources, "REFERENCE_TIMES", reference)
-    monkeypatch.setattr(runner, "committed_root", lambda: committed)
-    assert runner.known_times(mine, "cpu") == pytest.approx({
-        resources._kind(own): 0.1,  # the store's own CPU run over the reference and the committed ones
-        resources._kind(ref): 0.25,  # the reference over the committed store
-        resources._kind(same): 2.0,  # the committed CPU runs over the store's GPU run
-        resources._kind(other): 0.3,  # timed on a GPU alone: better than nothing
+    monkeypatch.setattr(estimates, "REFERENCE_TIMES", reference)
+    monkeypatch.setattr(estimates, "committed_root", lambda: committed)
+    assert estimates.known_times(mine, "cpu") == pytest.approx({
+        estimates._kind(own): 0.1,  # the store's own CPU run over the reference and the committed ones
+        estimates._kind(ref): 0.25,  # the reference over the committed store
+        estimates._kind(same): 2.0,  # the committed CPU runs over the store's GPU run
+        estimates._kind(other): 0.3,  # timed on a GPU alone: better than nothing
     })  # fmt: skip
-    assert runner.known_times(mine, "cuda") == pytest.approx({  # no reference for a GPU
-        resources._kind(own): 1.0, resources._kind(ref): 1.0, resources._kind(same): 0.05,
-        resources._kind(other): 0.3,
+    assert estimates.known_times(mine, "cuda") == pytest.approx({  # no reference for a GPU
+        estimates._kind(own): 1.0, estimates._kind(ref): 1.0, estimates._kind(same): 0.05,
+        estimates._kind(other): 0.3,
     })  # fmt: skip
 
 
@@ -433,79 +433,77 @@ def test_reference_times_are_read_back_as_written_and_a_damaged_file_is_skipped(
     were timed); ``reference_times`` reads them back as JSON only, nothing for another device; a damaged file, or
     one with a seconds that is not a positive number, gives nothing and a warning naming the file.
     ``scripts/reference_timings.py`` is its command line."""
-    from fedlib import resources
 
     store = _stored_at(tmp_path / "quick", TINY, 3.0)
     _stored_at(store.root, TINY.replace(seed=1), 9.0)
     _stored_at(store.root, TINY.replace(algorithm="local"), 1.5, "cuda")
     out = tmp_path / "ref.json"
-    doc = resources.write_reference_times(store.root, out)
-    assert resources.reference_times("cpu", out) == {resources._kind(TINY): 2.0}  # the median of 1 and 3 s
+    doc = estimates.write_reference_times(store.root, out)
+    assert estimates.reference_times("cpu", out) == {estimates._kind(TINY): 2.0}  # the median of 1 and 3 s
     spec = importlib.util.spec_from_file_location("reference_timings", ROOT / "scripts" / "reference_timings.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     script.main([str(store.root), "--out", str(tmp_path / "cli.json")])  # its command line writes the same
     assert json.loads((tmp_path / "cli.json").read_text()) == json.loads(out.read_text())
     assert "1 kinds from 2 runs" in capsys.readouterr().out
-    assert resources.reference_times("cuda", out) == {}
+    assert estimates.reference_times("cuda", out) == {}
     assert doc["runs"] == 2 and doc["device"] == "cpu" and len(doc["commits"]) == 1
     row = json.loads(out.read_text())["seconds_a_round"][0]
     bad = {**json.loads(out.read_text()), "seconds_a_round": [{**row, "seconds": -1}]}
     for text in ("__import__('os').system('false')", json.dumps(bad), json.dumps({"device": "cpu"}), "[1]"):
         out.write_text(text)
         with pytest.warns(UserWarning, match="ref.json"):
-            assert resources.reference_times("cpu", out) == {}
+            assert estimates.reference_times("cpu", out) == {}
 
 
 def test_the_shipped_reference_times_cover_every_kind_the_quick_profile_trains(tmp_path, monkeypatch):
     """``fedlib/round_seconds.json`` holds a time for every kind of run the quick profile's experiments train on
     the data present, so that ``make notebooks``' plan from an empty store estimates every run from this version's
     times. A new kind fails here until the file is written again (``scripts/reference_timings.py``)."""
-    from fedlib import experiments, profiles, resources
+    from fedlib.experiments import named as experiments
+    from fedlib.experiments import profiles
 
     monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path / "empty"))
-    reference = resources.reference_times("cpu")
-    kinds = {resources._kind(c) for name in profiles.EXPERIMENTS for c in experiments.configs(name, "quick")[0]}
+    reference = estimates.reference_times("cpu")
+    kinds = {estimates._kind(c) for name in profiles.EXPERIMENTS for c in experiments.configs(name, "quick")[0]}
     assert kinds and all(s > 0 for s in reference.values())
     missing = sorted(map(str, kinds - reference.keys()))
-    assert not missing, f"not in {resources.REFERENCE_TIMES.name}: {missing}; see scripts/reference_timings.py"
+    assert not missing, f"not in {estimates.REFERENCE_TIMES.name}: {missing}; see scripts/reference_timings.py"
 
 
 def test_a_grid_on_several_processes_starts_with_its_longest_runs(tmp_path, monkeypatch):
     """jobs > 1: the runs stopped part-way first, then the longest by ``resources.seconds``, so that the short runs
     fill the end; the units are balanced in those seconds."""
-    import fedlib.runner as runner
 
     short = expand(TINY, {"seed": [0, 1]})
     long = [TINY.replace(model="dnn", seed=s) for s in (0, 1)]
-    times = {runner.resources._kind(long[0]): 100.0 / 3, runner.resources._kind(short[0]): 0.5}  # s a round
-    monkeypatch.setattr(runner, "known_times", lambda store, device=None: times)
+    times = {estimates._kind(long[0]): 100.0 / 3, estimates._kind(short[0]): 0.5}  # s a round
+    monkeypatch.setattr(grids, "known_times", lambda store, device=None: times)
     seen = []
 
     def capture(units, store, jobs, progress, data_root, cost):
         seen.append((units, cost))
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "_run_parallel", capture)
+    monkeypatch.setattr(grids, "_run_parallel", capture)
     with pytest.raises(KeyboardInterrupt):
-        runner.run_configs(short + long, Store(tmp_path / "r"), progress=False, jobs=2)
+        grids.run_configs(short + long, Store(tmp_path / "r"), progress=False, jobs=2)
     (units, cost) = seen[0]
     assert units == [long[:1], long[1:], short]  # 100 s each, then the two 1.5 s runs as one model
     assert cost[long[0].key()] == pytest.approx(100.0) and cost[short[0].key()] == pytest.approx(1.5)
     # what the job's plan says (scripts/run_notebooks.py): 100 s on each process, then the short ones on either
-    assert runner.span_seconds(short + long, 2, times) == pytest.approx(103.0)
-    assert runner.span_seconds(short + long, 1, times) == pytest.approx(203.0)
-    assert runner.span_seconds(short + long[:1], 2, times) == pytest.approx(100.0)
+    assert scheduling.span_seconds(short + long, 2, times) == pytest.approx(103.0)
+    assert scheduling.span_seconds(short + long, 1, times) == pytest.approx(203.0)
+    assert scheduling.span_seconds(short + long[:1], 2, times) == pytest.approx(100.0)
 
 
 def test_parallel_failure_raises_and_keeps_finished_runs(tmp_path, monkeypatch):
     """A config that fails in a worker raises in the caller; the runs that did finish stay stored."""
-    import fedlib.runner as runner
-    from fedlib.runner import run_configs
+    from fedlib.runs.grids import run_configs
 
     # no stored times: both runs are estimated at their 3 rounds and keep their order, so the good one starts first
     # (a unit not started when another fails is dropped; the committed store put the MNIST run first)
-    monkeypatch.setattr(runner, "known_times", lambda store, device=None: {})
+    monkeypatch.setattr(grids, "known_times", lambda store, device=None: {})
     good = expand(TINY, {"seed": [0]})
     bad = TINY.replace(seed=1, dataset="mnist", partition="iid")  # no MNIST under this data root
     with pytest.raises(Exception, match="mnist"):
@@ -520,11 +518,10 @@ def test_parallel_workers_share_the_cache_budget(monkeypatch):
     import torch
 
     import fedlib.executors
-    import fedlib.runner as runner
     from fedlib.executors import LocalSGD, StackedExecutor, make_executor, stacked
-    from fedlib.models import build_model
+    from fedlib.models.registry import build_model
 
-    monkeypatch.setattr(runner, "_GROUP_BYTES", None)
+    monkeypatch.setattr(worker, "group_bytes", None)
     for module in (fedlib.executors, stacked):
         monkeypatch.setattr(module, "PROCESS_CACHE_BYTES", 16 << 20)
     threads = torch.get_num_threads()
@@ -532,8 +529,8 @@ def test_parallel_workers_share_the_cache_budget(monkeypatch):
     # 16 MiB / (3 copies x 0.8 MB) = 7 clients a group at most: 8 groups, of 7 (equal groups, see group_size)
     assert StackedExecutor().group_size(mlp, 50, None, opt, "cpu") == 7
     try:
-        runner._worker_setup(2)
-        ex = make_executor("stacked", mlp, group_bytes=runner._GROUP_BYTES)  # what runner.train makes in a worker
+        worker.worker_setup(2)
+        ex = make_executor("stacked", mlp, group_bytes=worker.group_bytes)  # what runner.train makes in a worker
         assert torch.get_num_threads() == 1 and ex.group_bytes == 8 << 20
         assert ex.group_size(mlp, 50, None, opt, "cpu") == 3  # 8 MiB: 3 at most, 17 groups
         assert StackedExecutor().group_bytes == 16 << 20  # a value, not a class attribute changed at run time
@@ -550,9 +547,9 @@ def test_a_grid_on_processes_runs_from_a_script_read_from_standard_input(tmp_pat
     import sys
 
     script = (
-        "import fedlib\nfrom fedlib import runner\n"
+        "import fedlib\nfrom fedlib.runs import grids\n"
         "ex = fedlib.experiment('quickstart', 'smoke', stored_only=True, progress=False)\n"
-        "runner.run_configs(ex.configs, ex.store, progress=False, jobs=2, batch=1)\n"
+        "grids.run_configs(ex.configs, ex.store, progress=False, jobs=2, batch=1)\n"
         "import __main__\nprint(len(ex.runs), __main__.__file__)\n"
     )
     env = {**os.environ, "FEDLIB_RESULTS": str(tmp_path), "OMP_NUM_THREADS": "1"}

@@ -216,9 +216,9 @@ def test_with_several_processes_every_notebooks_missing_runs_train_first_as_one_
 
 @pytest.mark.parametrize("profile, where", [("smoke", "results/_explore"), ("paper", None)])
 def test_exploratory_profiles_use_the_ignored_store(tmp_path, monkeypatch, profile, where):
-    """An exploring job's kernels store in ``fedlib.store.default_root`` of its profile (``FEDLIB_RESULTS``, so a
+    """An exploring job's kernels store in ``fedlib.runs.store.default_root`` of its profile (``FEDLIB_RESULTS``, so a
     cell's own ``fedlib.run(cfg)`` goes there too); a paper job's kernels find the committed store themselves."""
-    from fedlib import store
+    from fedlib.runs import store
 
     nbs = tmp_path / "nbs"
     nbs.mkdir()
@@ -245,7 +245,7 @@ def test_kernels_train_on_one_thread_unless_told(tmp_path, monkeypatch, given, e
 
 
 def test_every_notebook_takes_stored_only_and_names_its_experiments():
-    import fedlib.profiles
+    import fedlib.experiments.profiles
 
     for path in sorted((ROOT / "notebooks").glob("[0-9]*.ipynb")):
         nb = json.loads(path.read_text())
@@ -254,7 +254,7 @@ def test_every_notebook_takes_stored_only_and_names_its_experiments():
         named = set()
         for entry in nb["metadata"]["fedlib"].get("experiments", []):
             name = entry if isinstance(entry, str) else entry["name"]
-            assert name in fedlib.profiles.EXPERIMENTS, (path.name, name)
+            assert name in fedlib.experiments.profiles.EXPERIMENTS, (path.name, name)
             named.add(name)
         # every experiment a cell draws is named there, so that the job's plan counts it and trains it first (notebook
         # 31's per-client attention ablation was not: the plan said 696 runs drawn where the notebooks drew 706)

@@ -4,14 +4,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import small_synthetic
+from helpers import simulate_with, small_synthetic
 
 from fedlib.algorithms import build_algorithm
-from fedlib.config import RunConfig
+from fedlib.config.run import RunConfig
 from fedlib.data.federated import sample_epochs, sample_steps
 from fedlib.executors import LocalSGD, LoopExecutor, StackedExecutor
-from fedlib.models import build_model
-from fedlib.simulation import simulate
+from fedlib.models.registry import build_model
 
 
 def _model():
@@ -72,7 +71,7 @@ def _scaffold(rounds, executor=None, **kw):
         **kw,
     ).validate()
     alg = build_algorithm(cfg)
-    res = simulate(
+    res = simulate_with(
         alg, data, _model(), executor or StackedExecutor(), rounds, local_steps=1, batch_size=60, progress=False
     )
     return data, res
@@ -83,7 +82,7 @@ def test_first_round_equals_fedavg_and_control_variates_are_gradients():
     replacement) option II gives c_i+ = (x - y_i) / eta = the mini-batch gradient of client i at x, and
     c = (1/N) sum_i c_i+ (full participation)."""
     data, res = _scaffold(1)
-    fedavg = simulate(
+    fedavg = simulate_with(
         build_algorithm(RunConfig(n_clients=4, clients_per_round=4, lr=0.1, model="dnn")),
         data,
         _model(),
@@ -114,7 +113,7 @@ def test_scaffold_vs_fedavg_and_both_executors_agree():
     _, b = _scaffold(3, LoopExecutor())
     assert np.allclose(a.metrics.test_loss, b.metrics.test_loss, rtol=0, atol=1e-10)
     data = small_synthetic(n_clients=4, rows=80)
-    fedavg = lambda steps: simulate(
+    fedavg = lambda steps: simulate_with(
         build_algorithm(RunConfig(n_clients=4, clients_per_round=4, lr=0.1, model="dnn")),
         data,
         _model(),
@@ -126,7 +125,7 @@ def test_scaffold_vs_fedavg_and_both_executors_agree():
     )
     assert np.allclose(a.metrics.test_loss, fedavg(1).metrics.test_loss, rtol=0, atol=1e-12)
     cfg = RunConfig(n_clients=4, clients_per_round=4, lr=0.1, model="dnn", algorithm="scaffold")
-    multi = simulate(
+    multi = simulate_with(
         build_algorithm(cfg), data, _model(), StackedExecutor(), 3, local_steps=3, batch_size=60, progress=False
     )
     ref = fedavg(3).metrics.test_loss
@@ -157,7 +156,9 @@ def test_lr_decay_per_round(algorithm):
     data = small_synthetic(n_clients=3, rows=60)
     cfg = RunConfig(n_clients=3, clients_per_round=2, lr=0.1, model="dnn", algorithm=algorithm, lr_decay=0.5).validate()
     spy = _SpyExecutor()
-    simulate(build_algorithm(cfg), data, _model(), spy, 3, local_steps=1, batch_size=4, progress=False, lr_decay=0.5)
+    simulate_with(
+        build_algorithm(cfg), data, _model(), spy, 3, local_steps=1, batch_size=4, progress=False, lr_decay=0.5
+    )
     assert spy.lrs == pytest.approx([0.1, 0.05, 0.025], rel=1e-15)
 
 
@@ -171,7 +172,7 @@ def test_lr_decay_applies_to_every_method(algorithm):
         cfg = RunConfig(
             n_clients=3, clients_per_round=2, lr=0.1, model="dnn", algorithm=algorithm, lr_decay=decay
         ).validate()
-        return simulate(
+        return simulate_with(
             build_algorithm(cfg),
             data,
             _model(),
@@ -237,7 +238,7 @@ def test_control_variates_with_momentum_are_the_mean_gradient_or_the_mean_update
             else:  # against the gradient: off by about m / (1 - m) of it, and more (here 0.56 to 1.73 of it)
                 errors.append(((got - mean_g).norm() / mean_g.norm()).item())
 
-    simulate(build_algorithm(cfg), data, _model(), ex, 4, local_steps=steps, batch_size=20, progress=False,
+    simulate_with(build_algorithm(cfg), data, _model(), ex, 4, local_steps=steps, batch_size=20, progress=False,
              on_round=check)  # fmt: skip
     if estimate == "gradient":
         assert max(errors) < 1e-12
@@ -257,9 +258,9 @@ def test_the_control_ablation_is_table3s_scaffold_cells_with_the_gradient_estima
     """AdaFL Table 3's SCAFFOLD cells take option II as written (every stored run); the ablation's are the same
     AdaFL+SCAFFOLD and SCAFFOLD-0.1 configs (seeds 0-2 at the paper profile) with c_i+ from the mean gradient,
     nothing else changed; ``adafl.with_counterparts`` (notebook 23) finds each one's Table 3 cell."""
-    from fedlib import profiles
+    from fedlib.experiments import profiles
     from fedlib.papers import adafl
-    from fedlib.runner import expand
+    from fedlib.runs.grids import expand
 
     table3 = expand(*profiles.get("adafl_table3", profile))
     cells = {(profiles.adafl_label(c), c.seed): c for c in table3 if c.algorithm == "scaffold" and c.dataset == "mnist"}

@@ -5,16 +5,14 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from helpers import small_synthetic
+from helpers import simulate_with, small_synthetic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedlib.algorithms import build_algorithm
-from fedlib.config import RunConfig
-from fedlib.executors import LoopExecutor, StackedExecutor
-from fedlib.metrics import communication_cost
-from fedlib.models import build_model
-from fedlib.selection import (
+from fedlib.config.run import RunConfig
+from fedlib.core.metrics import communication_cost
+from fedlib.core.selection import (
     AttentionSelection,
     ConstantFraction,
     StepFraction,
@@ -23,7 +21,8 @@ from fedlib.selection import (
     clients_for,
     schedule_counts,
 )
-from fedlib.simulation import simulate
+from fedlib.executors import LoopExecutor, StackedExecutor
+from fedlib.models.registry import build_model
 
 
 # -- the dynamic fraction ------------------------------------------------------------------------------
@@ -167,7 +166,7 @@ def _adafl_run(executor, rounds=6, **kw):
     alg = build_algorithm(cfg, n_samples=data.train.sizes.numpy())
     model = build_model("dnn", data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
     log = []
-    res = simulate(
+    res = simulate_with(
         alg,
         data,
         model,
@@ -224,7 +223,7 @@ def test_attention_selection_composes_with_other_methods(algorithm):
     alg = build_algorithm(cfg, n_samples=data.train.sizes.numpy())
     assert isinstance(alg.select, AttentionSelection)
     model = build_model("dnn", data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
-    res = simulate(alg, data, model, StackedExecutor(), 3, local_steps=2, batch_size=4, progress=False)
+    res = simulate_with(alg, data, model, StackedExecutor(), 3, local_steps=2, batch_size=4, progress=False)
     assert list(res.metrics.uploads) == [3, 6, 9] and np.isfinite(res.metrics.test_loss).all()
     assert not np.allclose(alg.select.scores, alg.select.history[0])  # the scores moved
 
@@ -254,7 +253,7 @@ def test_adafl_cifar_setting_on_cifar_shaped_tensors():
     ).validate()
     alg = build_algorithm(cfg, n_samples=data.train.sizes.numpy())
     model = build_model("cnn", (3, 32, 32), 10, seed=0)
-    res = simulate(
+    res = simulate_with(
         alg,
         data,
         model,
@@ -284,7 +283,7 @@ def test_progress_bar_shows_the_global_accuracy_without_client_test_splits(capsy
     cfg = RunConfig(n_clients=4, clients_per_round=2, rounds=2, local_steps=2, batch_size=5, lr=0.1).validate()
     alg = build_algorithm(cfg, n_samples=data.train.sizes.numpy())
     model = build_model("mlr", data.input_shape, 3, seed=0, dtype=torch.float64)
-    res = simulate(alg, data, model, StackedExecutor(), 2, local_steps=2, batch_size=5, progress=True)
+    res = simulate_with(alg, data, model, StackedExecutor(), 2, local_steps=2, batch_size=5, progress=True)
     assert res.metrics.test_acc.isna().all() and res.metrics.global_test_acc.notna().all()
     err = capsys.readouterr().err
     assert "acc=nan" not in err and f"acc={res.metrics.global_test_acc.iloc[-1]:.4f}" in err

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedlib.stages import Algorithm, Mixing, UniformSelection, WeightedMean, mix, shared_except, weighted_mean
+from fedlib.core.stages import Algorithm, Mixing, UniformSelection, WeightedMean, mix, shared_except, weighted_mean
 
 
 def test_weighted_mean_golden():

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fedlib.config import from_dict
-from fedlib.store import LEGACY_KEYS
+from fedlib.config.run import from_dict
+from fedlib.runs.store import LEGACY_KEYS
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 # Stored before domain_percent applied only to feature-shift data (its config says mnist with domain_percent=0.1,
@@ -74,7 +74,7 @@ def test_git_never_converts_the_stored_runs_line_endings(tmp_path):
     import shutil
     import subprocess
 
-    from fedlib.store import Store
+    from fedlib.runs.store import Store
 
     key = next(p.parent.name for p in _stored() if p.parent.name not in ORPHANS)
     files = [f"results/{key}/{name}" for name in ("config.json", "metrics.csv", "meta.json", "manifest.json")]
@@ -111,8 +111,8 @@ def test_what_the_store_writes_beside_the_committed_runs_is_ignored(tmp_path):
     and a run folder does."""
     import subprocess
 
-    from fedlib import store
-    from fedlib.config import RunConfig
+    from fedlib.config.run import RunConfig
+    from fedlib.runs import store
 
     cfg = RunConfig(n_clients=4, clients_per_round=2, rounds=1, model="mlr")
     s = store.Store(tmp_path)

@@ -13,10 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import fedlib.simulation as simulation
 from fedlib import RunConfig, Store, run
-from fedlib.config import from_dict
-from fedlib.store import LEGACY_KEYS, DamagedRun, DamagedRunWarning, read_run
+from fedlib.config.run import from_dict
+from fedlib.core import callbacks, simulation
+from fedlib.runs import checkpoint as checkpointing
+from fedlib.runs.store import LEGACY_KEYS, DamagedRun, DamagedRunWarning, read_run
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 ORPHAN = "f3e86d78f34c24f9"  # tests/test_store_keys.py ORPHANS
@@ -262,7 +263,7 @@ TINY = RunConfig(n_clients=4, clients_per_round=2, rounds=6, local_steps=2, mode
 
 def _stopped_at(cfg, store: Store, t_stop: int, monkeypatch) -> None:
     """``cfg`` run in ``store`` and killed in round ``t_stop``: its snapshot (of round ``t_stop - 1``) is left."""
-    real = simulation._evaluate_round
+    real = callbacks._evaluate_round
 
     def evaluate(alg, state, data, model, t, *rest):
         if t == t_stop:
@@ -271,7 +272,7 @@ def _stopped_at(cfg, store: Store, t_stop: int, monkeypatch) -> None:
 
     with monkeypatch.context() as m:
         m.setattr(Store, "checkpoint_seconds", 0.0)
-        m.setattr(simulation, "_evaluate_round", evaluate)
+        m.setattr(callbacks, "_evaluate_round", evaluate)
         with pytest.raises(KeyboardInterrupt):
             run(cfg, store, progress=False)
     assert store.checkpoint(cfg).info()["round"] == t_stop - 1
@@ -295,21 +296,21 @@ def test_a_snapshot_copied_to_another_run_is_not_resumed(other, tmp_path, monkey
 
 def test_a_snapshot_of_another_model_under_the_same_name_is_not_resumed(tmp_path, monkeypatch):
     """Outside a store a snapshot's name need not be a config key: its parameters' shapes tell the model."""
-    from helpers import small_synthetic
+    from helpers import simulate_with, small_synthetic
 
     from fedlib.algorithms import build_algorithm
     from fedlib.executors import StackedExecutor
-    from fedlib.models import build_model
+    from fedlib.models.registry import build_model
 
     data = small_synthetic(n_clients=4, rows=60)
 
     def simulate(cfg, **kw):
         model = build_model(cfg.model.name, data.input_shape, 10, (8,), seed=0, dtype=data.train.x.dtype)
         alg = build_algorithm(cfg, n_samples=data.train.sizes.numpy())
-        return simulation.simulate(alg, data, model, StackedExecutor(), cfg.rounds, local_steps=cfg.local_steps,
+        return simulate_with(alg, data, model, StackedExecutor(), cfg.rounds, local_steps=cfg.local_steps,
                                    batch_size=cfg.batch_size, seed=cfg.seed, progress=False, **kw)  # fmt: skip
 
-    ck = simulation.Checkpoint(tmp_path / "run.pt", every_seconds=0)
+    ck = checkpointing.Checkpoint(tmp_path / "run.pt", every_seconds=0)
 
     def stop(t, *_):
         if t == 3:
@@ -335,7 +336,7 @@ def test_a_snapshot_or_its_info_that_is_not_a_regular_file_is_not_read(tmp_path,
         return real(path, *args, **kwargs)
 
     monkeypatch.setattr(simulation.torch, "load", load)
-    ck = simulation.Checkpoint(tmp_path / "_partial" / "0123456789abcdef.pt", 0)
+    ck = checkpointing.Checkpoint(tmp_path / "_partial" / "0123456789abcdef.pt", 0)
     ck.path.parent.mkdir()
     os.symlink("/dev/zero", ck.path)
     os.mkfifo(ck.info_path)

@@ -1,4 +1,4 @@
-"""``python -m fedlib.verify``: stored runs trained again and compared with the store."""
+"""``python -m fedlib.experiments.verify``: stored runs trained again and compared with the store."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedlib import RunConfig, Store, run, verify
-from fedlib.simulation import COLUMNS, RunResult
+from fedlib import RunConfig, Store, run
+from fedlib.core.state import COLUMNS, RunResult
+from fedlib.experiments import verify
 
 TINY = RunConfig(n_clients=4, clients_per_round=2, rounds=6, local_steps=2, model="mlr")
 
@@ -149,13 +150,14 @@ def test_a_run_not_stored_is_named():
 
 def test_cli_exit_status_and_bad_arguments(tmp_path, monkeypatch, capsys):
     """0 when the runs agree, 1 when one does not; a usage error (2) naming the argument otherwise."""
-    from fedlib import experiments
+    from fedlib.experiments import cli
+    from fedlib.experiments import named as experiments
 
     monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path))
     with pytest.raises(SystemExit) as stop:
         verify.main(["quickstart", "--profile", "smoke"])  # nothing stored yet
     assert stop.value.code == 2 and "no run of quickstart at profile smoke is stored" in capsys.readouterr().err
-    assert experiments.main(["quickstart", "--profile", "smoke", "--jobs", "1"]) == 0
+    assert cli.main(["quickstart", "--profile", "smoke", "--jobs", "1"]) == 0
     capsys.readouterr()
     assert verify.main(["quickstart", "--profile", "smoke", "--runs", "5"]) == 0
     out = capsys.readouterr().out
@@ -181,7 +183,7 @@ def test_a_run_trains_again_on_as_many_threads_as_it_was_stored_with(monkeypatch
     again on two would not repeat them bit for bit. The count is the stored one while training, restored after."""
     import torch
 
-    from fedlib import runner
+    from fedlib.runs import train as runner
 
     seen = []
     monkeypatch.setattr(runner, "train", lambda cfg, progress: seen.append(torch.get_num_threads()))
@@ -212,7 +214,7 @@ def test_cli_names_absent_data_and_a_bad_profile(tmp_path, monkeypatch, capsys):
 
 def _two_stored_runs_one_failing(tmp_path, monkeypatch, failing: RunConfig, error: BaseException) -> Store:
     """A store holding TINY and TINY at seed 1, with training ``failing`` again raising ``error``."""
-    from fedlib import runner
+    from fedlib.runs import train as runner
 
     store = Store(tmp_path)
     for cfg in (TINY, TINY.replace(seed=1)):
@@ -242,7 +244,7 @@ def test_a_run_that_cannot_train_again_is_reported_and_the_others_go_on(tmp_path
 def test_cpu_name_says_the_model_and_the_widest_vector_instructions():
     """What a run's meta.json records as ``device_name`` on a CPU (``resources.cpu_name``): enough to tell whether
     a run trained again can repeat its stored numbers to the last bit."""
-    from fedlib.resources import cpu_name
+    from fedlib.executors.hardware import cpu_name
 
     intel = (
         "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu sse2 avx avx2 fma avx512f avx512bw\n"
@@ -266,10 +268,11 @@ def test_ctrl_c_keeps_the_runs_checked_before_it(tmp_path, monkeypatch, capsys):
 
 
 def test_cli_ctrl_c_exits_130(tmp_path, monkeypatch, capsys):
-    from fedlib import experiments, runner
+    from fedlib.experiments import cli
+    from fedlib.runs import train as runner
 
     monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path))
-    assert experiments.main(["quickstart", "--profile", "smoke", "--jobs", "1"]) == 0
+    assert cli.main(["quickstart", "--profile", "smoke", "--jobs", "1"]) == 0
     real, calls = runner.train, []
 
     def train(cfg, progress):

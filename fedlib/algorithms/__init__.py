@@ -1,4 +1,4 @@
-"""The FL methods. Each module defines its methods' options classes (``fedlib.options.MethodOptions``) and
+"""The FL methods. Each module defines its methods' options classes (``fedlib.config.options.MethodOptions``) and
 registers them where they are defined (``@register``); ``METHODS`` maps a name to its class, and config
 validation, the CLI and the contract tests pick new entries up from there. A method is one file: its options
 (with bounds), its capabilities (``SELECTS``, ``SGD_EXTRAS``) and ``build(cfg) -> Algorithm``.
@@ -10,7 +10,7 @@ the order the registry has always listed them (error messages and tables use it)
 import importlib
 import pkgutil
 
-from ..options import METHODS
+from fedlib.config.options import METHODS
 
 _FIRST = (
     "fedavg",
@@ -35,7 +35,7 @@ def build_algorithm(cfg, n_samples=None):
     """The ``Algorithm`` of ``cfg``: its method's stages, with the selection stage the config names (uniform or
     AdaFL's attention, fixed or scheduled fraction) for methods that select, and the parameter groups kept on the
     clients: those the method keeps local (FedBN: ``bn``) plus pFedLA's ``attn`` when its attention is local (the
-    round loop maps groups to the model's parameters with ``fedlib.models.param_groups``). ``n_samples``: the
+    round loop maps groups to the model's parameters with ``fedlib.models.groups.param_groups``). ``n_samples``: the
     clients' training-set sizes (AdaFL's initial scores).
 
     Two choices for local groups that pFedLA leaves open or reads otherwise, kept by every stored run: (1) every
@@ -46,7 +46,7 @@ def build_algorithm(cfg, n_samples=None):
     ablation ``pfedla_attention_init``, notebook 31). (2) A proximal term (FedProx's
     mu, Ditto's lambda) covers every trained parameter, local ones too: a local group's anchor is the client's own
     value at the round's start (FedProx) or its global-path copy (Ditto), where a global model has no counterpart."""
-    from ..selection import build_selection
+    from fedlib.core.selection import build_selection
 
     alg = cfg.method.build(cfg)
     if cfg.method.SELECTS:

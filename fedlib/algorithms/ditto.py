@@ -25,10 +25,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..executors import LocalSGD
-from ..options import MethodOptions, option, register
-from ..stages import Algorithm, MethodState, Params
-from .fedavg import FedAvg
+from fedlib.algorithms.fedavg import FedAvg
+from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.stages import Algorithm, MethodState, Params
+from fedlib.executors import LocalSGD
 
 
 @dataclass(eq=False)
@@ -44,20 +44,17 @@ class PersonalModels(MethodState):
 
 @dataclass
 class DittoClient:
-    lr: float
-    lam: float
-    momentum: float = 0.0
-    weight_decay: float = 0.0
+    """The global path trains with the round's optimiser ``local``; the personal path with the same one and
+    Ditto's proximal pull lam toward the received model."""
 
-    def __call__(self, executor, model, start, anchor, plan, split, state, clients):
-        lr = self.lr * state.lr_scale
-        uploaded = executor.train(model, start, plan, split, LocalSGD(lr, self.momentum, self.weight_decay))
+    lam: float
+
+    def __call__(self, executor, model, start, anchor, plan, split, state, clients, local: LocalSGD):
+        uploaded = executor.train(model, start, plan, split, local)
         v = PersonalModels.of(state, lambda: PersonalModels({n: t.clone() for n, t in state.client_params.items()})).v
         own = {n: t[clients] for n, t in v.items()}
         # v_k <- argmin F_k(v) + lam/2 ||v - w^t||^2, w^t the model the client received (``start``)
-        personal = executor.train(
-            model, own, plan, split, LocalSGD(lr, self.momentum, self.weight_decay, mu=self.lam), anchor=start
-        )
+        personal = executor.train(model, own, plan, split, dataclasses.replace(local, mu=self.lam), anchor=start)
         for n, t in personal.items():
             v[n][clients] = t
         return uploaded
@@ -71,11 +68,10 @@ class Ditto(MethodOptions):
 
     def build(self, cfg) -> Algorithm:
         """FedAvg's round (selection, server mean) with Ditto's client procedure and the personal models evaluated."""
-        lo = cfg.local
         return dataclasses.replace(
             FedAvg().build(cfg),
             name=self.NAME,
-            local_update=DittoClient(lo.lr, self.lam, lo.momentum, lo.weight_decay),
+            local_update=DittoClient(self.lam),
             evaluate="personal",
             personal=PersonalModels,
             report_global=True,

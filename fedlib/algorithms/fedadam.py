@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..options import MethodOptions, option, register
-from ..stages import Algorithm, MethodState, Params
-from .fedavg import FedAvg
+from fedlib.algorithms.fedavg import FedAvg
+from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.stages import Algorithm, MethodState, Params
 
 
 @dataclass(eq=False)

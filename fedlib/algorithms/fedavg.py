@@ -12,8 +12,8 @@ on every client's test split.
 
 from dataclasses import dataclass
 
-from ..options import MethodOptions, register
-from ..stages import Algorithm, WeightedMean, local_sgd
+from fedlib.config.options import MethodOptions, register
+from fedlib.core.stages import Algorithm, WeightedMean, local_sgd
 
 
 @register

@@ -3,7 +3,7 @@
 FedAvg in which every BatchNorm layer stays on its client: its affine parameters (gamma, beta) and
 its running statistics are never uploaded nor averaged (Algorithm 1: "for non-BN layers ... average").
 In fedlib that is the engine's shared-vs-local split: FedBN keeps the parameter group ``bn`` local
-(``local_groups``), which the model declares by module type (``fedlib.models.param_groups``: every
+(``local_groups``), which the model declares by module type (``fedlib.models.groups.param_groups``: every
 backbone BatchNorm layer). Each client starts a round from the global non-BN weights and its own BN,
 and is evaluated with that combination. A model without BN would make FedBN plain FedAvg, so such a config is
 refused (``LOCAL_GROUPS``, checked by ``RunConfig.validate``).
@@ -13,9 +13,9 @@ Paper symbols -> ``RunConfig``: E -> ``local_epochs``, B -> ``batch_size``, eta 
 import dataclasses
 from dataclasses import dataclass
 
-from ..options import MethodOptions, register
-from ..stages import Algorithm
-from .fedavg import FedAvg
+from fedlib.algorithms.fedavg import FedAvg
+from fedlib.config.options import MethodOptions, register
+from fedlib.core.stages import Algorithm
 
 
 @register

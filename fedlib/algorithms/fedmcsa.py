@@ -67,9 +67,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..attention import mcsa_weights
-from ..options import MethodOptions, option, register
-from ..stages import Algorithm, Mixing, local_sgd
+from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.attention import mcsa_weights
+from fedlib.core.stages import Algorithm, Mixing, local_sgd
 
 
 @dataclass
@@ -115,6 +115,7 @@ def _fedmcsa_round(cfg, name: str, lam: float, mcsa_code: bool, aggregate, repor
         anchor="received",
         evaluate="personal",
         report_global=report_global,
+        traces=("attention",),
     )
 
 
@@ -202,4 +203,5 @@ class FedAvgPlusMCSA(MethodOptions):
             trains="selected",
             start="personal",
             evaluate="personal",
+            traces=("attention",),
         )

@@ -29,7 +29,7 @@ NaiveMix (the paper's baseline under MAFL) is plain Mixup with a received mean:
 
 l is the cross-entropy; l(., ybar) with a soft label is -sum_c ybar_c log softmax_c. lam = 0 is
 FedAvg exactly (tested). Paper symbols -> ``RunConfig``: lam -> ``mix_lam``, M_k -> ``mix_mean_size``
-(the same for every client), eta -> ``lr`` (times ``lr_decay``^(t-1) via ``state.lr_scale``), E / B ->
+(the same for every client), eta -> ``lr`` (times ``lr_decay``^(t-1): the round's optimiser), E / B ->
 ``local_epochs`` / ``batch_size``; SGD ``momentum`` and ``weight_decay`` as in ``LocalSGD``.
 
 Sources and what could be checked. The paper's full text was not reachable from here (only its
@@ -88,16 +88,15 @@ to < 1e-10 (tested, masked and unmasked plans):
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from ..data.federated import BatchPlan, Split
-from ..executors import FedMixObjective, LocalSGD, NaiveMixObjective, Objective
-from ..options import MethodOptions, option, register
-from ..stages import Algorithm, MethodState, Params, WeightedMean, local_sgd
+from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.stages import Algorithm, MethodState, Params, WeightedMean, local_sgd
+from fedlib.data.federated import BatchPlan, Split
+from fedlib.executors import FedMixObjective, LocalSGD, NaiveMixObjective, Objective
 
 
 @dataclass(eq=False)
@@ -162,11 +161,10 @@ class MixClient:
         return NaiveMixObjective(self.lam, means_x, means_y, pair)
 
     # -- the engine's hook --------------------------------------------------------------------
-    def __call__(self, executor, model, start, anchor, plan: BatchPlan, split: Split, state, clients):
+    def __call__(self, executor, model, start, anchor, plan: BatchPlan, split: Split, state, clients, local: LocalSGD):
         mx, my = self.means(model, start, split, state)
         pair = pairing(int(state.round), plan, len(my))
-        opt = dataclasses.replace(self.opt, lr=self.opt.lr * float(getattr(state, "lr_scale", 1.0)))
-        return executor.train(model, start, plan, split, opt, objective=self.objective(mx, my, pair))
+        return executor.train(model, start, plan, split, local, objective=self.objective(mx, my, pair))
 
     def means(self, model, start, split, state) -> tuple[torch.Tensor, torch.Tensor]:
         """The global mean set, computed once (the clients send their means before training)."""

@@ -11,8 +11,8 @@ sampled with probability p_k = n_k / n, which has the same expectation.
 
 from dataclasses import dataclass
 
-from ..options import MethodOptions, option, register
-from ..stages import Algorithm, WeightedMean, local_sgd
+from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.stages import Algorithm, WeightedMean, local_sgd
 
 
 @register

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..attention import heurfedamp_weights
-from ..options import MethodOptions, option, register
-from ..stages import Algorithm, Mixing, local_sgd
+from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.attention import heurfedamp_weights
+from fedlib.core.stages import Algorithm, Mixing, local_sgd
 
 
 @dataclass
@@ -46,4 +46,5 @@ class HeurFedAMP(MethodOptions):
             start="personal",
             anchor="received",
             evaluate="personal",
+            traces=("attention",),
         )

@@ -1,8 +1,7 @@
 """Local: every client trains alone on its own data and never communicates.
 
-Not in the three papers, but the yardstick a personalised method must beat (GUIDE section 2:
-with the authors' code on Synthetic(0.5, 0.5), sigma -> inf, i.e. each client attending only to
-itself, beat sigma = 50). All N clients take R SGD steps per round from their own model; the
+Not in the three papers, but the yardstick a personalised method must beat: with the FedMCSA authors' code on
+Synthetic(0.5, 0.5), sigma -> inf (each client attending only to itself) beats sigma = 50. All N clients take R SGD steps per round from their own model; the
 server selects nobody and aggregates nothing; each client's own model is evaluated.
 """
 
@@ -12,11 +11,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..options import MethodOptions, register
-from ..stages import Algorithm, Mixing, local_sgd
+from fedlib.config.options import MethodOptions, register
+from fedlib.core.protocols import Selector
+from fedlib.core.stages import Algorithm, Mixing, local_sgd
 
 
-class NoSelection:
+class NoSelection(Selector):
+    """Nobody uploads."""
+
     def select(self, t: int, n_clients: int, rng: np.random.Generator) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
 

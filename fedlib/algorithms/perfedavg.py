@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..data.federated import BatchPlan, sample_steps
-from ..executors import LocalSGD
-from ..options import MethodOptions, option, register
-from ..stages import Algorithm, MethodState, Params, WeightedMean, local_sgd
+from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.stages import Algorithm, MethodState, Params, WeightedMean, local_sgd
+from fedlib.data.federated import BatchPlan, sample_steps
+from fedlib.executors import LocalSGD
 
 
 def _one_step(executor, model, params, plan: BatchPlan, s: int, split, lr: float):
@@ -42,14 +42,15 @@ def _grad(executor, model, params, plan, s, split):
 
 @dataclass
 class PerFedAvgClient:
-    alpha: float
+    """alpha is the run's lr, stepped on the engine's schedule (``local.lr``); beta is not scheduled."""
+
     beta: float
     hessian_free: bool = False
     delta: float = 1e-3
 
-    def __call__(self, executor, model, start, anchor, plan: BatchPlan, split, state, clients):
+    def __call__(self, executor, model, start, anchor, plan: BatchPlan, split, state, clients, local: LocalSGD):
         per = 3 if self.hessian_free else 2
-        alpha = self.alpha * state.lr_scale  # alpha = the run's lr, on the engine's schedule (beta is not)
+        alpha = local.lr
         w = {n: t.clone() for n, t in start.items()}
         for r in range(plan.steps // per):
             s = r * per
@@ -99,7 +100,7 @@ def _build(cfg, name: str, beta: float, hessian_free: bool, delta: float = 1e-3)
         name=name,
         local=local_sgd(cfg),
         aggregate=WeightedMean("samples"),
-        local_update=PerFedAvgClient(cfg.local.lr, beta, hessian_free, delta),
+        local_update=PerFedAvgClient(beta, hessian_free, delta),
         batches_per_step=3 if hessian_free else 2,
         evaluate="personal",
         personal=AdaptedModels,

@@ -36,11 +36,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..data.federated import BatchPlan
-from ..executors import LocalSGD
-from ..options import MethodOptions, option, register
-from ..stages import Algorithm, MethodState, Mixing, Params, WeightedMean, local_sgd
-from .fedmcsa import _COMPONENT, _PLUS_BY_SIZE, MCSAttention
+from fedlib.algorithms.fedmcsa import _COMPONENT, _PLUS_BY_SIZE, MCSAttention
+from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.stages import Algorithm, MethodState, Mixing, Params, WeightedMean, local_sgd
+from fedlib.data.federated import BatchPlan
+from fedlib.executors import LocalSGD
 
 
 @dataclass(eq=False)
@@ -58,16 +58,15 @@ class PersonalizedModels(MethodState):
 class PFedMeClient:
     """pFedMe's client procedure over a plan of R steps; keeps theta_i in ``PersonalizedModels``."""
 
-    lr: float
     personal_lr: float
     lam: float
     inner_steps: int
 
-    def __call__(self, executor, model, start, anchor, plan: BatchPlan, split, state, clients):
+    def __call__(self, executor, model, start, anchor, plan: BatchPlan, split, state, clients, local: LocalSGD):
         w = {n: t.clone() for n, t in start.items()}
         theta = {n: t.clone() for n, t in start.items()}
         inner = LocalSGD(lr=self.personal_lr, mu=self.lam)
-        step = self.lr * state.lr_scale * self.lam  # eta_t lambda (the engine's lr schedule; eta_p is not scheduled)
+        step = local.lr * self.lam  # eta_t lambda (the round's lr; eta_p is not scheduled)
         for r in range(plan.steps):
             same_batch = plan.at_steps(torch.full((self.inner_steps,), r))  # K steps on batch r
             theta = executor.train(model, theta, same_batch, split, inner, anchor=w)
@@ -120,7 +119,7 @@ class PFedMe(MethodOptions):
             trains="all",
             start="global",
             evaluate="personal",
-            local_update=PFedMeClient(cfg.local.lr, self.personal_lr, self.lam, self.inner_steps),
+            local_update=PFedMeClient(self.personal_lr, self.lam, self.inner_steps),
             personal=PersonalizedModels,
             report_global=True,
         )
@@ -149,6 +148,7 @@ class PFedMePlusMCSA(MethodOptions):
             trains="all",
             start="personal",
             evaluate="personal",
-            local_update=PFedMeClient(cfg.local.lr, self.personal_lr, self.lam, self.inner_steps),
+            local_update=PFedMeClient(self.personal_lr, self.lam, self.inner_steps),
             personal=PersonalizedModels,
+            traces=("attention",),
         )

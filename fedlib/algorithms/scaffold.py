@@ -38,9 +38,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..executors import LocalSGD
-from ..options import MethodOptions, option, register
-from ..stages import Algorithm, MethodState, Mixing, Params, WeightedMean, local_sgd
+from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.stages import Algorithm, MethodState, Mixing, Params, WeightedMean, local_sgd
+from fedlib.executors import LocalSGD
 
 
 @dataclass(eq=False)
@@ -56,12 +56,9 @@ class ControlVariates(MethodState):
 class ScaffoldClient:
     """K corrected local steps per sampled client, then option II's control-variate update."""
 
-    lr: float
-    momentum: float = 0.0
-    weight_decay: float = 0.0
     control_estimate: str = "update"  # or "gradient": (1 - momentum) times option II's (module docstring)
 
-    def __call__(self, executor, model, start, anchor, plan, split, state, clients):
+    def __call__(self, executor, model, start, anchor, plan, split, state, clients, local: LocalSGD):
         names = [n for n, t in start.items() if t.is_floating_point()]
         n_clients = next(iter(state.client_params.values())).shape[0]
         cv = ControlVariates.of(
@@ -73,15 +70,15 @@ class ScaffoldClient:
         )
         c, ci = cv.c, cv.ci
         drift = {n: c[n].unsqueeze(0) - ci[n][clients] for n in names}  # c - c_i
-        lr = self.lr * state.lr_scale
-        trained = executor.train(model, start, plan, split, LocalSGD(lr, self.momentum, self.weight_decay), drift=drift)
+        lr = local.lr
+        trained = executor.train(model, start, plan, split, local, drift=drift)
         steps = (
             torch.full((len(clients),), plan.steps, dtype=torch.float64)
             if plan.active is None
             else plan.active.sum(0).clamp_min(1).to(torch.float64)
         ).to(start[names[0]].device)
         if self.control_estimate == "gradient":
-            steps = steps / (1.0 - self.momentum)  # (1 - m) (x - y_i) / (K eta_l): the mean gradient, not buffer
+            steps = steps / (1.0 - local.momentum)  # (1 - m) (x - y_i) / (K eta_l): the mean gradient, not buffer
         for n in names:
             k_eta = (steps * lr).to(start[n].dtype).view(-1, *([1] * (start[n].dim() - 1)))
             old = ci[n][clients]
@@ -123,10 +120,9 @@ class Scaffold(MethodOptions):
             )
 
     def build(self, cfg) -> Algorithm:
-        lo = cfg.local
         return Algorithm(
             name=self.NAME,
             local=local_sgd(cfg),
             aggregate=ScaffoldServer(self.server_lr),
-            local_update=ScaffoldClient(lo.lr, lo.momentum, lo.weight_decay, self.control_estimate),
+            local_update=ScaffoldClient(self.control_estimate),
         )

@@ -20,9 +20,9 @@ import functools
 
 import numpy as np
 
-from . import domains, partition, readers
-from .federated import BatchPlan, FederatedData, Split, sample_epochs, sample_steps
-from .synthetic import synthetic
+from fedlib.data import domains, partition, readers
+from fedlib.data.federated import BatchPlan, FederatedData, Split, sample_epochs, sample_steps
+from fedlib.data.synthetic import synthetic
 
 __all__ = [
     "BatchPlan",

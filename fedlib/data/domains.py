@@ -118,9 +118,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import readers
-from .federated import FederatedData, Split
-from .readers import DatasetFormatError, DatasetNotFoundError
+from fedlib.data import readers
+from fedlib.data.federated import FederatedData, Split
+from fedlib.data.readers import DatasetFormatError, DatasetNotFoundError
 
 __all__ = [
     "DATASETS",

@@ -83,7 +83,7 @@ def gather_rows(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``t``'s rows at ``index`` (any shape), as ``index.shape + t.shape[1:]``: a mini-batch's inputs. Through a 2-D
     view of ``t``: torch's CPU ``index_select`` copies a row of a (60000, 28, 28) tensor element by element and a row
     of a 2-D one as a block (50 MNIST rows: 15 us against 5 us hot, 69 us cold in AdaFL's round, ~10% of W2's
-    ``python -m fedlib.bench --e2e`` round). The same values either way."""
+    ``python -m benchmarks --e2e`` round). The same values either way."""
     flat = t.reshape(t.shape[0], -1) if t.dim() > 2 else t
     return flat.index_select(0, index.reshape(-1)).view(*index.shape, *t.shape[1:])
 
@@ -97,7 +97,7 @@ class Block:
     True on real rows; client ``clients[j]``'s ``sizes[j]`` rows are the first ``sizes[j]`` columns of
     ``features[j]`` (its rows' inputs flattened to F features, feature by feature), padding (zeros) after them.
     Feature-major and contiguous because the Linear chains' evaluation computes every layer as W h^T
-    (``metrics.chain_logits_by_class``): over W3's blocks (``python -m fedlib.bench --e2e``, 100 DNN 60-20-10
+    (``metrics.chain_logits_by_class``): over W3's blocks (``python -m benchmarks --e2e``, 100 DNN 60-20-10
     models, one thread, 2026-11-28) the logits took 3.72 ms from a transposed view of row-major inputs, 3.46 ms from
     these, and 3.03 ms with the bias added after the matmul, as it now is (the same logits bit for bit over these
     60 features; see ``chain_logits_by_class`` for 784)."""
@@ -143,7 +143,7 @@ class FederatedData:
     @functools.cached_property
     def global_split(self) -> Split | None:
         """The global test set as a one-client ``Split`` (made once, so that batched runs sharing this data merge
-        its evaluations: ``fedlib.batching``); None without one."""
+        its evaluations: ``fedlib.runs.batching``); None without one."""
         if self.global_test is None:
             return None
         gx, gy = self.global_test
@@ -253,7 +253,7 @@ class ShrinkingPlan(BatchPlan):
     is (for per-step objective context such as FedMix's pairs). It has no ``active``: every client of a step
     steps, so the stacked paths take the update fused into the weight-gradient matmul (``_fused_weight_step``).
     Until 2026-11-24 it kept the lock-step plan's masked update instead, bit for bit that plan's float32 results,
-    at ~10% of W1's round (``python -m fedlib.bench --e2e``: 0.38-0.47 s against 0.34-0.37 s). Float32 results of
+    at ~10% of W1's round (``python -m benchmarks --e2e``: 0.38-0.47 s against 0.34-0.37 s). Float32 results of
     epoch runs of unequal clients differ from before in the last bits; no stored run is one (README, Benchmark)."""
 
     live: tuple = ()
@@ -269,7 +269,7 @@ class ShrinkingPlan(BatchPlan):
 def _sort_rows(rows: torch.Tensor) -> torch.Tensor:
     """``rows.sort(dim=-1).values``: integers, so the same values whatever the algorithm; through numpy on the CPU
     (where plans are drawn), whose sort of a plan's short batches is faster: W3's (20, 100, 20) rows, one thread,
-    2026-11-24, 105 against 507 us (``python -m fedlib.bench --e2e`` W3's round is ~23 ms)."""
+    2026-11-24, 105 against 507 us (``python -m benchmarks --e2e`` W3's round is ~23 ms)."""
     if rows.device.type != "cpu":
         return rows.sort(dim=-1).values
     return torch.from_numpy(np.sort(rows.numpy(), axis=-1))

@@ -17,7 +17,7 @@ Recipes:
 * :func:`dirichlet`         -- Hsu et al. 2019 / Yurochkin et al. 2019 Dir(alpha).
 * :func:`labels_per_client_sizes`, :func:`dirichlet_sizes` -- the clients' sizes those
   two draw, from the class counts alone (what a run's config is checked against
-  before its data loads: ``fedlib.resources.check``).
+  before its data loads: ``fedlib.runs.feasibility.check``).
 * :func:`by_domain`         -- one client per domain (multi-domain datasets).
 * :func:`split_train_test`  -- per-client train/test split (pFedMe rule).
 * :func:`summary`, :func:`describe` -- tables and one-line statistics.

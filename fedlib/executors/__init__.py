@@ -4,7 +4,7 @@
 Every executor takes the clients' models as a state dict whose tensors carry a leading client axis
 (``params[name]: (K, *shape)``), a ``BatchPlan`` (the rows of every client's mini-batch at every step), a
 ``LocalSGD`` (the optimiser and the generic terms; or a ``RunsSGD``, one ``LocalSGD`` per run, when several runs'
-clients train side by side, ``fedlib.batching``) and an ``objective`` (``objectives.Objective``; default
+clients train side by side, ``fedlib.runs.batching``) and an ``objective`` (``objectives.Objective``; default
 ``CrossEntropy``), and returns the trained state dict:
 
     executor.train(model, params, plan, split, opt, anchor=None, drift=None, *, objective=None) -> params
@@ -28,13 +28,13 @@ from __future__ import annotations
 
 from torch import nn
 
-from . import chain  # noqa: F401  (registers the chain fast paths)
-from .chain import chain_forward, class_softmax
-from .kernels import FAST_PATHS, fast_path, register_fast_path
-from .loop import LoopExecutor
-from .objectives import CrossEntropy, FedMixObjective, MixupObjective, NaiveMixObjective, Objective
-from .sgd import LocalSGD, Params, RunsSGD
-from .stacked import PROCESS_CACHE_BYTES, StackedExecutor
+from fedlib.executors import chain  # noqa: F401  (registers the chain fast paths)
+from fedlib.executors.chain import chain_forward, class_softmax
+from fedlib.executors.kernels import FAST_PATHS, fast_path, register_fast_path
+from fedlib.executors.loop import LoopExecutor
+from fedlib.executors.objectives import CrossEntropy, FedMixObjective, MixupObjective, NaiveMixObjective, Objective
+from fedlib.executors.sgd import LocalSGD, Params, RunsSGD
+from fedlib.executors.stacked import PROCESS_CACHE_BYTES, StackedExecutor
 
 EXECUTORS = {"stacked": StackedExecutor, "loop": LoopExecutor}
 

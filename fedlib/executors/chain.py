@@ -2,7 +2,7 @@
 hand-written fast paths for the cross-entropy and the MAFL objectives (FedMix / NaiveMix).
 
 ``chain_forward`` is the chain's forward pass, used by both fast paths here; ``chain_logits_by_class`` is the one
-``fedlib.metrics.evaluate`` uses (every layer by feature).
+``fedlib.executors.evaluation.evaluate`` uses (every layer by feature).
 The fast paths run a client group's local steps as batched matmuls (``torch.baddbmm``) with the SGD update
 fused in place; they compute what the loop executor computes on the same objective (float64, < 1e-10, tested).
 """
@@ -13,11 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data.federated import BatchPlan, Split, gather_rows
-from ..models import linear_chain
-from .kernels import register_fast_path
-from .objectives import CrossEntropy, FedMixObjective, NaiveMixObjective
-from .sgd import LocalSGD, Params, _fused_weight_step, _sgd_update
+from fedlib.data.federated import BatchPlan, Split, gather_rows
+from fedlib.executors.kernels import register_fast_path
+from fedlib.executors.objectives import CrossEntropy, FedMixObjective, NaiveMixObjective
+from fedlib.executors.sgd import LocalSGD, Params, _fused_weight_step, _sgd_update
+from fedlib.models.registry import linear_chain
 
 
 def class_softmax(z: torch.Tensor, log: bool = False) -> torch.Tensor:
@@ -26,9 +26,9 @@ def class_softmax(z: torch.Tensor, log: bool = False) -> torch.Tensor:
     On the CPU it runs torch's kernel over the *first* dimension of a transposed copy, padded to a multiple of
     ``_LANES`` rows: that kernel vectorises across rows, where the last-dimension one spends a vector on each row of
     10 classes (1200 clients x 20 rows x 10 classes, float32, on the 2-core CPU: 2.1 ms against 5.6 ms; it was about
-    half of every personalised Synthetic round, ``python -m fedlib.bench --e2e`` W3/W6). The padding keeps every row
+    half of every personalised Synthetic round, ``python -m benchmarks --e2e`` W3/W6). The padding keeps every row
     in a full vector, away from the kernel's scalar tail (a different ``exp``), so a row's result never depends on
-    its position or on the other rows: a batched run's evaluation (``fedlib.batching``) equals its solo run's bit
+    its position or on the other rows: a batched run's evaluation (``fedlib.runs.batching``) equals its solo run's bit
     for bit. The classes are summed in another order than ``torch.softmax``'s, so results differ from it in the last
     bit; runs stored before this change were made with torch's last-dimension kernel. float64 (the precision the
     executors are checked against each other in, to 1e-10, through Per-FedAvg HF's finite differences, which magnify
@@ -210,7 +210,7 @@ def trains_by_class(W: torch.Tensor) -> bool:
 def _repeated_steps(plan: BatchPlan) -> list[bool]:
     """Per step s: whether its rows are step s - 1's, for every client. pFedMe's K inner steps repeat a local step's
     mini-batch (``BatchPlan.at_steps``), and gathering it once saves 4 of 5 gathers of rows read from memory (W4
-    of ``python -m fedlib.bench --e2e``, one thread: a gather ~37 us of a ~300 us training step). On the CPU only:
+    of ``python -m benchmarks --e2e``, one thread: a gather ~37 us of a ~300 us training step). On the CPU only:
     elsewhere the gather is cheap and the comparison's answer would be a device sync."""
     if plan.steps < 2 or plan.index.device.type != "cpu":
         return [False] * plan.steps

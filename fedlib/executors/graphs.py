@@ -22,7 +22,7 @@ recorded: it makes no host synchronisation and draws no random numbers. Other pa
 context, a ``RunsSGD``'s per-run columns) run eagerly.
 
 Opt-in: ``StackedExecutor(graphs=True)``, or ``FEDLIB_CUDA_GRAPHS=1`` in the environment for every executor a run
-makes (the CLI, ``run_grid``, ``python -m fedlib.bench``). Like the device, it is not part of a run's key. Off by
+makes (the CLI, ``run_grid``, ``python -m benchmarks``). Like the device, it is not part of a run's key. Off by
 default: what it saves on whole runs was not measured (the session that wrote it ran out of GPU time; README,
 "On a GPU").
 """
@@ -35,10 +35,10 @@ from collections import OrderedDict
 
 import torch
 
-from ..data.federated import BatchPlan, ShrinkingPlan, Split
-from .chain import chain_cross_entropy
-from .objectives import CrossEntropy
-from .sgd import LocalSGD, Params
+from fedlib.data.federated import BatchPlan, ShrinkingPlan, Split
+from fedlib.executors.chain import chain_cross_entropy
+from fedlib.executors.objectives import CrossEntropy
+from fedlib.executors.sgd import LocalSGD, Params
 
 ENV = "FEDLIB_CUDA_GRAPHS"
 

@@ -1,6 +1,6 @@
 """The stacked executor's fast paths, keyed by (kernel, objective type).
 
-Kernels are what ``fedlib.models.kernel_of`` says a model supports (``fedlib.models.KERNELS``): "chain" (a
+Kernels are what ``fedlib.models.registry.kernel_of`` says a model supports (``fedlib.models.registry.KERNELS``): "chain" (a
 Flatten/Linear/ReLU chain: hand-written batched matmuls), "vmap" (buffer-free: ``torch.func.vmap`` over
 ``functional_call``), "loop" (anything, e.g. BatchNorm: the per-client loop executor only). A fast path is a function
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..data.federated import BatchPlan, Split
-from .objectives import CrossEntropy, Objective
-from .sgd import LocalSGD, Params, RunsSGD, _check, client_opt
+from fedlib.data.federated import BatchPlan, Split
+from fedlib.executors import evaluation
+from fedlib.executors.objectives import CrossEntropy, Objective
+from fedlib.executors.sgd import LocalSGD, Params, RunsSGD, _check, client_opt
 
 
 class ModuleForward:
@@ -39,6 +40,10 @@ class LoopExecutor:
     """Per-client reference: ``nn.Module`` + ``torch.optim.SGD``, one client after another."""
 
     name = "loop"
+
+    def evaluate(self, model: nn.Module, params: Params, split: Split, per_client: bool):
+        """(correct, loss sum, rows) per client of ``split`` (``fedlib.executors.evaluation.evaluate``)."""
+        return evaluation.evaluate(model, params, split, per_client)
 
     def train(
         self,
@@ -74,7 +79,7 @@ class LoopExecutor:
             of the loss (bit for bit: (mu / 2) (2 (w - a)) is mu (w - a) exactly, and the data loss's gradient plus
             one term adds the same two numbers in either order; no method has both terms). Autograd through the
             terms cost ~200 small operations a step for LeNet-BN + SE's 22 parameter tensors, forward and backward:
-            pFedMe's digits round (``python -m fedlib.bench --e2e`` W5's setting, SE) 2.27-2.51 s against 2.05 s now,
+            pFedMe's digits round (``python -m benchmarks --e2e`` W5's setting, SE) 2.27-2.51 s against 2.05 s now,
             Ditto's 1.28-1.32 against 1.07-1.16 s (two threads, 2026-11-28, Intel machine; README's measurement log)."""
             mu = client_opt(opt, i).mu
             if mu:  # one call per operation for all tensors (torch.optim's foreach ops: the same arithmetic)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..data.federated import gather_rows
+from fedlib.data.federated import gather_rows
 
 
 class Objective:

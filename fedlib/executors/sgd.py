@@ -3,7 +3,7 @@
 ``LocalSGD`` holds the generic terms that are not part of a method's objective: SGD with heavy-ball momentum,
 weight decay and FedProx's proximal pull ``mu`` toward an anchor model; the executors' ``drift`` (SCAFFOLD's
 c - c_i) is the other generic term. ``RunsSGD`` is one ``LocalSGD`` per run for a call that trains several runs'
-clients side by side (``fedlib.batching``: a grid over lr, mu, lambda, momentum or weight decay). ``_sgd_update``
+clients side by side (``fedlib.runs.batching``: a grid over lr, mu, lambda, momentum or weight decay). ``_sgd_update``
 and ``_fused_weight_step`` are the stacked paths' update (private to this package: the loop executor uses
 ``torch.optim.SGD``, which they reproduce).
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..data.federated import BatchPlan
+from fedlib.data.federated import BatchPlan
 
 Params = dict[str, torch.Tensor]
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..data.federated import BatchPlan, ShrinkingPlan, Split, gather_rows
-from ..models import kernel_of, linear_chain
-from ..resources import cache_bytes
-from .graphs import GroupGraphs, graphs_from_env
-from .kernels import fast_path
-from .objectives import CrossEntropy, Objective
-from .sgd import LocalSGD, Params, RunsSGD, _check, _sgd_update, restrict
+from fedlib.data.federated import BatchPlan, ShrinkingPlan, Split, gather_rows
+from fedlib.executors import evaluation
+from fedlib.executors.graphs import GroupGraphs, graphs_from_env
+from fedlib.executors.hardware import cache_bytes
+from fedlib.executors.kernels import fast_path
+from fedlib.executors.objectives import CrossEntropy, Objective
+from fedlib.executors.sgd import LocalSGD, Params, RunsSGD, _check, _sgd_update, restrict
+from fedlib.models.registry import kernel_of, linear_chain
 
 # the cache one process's client groups may fill: half this machine's L3 for parameters and buffers (measured on
 # the 2-core AMD machine, 32 MiB of L3: 16 MiB; on the Intel one, 480 MiB: see ``StackedExecutor``); 16 MiB where
@@ -55,10 +56,10 @@ class StackedExecutor:
 
     On the 2-core AMD CPU (2 x 1 MiB L2, 32 MiB L3) groups of about 16 MiB of parameters and
     update buffers ran fastest: smaller groups make the batched matmuls too thin, larger
-    ones spill the shared L3 (measured with ``python -m fedlib.bench``: case (c), groups of
+    ones spill the shared L3 (measured with ``python -m benchmarks``: case (c), groups of
     10 MLPs 0.23 s/round, of 1 0.63 s, of 100 0.37 s). Hence the budget: half the L3, read from the
     machine (``PROCESS_CACHE_BYTES``). On the 2-core Intel CPU (2 x 2 MiB L2, 480 MiB L3) the
-    16 MiB of the AMD machine was too small: AdaFL's MNIST round (``python -m fedlib.bench --e2e``, W2:
+    16 MiB of the AMD machine was too small: AdaFL's MNIST round (``python -m benchmarks --e2e``, W2:
     10 MLPs with momentum, 300 steps) took 0.57-0.59 s in one group of 10 against 0.79-0.83 s in the groups
     of 5 that 16 MiB gave (two threads; 0.83-0.86 against 0.95-0.99 s with one; groups of 1, 2, 3:
     1.73-1.77, 0.99-1.02, 1.06-1.07 s), and W1 (20 DNNs 784-100-10) 0.243 s in one group of 20
@@ -76,7 +77,7 @@ class StackedExecutor:
 
     Small Linear chains have a second bound: a group's mini-batch inputs of one step within a core's L2
     (``CORE_CACHE_BYTES``, the L2 read from the machine). Twelve runs of 100 Synthetic clients batched as one call
-    (``fedlib.batching``), 20 steps of B = 20, one thread, AMD, 2026-11-24: MLR in groups of 100 / 200 / 300 / 400 /
+    (``fedlib.runs.batching``), 20 steps of B = 20, one thread, AMD, 2026-11-24: MLR in groups of 100 / 200 / 300 / 400 /
     1,200 (the byte budget alone): 110 / 93-95 / 91 / 94 / 103-104 ms; DNN 60-20-10 in groups of 100 / 200 / 300 /
     600 / 1,200: 174 / 156 / 170 / 185 / 186 ms. The bound gives 218 there (1 MiB over 20 rows of 60 float32
     inputs), hence groups of 200; on the Intel CPU 436, groups of 400 (MLR in groups of 100 / 200 / 600 / 1,200:
@@ -85,6 +86,10 @@ class StackedExecutor:
     """
 
     name = "stacked"
+
+    def evaluate(self, model: nn.Module, params: Params, split: Split, per_client: bool):
+        """(correct, loss sum, rows) per client of ``split`` (``fedlib.executors.evaluation.evaluate``)."""
+        return evaluation.evaluate(model, params, split, per_client)
 
     def __init__(
         self,

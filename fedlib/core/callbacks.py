@@ -1,0 +1,291 @@
+"""Callbacks: what runs after each round besides the round itself, each with its own state.
+
+``simulate`` is handed a list of callbacks; each has a ``key`` under which a snapshot keeps its ``state_dict()``,
+and hooks that default to nothing: ``on_start`` (before the first round; a resumed run's state is loaded by then),
+``on_stage`` (each stage of a round has ended: ``Run.lap``), ``after_round``, ``on_end`` (the run has ended, also
+by an exception), ``traces`` and ``meta`` (what the callback adds to the ``RunResult``). Here: the evaluation (the
+per-round metrics), the traces a method or model declares, a progress bar and a caller's per-round function.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from fedlib.core import metrics as M
+from fedlib.core.stages import Algorithm
+from fedlib.core.state import COLUMNS, Round, Run, State, evaluation_params
+from fedlib.data.federated import FederatedData
+from fedlib.models.local_attention import hybrid_logits
+
+# the attention trace's cap (``AttentionTrace``: windows x (layers + 1) x N x N float64); above it the run keeps none
+# (FedMCSA with 5,000 clients would hold 2 GB a layer and store 1 GB a layer)
+ATTENTION_TRACE_BYTES = 256 << 20
+
+
+class Callback:
+    """The hooks ``simulate`` calls, each a no-op here. ``key``: the name a snapshot keeps ``state_dict()`` under
+    ("" keeps nothing)."""
+
+    key: ClassVar[str] = ""
+
+    def on_start(self, run: Run) -> None:
+        return None
+
+    def on_stage(self, stage: str) -> None:
+        return None
+
+    def after_round(self, run: Run, out: Round) -> None:
+        return None
+
+    def on_end(self, run: Run) -> None:
+        return None
+
+    def traces(self, run: Run) -> dict:
+        return {}
+
+    def meta(self) -> dict:
+        return {}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, d: dict) -> None:
+        return None
+
+
+@dataclass
+class OnRound(Callback):
+    """``fn(t, selected, mixing, state)`` after every round: a caller's look at the round (tests, progress ticks)."""
+
+    fn: Callable | None = None
+
+    def after_round(self, run: Run, out: Round) -> None:
+        if self.fn is not None:
+            self.fn(out.t, out.selected, out.mixing, run.state)
+
+
+@dataclass
+class Evaluation(Callback):
+    """Per-round metrics (``COLUMNS``) and per-client accuracies and losses, every ``every`` rounds and the last."""
+
+    every: int = 1
+    train: bool = False
+    rows: list = field(default_factory=list)
+    accs: list = field(default_factory=list)
+    losses: list = field(default_factory=list)
+    uploads: int = 0
+    key: ClassVar[str] = "evaluation"
+
+    def after_round(self, run: Run, out: Round) -> None:
+        self.uploads += len(out.selected)
+        if out.t % self.every and out.t != run.rounds and run.diverged_at != out.t:
+            return
+        run.lap("other")  # the callbacks before this one (traces)
+        alg, state = run.alg, run.state
+        if alg.before_eval is not None:
+            alg.before_eval(run.executor, run.model, state, run.data.train, run.eval_gen)
+        row = _evaluate_round(alg, state, run.data, run.model, out.t, len(out.selected), self.uploads, self.train,
+                              run.t0, run.executor.evaluate)  # fmt: skip
+        if not np.isfinite(row["test_loss"]) or (self.train and not np.isfinite(row["train_loss"])):
+            run.diverged_at = out.t
+        if run.diverged_at == out.t:  # a non-finite model: no accuracy to report (argmax of NaN is class 0)
+            row.update({k: np.nan for k in row if k.endswith(("_acc", "_acc_mean")) and not k.startswith("_")})
+            row["_client_acc"] = np.full_like(row["_client_acc"], np.nan)
+        self.accs.append(row.pop("_client_acc"))
+        self.losses.append(row.pop("_client_loss"))
+        self.rows.append(row)
+        run.lap("evaluation")
+
+    def last_accuracy(self) -> float:
+        # AdaFL's setting keeps no client test split: its accuracy is the global model's on the official test set
+        r = self.rows[-1]
+        return r["test_acc"] if not np.isnan(r["test_acc"]) else r["global_test_acc"]
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=list(COLUMNS))
+
+    def state_dict(self) -> dict:
+        return {"rows": self.rows, "accs": self.accs, "losses": self.losses, "uploads": self.uploads}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.rows, self.accs, self.losses, self.uploads = d["rows"], d["accs"], d["losses"], d["uploads"]
+
+
+@dataclass
+class ProgressBar(Callback):
+    rounds: int = 0
+    desc: str = ""
+    enabled: bool = True
+    evaluation: Evaluation | None = None
+    bar: Any = None
+
+    def after_round(self, run: Run, out: Round) -> None:
+        if self.bar is None:
+            self.bar = tqdm(total=self.rounds, initial=out.t - 1, desc=self.desc, disable=not self.enabled, leave=False)
+        self.bar.update(1)
+        if run.diverged_at is not None:
+            self.bar.set_postfix_str(f"diverged at round {run.diverged_at}")
+        elif self.evaluation is not None and self.evaluation.rows and self.evaluation.rows[-1]["round"] == out.t:
+            self.bar.set_postfix(acc=f"{self.evaluation.last_accuracy():.4f}")
+
+    def on_end(self, run: Run) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@dataclass
+class SelectionTrace(Callback):
+    """'selected' (rounds x N, bool: uploaded in round t) for every run, and whatever the selection stage traces
+    (AdaFL: 'selection_scores', a^(t) used to draw round t)."""
+
+    n: int = 0
+    rounds: int = 0
+    selected: np.ndarray = field(init=False)
+    key: ClassVar[str] = "selection"
+
+    def __post_init__(self) -> None:
+        self.selected = np.zeros((self.rounds, self.n), dtype=bool)
+
+    def after_round(self, run: Run, out: Round) -> None:
+        self.selected[out.t - 1, out.selected] = True
+
+    def traces(self, run: Run) -> dict:
+        return {"selected": self.selected, **run.alg.select.traces(self.rounds)}
+
+    def state_dict(self) -> dict:
+        return {"selected": self.selected}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.selected = d["selected"]
+
+
+@dataclass
+class HybridWeights(Callback):
+    """pFedLA_h's 'hybrid_weights' (N x slots x 3): each client's softmax(u) per attention slot after the last
+    round, from the local parameters the model declares (``hybrid_logits``)."""
+
+    names: list[str]
+
+    def traces(self, run: Run) -> dict:
+        logits = [torch.softmax(run.state.client_params[k].to(torch.float64), -1) for k in self.names]
+        return {"hybrid_weights": torch.stack(logits, 1).cpu().numpy()}
+
+
+class AttentionTrace(Callback):
+    """The server's personalisation weights over rounds, compactly: the rounds are cut into ``windows`` equal
+    windows, and for each window, layer (mixing-matrix name) and pair of clients (i, j) we keep the mean weight
+    client i's personalised model gave client j's upload, over the rounds of the window in which both were
+    sampled (NaN if they never were together). FedMCSA's per-layer attention over N = 100 clients and 800 rounds
+    would otherwise be 800 x layers x 100 x 100 numbers.
+
+    Still N x N a window and layer: above ``ATTENTION_TRACE_BYTES`` (256 MB: about 1,050 clients of an MLR,
+    whose weight and bias are two layers here, 820 of a one-hidden-layer DNN) the run keeps no trace, warns, and says
+    why in its meta (``skipped``, stored as ``meta["attention_trace"]``); FedMCSA with 5,000 clients would have held
+    2 GB a layer and stored 1 GB."""
+
+    key: ClassVar[str] = "attention"
+
+    def __init__(self, n_clients: int, rounds: int, windows: int = 10):
+        self.n, self.rounds, self.windows = n_clients, rounds, max(1, min(windows, rounds))
+        self.names, self.sum, self.count, self.skipped = None, None, None, None
+
+    def add(self, t: int, selected: np.ndarray, weights) -> None:
+        mats = weights if isinstance(weights, dict) else {"model": weights}
+        if self.skipped is not None:
+            return
+        if self.names is None:
+            size = self.windows * (len(mats) + 1) * self.n * self.n * 8
+            if size > ATTENTION_TRACE_BYTES:
+                self.skipped = (
+                    f"not kept: {self.n} clients' pairs in {len(mats)} layer(s) would take {size / 2**30:.1f} GB, "
+                    f"above fedlib.core.callbacks.ATTENTION_TRACE_BYTES ({ATTENTION_TRACE_BYTES >> 20} MB)"
+                )
+                warnings.warn(f"attention trace {self.skipped}", stacklevel=2)
+                return
+            self.names = list(mats)
+            self.sum = np.zeros((self.windows, len(self.names), self.n, self.n))
+            self.count = np.zeros((self.windows, self.n, self.n))
+        w = (t - 1) * self.windows // self.rounds
+        ix = np.ix_(selected, selected)
+        for li, name in enumerate(self.names):
+            self.sum[w, li][ix] += mats[name].detach().cpu().numpy()
+        self.count[w][ix] += 1
+
+    def after_round(self, run: Run, out: Round) -> None:
+        if out.mixing.to_personal is not None:
+            self.add(out.t, out.selected, out.mixing.to_personal)
+
+    def meta(self) -> dict:
+        return {"attention_trace": self.skipped} if self.skipped is not None else {}
+
+    def state_dict(self) -> dict:
+        return {"names": self.names, "sum": self.sum, "count": self.count, "skipped": self.skipped}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.names, self.sum, self.count = d.get("names"), d.get("sum"), d.get("count")
+        self.skipped = d.get("skipped")
+
+    def traces(self, run: Run | None = None) -> dict:
+        if self.names is None:
+            return {}
+        with np.errstate(invalid="ignore"):
+            mean = self.sum / self.count[:, None]
+        return {"attention": mean.astype(np.float32), "attention_layers": np.array(self.names)}
+
+
+def _evaluate_round(alg: Algorithm, state: State, data: FederatedData, model: nn.Module, t: int, n_sel: int,
+                    uploads: int, eval_train: bool, t0: float, evaluate: Callable) -> dict:  # fmt: skip
+    params, per_client = evaluation_params(alg, state)
+    correct, loss, cnt = evaluate(model, params, data.test, per_client)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc, client_loss = correct / cnt, loss / cnt
+    row = {
+        "round": t,
+        "test_acc": M.weighted_mean(acc, cnt),
+        "test_acc_mean": M.unweighted_mean(acc, cnt),
+        "test_loss": float(loss.sum() / max(cnt.sum(), 1)),
+        "train_acc": np.nan,
+        "train_loss": np.nan,
+        "global_test_acc": np.nan,
+        "gm_test_acc": np.nan,
+        "gm_test_acc_mean": np.nan,
+        "selected": n_sel,
+        "uploads": uploads,
+        "_client_acc": acc,
+        "_client_loss": client_loss,
+    }
+    if alg.report_global:
+        g_params, g_per_client = evaluation_params(alg, state, "global")
+        c, _, k = evaluate(model, g_params, data.test, g_per_client)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            row["gm_test_acc"], row["gm_test_acc_mean"] = M.weighted_mean(c / k, k), M.unweighted_mean(c / k, k)
+    if eval_train:
+        c, loss, k = evaluate(model, params, data.train, per_client)
+        row["train_acc"], row["train_loss"] = float(c.sum() / k.sum()), float(loss.sum() / k.sum())
+    if data.global_test is not None and alg.evaluate == "global" and not per_client:
+        c, _, k = evaluate(model, params, data.global_split, False)
+        row["global_test_acc"] = float(c.sum() / k.sum())
+    row["seconds"] = time.perf_counter() - t0
+    return row
+
+
+def declared_traces(alg: Algorithm, model: nn.Module, n_clients: int, rounds: int) -> list[Callback]:
+    """The trace callbacks a run records: 'selected' (and the selection stage's own) for every run, the attention
+    weights where the method declares them (``Algorithm.traces``), pFedLA_h's hybrid weights where the model has
+    hybrid slots."""
+    out: list[Callback] = [SelectionTrace(n_clients, rounds)]
+    if "attention" in alg.traces:
+        out.append(AttentionTrace(n_clients, rounds))
+    logits = hybrid_logits(model)
+    if logits:
+        out.append(HybridWeights(logits))
+    return out

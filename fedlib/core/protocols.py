@@ -1,0 +1,74 @@
+"""The two collaborators a round is handed: the ``Executor`` that computes the clients' local work, and the
+``Selector`` that picks who uploads. Both are ``typing.Protocol``s: any object with these methods serves, and a
+class that subclasses one inherits the optional hooks' defaults (a selector that keeps no state needs no
+``state_dict``), so the round calls every hook it needs without asking whether it exists.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from fedlib.data.federated import BatchPlan, Split
+
+Params = dict[str, torch.Tensor]
+
+
+class Executor(Protocol):
+    """How the clients' local work is computed: ``LoopExecutor`` (one client after another, the float64 reference),
+    ``StackedExecutor`` (all clients of a round as one stacked model), a batched run's ``GangExecutor``."""
+
+    name: str  # recorded in the run's metadata
+
+    def train(
+        self,
+        model: nn.Module,
+        params: Params,
+        plan: BatchPlan,
+        data: Split,
+        opt: object,
+        anchor: Params | None = None,
+        drift: Params | None = None,
+        *,
+        objective: object | None = None,
+    ) -> Params:
+        """Each client of ``params`` (name -> (K, ...)) trains on its rows of ``plan`` with the optimiser ``opt``
+        (``LocalSGD``), the proximal ``anchor`` and SCAFFOLD's ``drift``; returns the trained (K, ...) models."""
+        ...
+
+    def evaluate(
+        self, model: nn.Module, params: Params, split: Split, per_client: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(correct, loss sum, rows) per client of ``split``: one model for all (``per_client=False``) or each
+        client's own (``params[name]`` (N, ...))."""
+        ...
+
+
+class Selector(Protocol):
+    """Which clients upload in round t. ``select`` is required; the rest are hooks with defaults:
+
+    - ``observes``: whether the round calls ``observe(selected, uploads, reference)`` after aggregating (AdaFL's
+      attention scores read the distance of each upload to what the server made of it);
+    - ``traces(rounds)``: per-round records the stage keeps for the result (AdaFL: ``selection_scores``);
+    - ``state_dict()`` / ``load_state_dict(d)``: what a snapshot must hold to resume the stage (plain data).
+    """
+
+    observes: ClassVar[bool] = False
+
+    def select(self, t: int, n_clients: int, rng: np.random.Generator) -> np.ndarray: ...
+
+    def observe(self, selected: np.ndarray, uploads: Params, reference: Params) -> object:
+        return None
+
+    def traces(self, rounds: int) -> dict:
+        return {}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, d: dict) -> None:
+        return None

@@ -1,0 +1,152 @@
+"""The federated round loop: select -> start models -> local update -> aggregate -> evaluate.
+
+``simulate`` runs rounds of an ``Algorithm`` (a composition of stages, ``fedlib.core.stages``) over a
+``FederatedData`` with the collaborators its caller hands it: the ``Executor`` that computes local training, the
+``Schedule`` of local work and learning rates, and the callbacks (evaluation, snapshots, progress, timing). The
+loop itself keeps no files, clocks or signal handlers: those are callbacks of the layer that runs it
+(``fedlib.runs``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedlib.core.callbacks import Callback, Evaluation, declared_traces
+from fedlib.core.protocols import Executor
+from fedlib.core.stages import Algorithm, Params, keep_local, mix
+from fedlib.core.state import Round, Run, RunResult, Schedule, moved, start_models
+from fedlib.data.federated import BatchPlan, FederatedData
+from fedlib.models.groups import param_groups
+
+
+def run_round(run: Run, t: int) -> Round:
+    """Round t: select -> start models -> local training -> aggregate -> let the selection stage observe.
+
+    The lr schedule is applied here and only here: every client procedure receives the round's optimiser
+    (``local``, with eta_t = eta * lr_decay^(t-1)) and steps with its lr."""
+    run.lap("round")
+    alg, state, data, dev, n = run.alg, run.state, run.data, run.data.train.x.device, run.data.n_clients
+    state.round = t
+    scale = run.schedule.lr_scale(t)
+    local = alg.local if scale == 1 else dataclasses.replace(alg.local, lr=alg.local.lr * scale)
+    sel = np.asarray(alg.select.select(t, n, run.rng))
+    run.lap("selection")
+    trainers = sel if alg.trains == "selected" else np.arange(n)
+    tr = torch.as_tensor(trainers, device=dev)
+    start, anchor = start_models(alg, state, tr)
+    run.lap("start")
+    plan = _to(run.schedule.plan(run.layout, torch.as_tensor(trainers), alg.batches_per_step, run.gen), dev)
+    run.lap("plan")
+    if alg.local_update is None:
+        trained = run.executor.train(run.model, start, plan, data.train, local, anchor=anchor if local.mu else None)
+    else:  # a method's own client procedure (pFedMe, SCAFFOLD, ...), built from executor.train calls
+        trained = alg.local_update(run.executor, run.model, start, anchor, plan, data.train, state, tr, local)
+    for name, v in trained.items():
+        state.client_params[name][tr] = v
+    state.fresh[tr] = False
+    run.lap("training")
+    pos = torch.as_tensor(np.searchsorted(trainers, sel), device=dev)  # the selected clients' uploads:
+    up = {k: v[pos] for k, v in trained.items() if alg.shared(k) and v.is_floating_point()}  # shared tensors only
+    mixing = alg.aggregate(up, run.n_train[torch.as_tensor(sel)], sel)
+    if mixing.to_global is not None:  # w <- (1 - beta) w + beta sum_k p_k w_k   (beta = 1: FedAvg; pFedMe's beta)
+        mean = {k: v[0] for k, v in mix(mixing.to_global.to(dev).unsqueeze(0), up).items()}
+        if alg.server_step is not None:  # a server optimiser (FedAvgM, FedAdam)
+            mean = alg.server_step({k: state.global_params[k] for k in mean}, mean, state)
+        for k, v in mean.items():
+            state.global_params[k] = v if mixing.beta == 1 else torch.lerp(state.global_params[k], v, mixing.beta)
+    sel_t = torch.as_tensor(sel, device=dev)
+    if mixing.to_personal is not None:
+        for k, v in mix(moved(mixing.to_personal, dev), up).items():
+            state.sent[k][sel_t] = v
+        state.fresh[sel_t] = True
+    if alg.select.observes:  # AdaFL: d_i = ||w^(t+1) - w_i^(t)|| against what the server made of the uploads
+        ref = {k: state.sent[k][sel_t] if mixing.to_personal is not None else state.global_params[k] for k in up}
+        alg.select.observe(sel, up, ref)
+    run.lap("aggregation")
+    return Round(t, sel, mixing, up)
+
+
+def simulate(
+    alg: Algorithm,
+    data: FederatedData,
+    model: nn.Module,
+    executor: Executor,
+    schedule: Schedule,
+    *,
+    rounds: int,
+    seed: int = 0,
+    callbacks: Sequence[Callback] = (),
+    client_init: Params | None = None,
+) -> RunResult:
+    """Run ``rounds`` rounds of ``alg``; ``model`` holds the initial weights (on the data's device and dtype).
+
+    After each round (``run_round``) the callbacks run in order: first the traces the method and model declare
+    (``declared_traces``), then ``callbacks`` as given. Among them an ``Evaluation`` gives the per-round metrics
+    (one evaluating every round is added after the others when ``callbacks`` holds none). A callback's
+    ``on_start`` may move the run on (a snapshot's ``Checkpointing`` restores the state and sets ``run.done``);
+    the loop continues from round ``run.done + 1``. A callback that raises (Ctrl-C's ``StopOnRequest``) ends the run;
+    every callback's ``on_end`` runs either way.
+
+    Divergence: the first round whose uploads or global model hold a NaN or inf, or whose evaluated test loss
+    is not finite, is evaluated (its accuracies recorded as NaN: a non-finite model predicts nothing) and the
+    run stops there; ``meta['diverged_at']`` names that round. So no best or final accuracy of a diverged run
+    comes from a NaN model (an lr of 1e4 on MNIST once "reached" 18% with NaN weights).
+
+    ``client_init``: name -> (N, ...) each client's own initial value of these parameters (local ones: pFedLA's
+    per-client attention, ``fedlib.models.local_attention.per_client_attention``), in place of ``model``'s.
+    """
+    if alg.local_groups:  # declared groups (FedBN's bn, pFedLA's attn) -> which parameters stay on the clients
+        alg.shared = keep_local(param_groups(model), tuple(alg.local_groups))
+    given = list(callbacks)
+    evaluation = next((cb for cb in given if isinstance(cb, Evaluation)), None)
+    if evaluation is None:
+        evaluation = Evaluation()
+        given.append(evaluation)
+    run = Run(alg, data, model, executor, rounds, seed, schedule)
+    run.callbacks = [*declared_traces(alg, model, data.n_clients, rounds), *given]
+    for name, v in (client_init or {}).items():
+        if alg.shared(name):  # the server would overwrite it: a shared parameter has one initial value
+            raise ValueError(f"client_init names {name!r}, a parameter the clients share; only local ones may differ")
+        run.state.client_params[name].copy_(v)
+        run.state.sent[name].copy_(v)
+    try:
+        for cb in run.callbacks:
+            cb.on_start(run)
+        for t in range(run.done + 1, rounds + 1):
+            out = run_round(run, t)
+            if not finite(out.uploads, run.state.global_params):
+                run.diverged_at = t  # evaluation records this round (accuracies NaN), then the run stops
+            for cb in run.callbacks:
+                cb.after_round(run, out)
+            if run.diverged_at is not None:
+                break
+    finally:
+        for cb in run.callbacks:
+            cb.on_end(run)
+    traces = {k: v for cb in run.callbacks for k, v in cb.traces(run).items()}
+    meta = {k: v for cb in run.callbacks for k, v in cb.meta().items()}
+    if run.diverged_at is not None:
+        meta["diverged_at"] = run.diverged_at
+    accs, losses = np.array(evaluation.accs), np.array(evaluation.losses)
+    return RunResult(evaluation.frame(), accs, losses, data.test.sizes.cpu().numpy(), state=run.state, traces=traces,
+                     meta=meta)  # fmt: skip
+
+
+def finite(*params: Params) -> bool:
+    """Whether every floating tensor of ``params`` is finite (one device sync).
+
+    From each tensor's ``amax`` and ``amin``: a NaN makes both NaN (torch's max and min reductions propagate it) and
+    an infinity is one of them, so both are finite exactly when every value is. ``torch.isfinite(v).all()`` would
+    write a bool tensor of every value first, several times slower on a CPU."""
+    ends = [e for p in params for v in p.values() if v.is_floating_point() and v.numel() for e in (v.amax(), v.amin())]
+    return bool(torch.isfinite(torch.stack(ends)).all()) if ends else True
+
+
+def _to(plan: BatchPlan, dev: torch.device) -> BatchPlan:
+    f = lambda t: None if t is None else t.to(dev)
+    return BatchPlan(f(plan.index), f(plan.weight), f(plan.active))

@@ -1,0 +1,211 @@
+"""The stages a federated round is composed of:
+
+    select clients -> start models -> local update -> aggregate on the server -> evaluate
+
+Each paper's method is one stage (AdaFL: selection; FedMCSA: aggregation; pFedLA: which
+parameters are shared), so methods combine by configuration. This module holds the
+server-side maths as plain functions (in the spirit of Flower's ``aggregate.py``) and the
+small stage objects the round loop (``fedlib.core.simulation``) calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar
+
+import numpy as np
+import torch
+
+from fedlib.core.protocols import Params, Selector
+from fedlib.core.selection import UniformSelection  # noqa: F401  (re-exported: algorithms build it from here)
+from fedlib.executors.sgd import LocalSGD
+
+
+# -- a method's own state between rounds ---------------------------------------------------------------
+class MethodState(Mapping):
+    """A method's own state between rounds (SCAFFOLD's control variates, Ditto's and pFedMe's personal models,
+    FedAvgM's velocity, ...), declared as a dataclass whose fields are ``Params`` (name -> tensor, with or without
+    the client axis). It lives in ``State.extra[KEY]``; as a ``Mapping`` it is its flat ``state_dict()``
+    (``"<field>.<name>" -> tensor``), which is what snapshots save, and ``of(state)`` rebuilds it from one.
+    ``personal()``: the models evaluated as the clients' personal ones, for methods that keep them apart."""
+
+    KEY: ClassVar[str] = ""
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {f"{f.name}.{n}": t for f in dataclasses.fields(self) for n, t in getattr(self, f.name).items()}
+
+    @classmethod
+    def from_state_dict(cls, d: Mapping) -> "MethodState":
+        parts = {f.name: {} for f in dataclasses.fields(cls)}
+        for k, t in d.items():
+            name, _, param = k.partition(".")
+            parts[name][param] = t
+        return cls(**parts)
+
+    @classmethod
+    def of(cls, state, init: Callable[[], "MethodState"] | None = None) -> "MethodState":
+        """The method's state in ``state.extra``: made by ``init()`` the first time, rebuilt from a snapshot's plain
+        dict after a resumption."""
+        cur = state.extra.get(cls.KEY)
+        if cur is None:
+            if init is None:
+                raise KeyError(f"{cls.__name__}: no state under {cls.KEY!r} yet (the method has not trained)")
+            cur = init()
+        elif not isinstance(cur, cls):
+            cur = cls.from_state_dict(cur)
+        state.extra[cls.KEY] = cur
+        return cur
+
+    def personal(self) -> Params:
+        raise NotImplementedError(f"{type(self).__name__} holds no personal models")
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self.state_dict()[key]
+
+    def __iter__(self):
+        return iter(self.state_dict())
+
+    def __len__(self) -> int:
+        return len(self.state_dict())
+
+
+# -- aggregation --------------------------------------------------------------------------------
+@dataclass
+class Mixing:
+    """What the server makes of K uploaded models, as convex weights over the uploads.
+
+    ``to_global``: (K,) weights; the new global model is sum_k w_k P_k.
+    ``to_personal``: (K, K) matrix, or one per parameter name; row i holds the weights of
+    the personalised model sent back to the i-th uploader (attention aggregators).
+    """
+
+    to_global: torch.Tensor | None = None
+    to_personal: torch.Tensor | dict[str, torch.Tensor] | None = None
+    beta: float = 1.0  # new global = (1 - beta) old + beta (sum_k w_k P_k); pFedMe's server beta
+
+
+def mix(weights: torch.Tensor, uploads: Params) -> Params:
+    """Apply a mixing matrix ``weights`` (R, K) (or one per name) to uploads (K, ...): out[n] (R, ...) = W @ P[n]."""
+    out = {}
+    for n, p in uploads.items():
+        w = weights[n] if isinstance(weights, dict) else weights
+        out[n] = (w.to(p.dtype) @ p.reshape(p.shape[0], -1)).reshape(w.shape[0], *p.shape[1:])
+    return out
+
+
+def weighted_mean(uploads: Params, weights: torch.Tensor) -> Params:
+    """sum_k w_k P_k / sum_k w_k per parameter: FedAvg's server update."""
+    w = (weights / weights.sum()).unsqueeze(0)
+    return {n: t[0] for n, t in mix(w, uploads).items()}
+
+
+@dataclass
+class WeightedMean:
+    """FedAvg aggregation: the new global model is the mean of the uploads weighted by n_k (``by='samples'``) or equally."""
+
+    by: str = "samples"
+
+    def __call__(self, uploads: Params, n_samples: torch.Tensor, clients: np.ndarray) -> Mixing:
+        if self.by not in ("samples", "uniform"):
+            raise ValueError(f"WeightedMean.by={self.by!r} is not one of: samples, uniform")
+        w = n_samples.to(torch.float64) if self.by == "samples" else torch.ones(len(clients), dtype=torch.float64)
+        return Mixing(to_global=w / w.sum())
+
+
+# -- shared vs local parameters ----------------------------------------------------------------------
+def all_shared(name: str) -> bool:
+    return True
+
+
+def shared_except(*markers: str) -> Callable[[str], bool]:
+    """A parameter is kept local when its name contains one of ``markers``: for hand-built ``Algorithm``s; the
+    registered methods keep declared groups local (``keep_local``, ``Algorithm.local_groups``)."""
+    return lambda name: not any(m in name for m in markers)
+
+
+@dataclass(frozen=True)
+class keep_local:
+    """``shared`` from declared groups: a parameter travels unless its group (``groups[name]``, from
+    ``fedlib.models.groups.param_groups``) is one of ``local`` (FedBN: ``("bn",)``, pFedLA: ``("attn",)``)."""
+
+    groups: dict
+    local: tuple
+
+    def __call__(self, name: str) -> bool:
+        return self.groups.get(name, "") not in self.local
+
+    def __hash__(self):
+        return hash(self.local)
+
+
+def local_sgd(cfg, **changes) -> LocalSGD:
+    """The client optimiser of a run config's local part (``lr``, ``momentum``, ``weight_decay``), with ``changes``
+    (a method's proximal ``mu``); the lr schedule is applied per round by the engine, in one place."""
+    lo = cfg.local
+    return LocalSGD(lr=lo.lr, momentum=lo.momentum, weight_decay=lo.weight_decay, **changes)
+
+
+# -- the composition ------------------------------------------------------------------------------
+@dataclass
+class Algorithm:
+    """One FL method as a composition of stages.
+
+    ``select``: which clients upload this round. ``trains``: 'selected' (FedAvg) or 'all'
+    (pFedMe/FedMCSA train every client and aggregate only the selected). ``start``: clients
+    start from the 'global' model, or 'personal': from the personalised model W_i the server
+    sent them if one arrived since they last trained, else from their own model.
+    ``local``: the client objective/optimiser (``LocalSGD``); ``anchor``: what the proximal
+    term pulls toward ('start': the model the client started the round from, FedProx;
+    'received': the last W_i the server sent, FedMCSA's W_local). ``aggregate``: uploads ->
+    ``Mixing``. ``shared``: which parameter names travel. ``evaluate``: test the 'global'
+    model or each client's own ('personal') model. ``local_update``: a method's own client
+    procedure (default: ``executor.train`` with ``local``), called as
+    ``local_update(executor, model, start, anchor, plan, split, state, clients, local) -> uploaded models``, where
+    ``local`` is the round's optimiser: ``local`` with the schedule's lr of the round already applied, the one lr
+    every client procedure steps with (a procedure's derived optimisers, Ditto's proximal one, are made from it).
+    ``personal``: the ``MethodState`` class whose ``personal()`` models are evaluated (pFedMe's theta_i), for
+    methods that keep them apart from what they upload.
+    ``report_global``: also evaluate the global model every round (``gm_*`` columns).
+    ``batches_per_step``: mini-batches a local step consumes (Per-FedAvg: 2, or 3 for HF).
+    ``before_eval(executor, model, state, split, generator)``: prepares the evaluated models
+    (Per-FedAvg adapts the global model on each client's training data). ``local_groups``: declared
+    parameter groups (``fedlib.models.groups.param_groups``) that never leave the client; the engine turns
+    them into ``shared`` for the model at hand. ``server_step(global, mean, state) -> new global``: a
+    server optimiser taking the uploads' mean as its pseudo-gradient target (FedAvgM, FedAdam); it keeps
+    its own tensors in ``state.extra`` under its method's key, so snapshots carry them. ``traces``: what the
+    method records for the result beyond every run's ``selected`` (``"attention"``: the personalisation weights of
+    aggregators that send each uploader its own model, FedMCSA and HeurFedAMP); only runs that declare a trace
+    pay for recording it.
+    """
+
+    name: str
+    select: Selector | None = None  # set by ``build_algorithm`` from the config's selection part
+    local: LocalSGD | None = None  # the clients' optimiser before the lr schedule
+    aggregate: Callable[[Params, torch.Tensor, np.ndarray], Mixing] = None
+    trains: str = "selected"
+    start: str = "global"
+    anchor: str = "start"
+    evaluate: str = "global"
+    shared: Callable[[str], bool] = field(default=all_shared)
+    local_update: Callable | None = None
+    personal: type[MethodState] | None = None
+    report_global: bool = False
+    batches_per_step: int = 1
+    before_eval: Callable | None = None
+    local_groups: tuple = ()  # parameter groups the method keeps on the clients (FedBN: ("bn",))
+    server_step: Callable | None = None  # (global, mean of uploads, state) -> new global (FedAvgM, FedAdam)
+    traces: tuple[str, ...] = ()  # records beyond 'selected' ("attention": FedMCSA's, HeurFedAMP's weights)
+
+    def __post_init__(self):
+        if self.aggregate is None:
+            raise ValueError(f"Algorithm {self.name!r} needs an aggregate stage")
+        for attr, allowed in (
+            ("trains", ("selected", "all")),
+            ("start", ("global", "personal")),
+            ("anchor", ("start", "received")),
+            ("evaluate", ("global", "personal")),
+        ):
+            if getattr(self, attr) not in allowed:
+                raise ValueError(f"Algorithm.{attr}={getattr(self, attr)!r} is not one of: {', '.join(allowed)}")

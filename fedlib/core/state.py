@@ -1,0 +1,235 @@
+"""What a running simulation holds: the ``State`` of the models, the ``Run`` that carries it from round to round,
+one ``Round``'s outcome, the ``Schedule`` of local work, and the ``RunResult`` a run produces.
+
+State is explicit: the global model (no client axis) and every client's current model (client axis, N rows); the
+latter holds personalised models and the parameters that never leave a client (FedBN's BN, pFedLA's attention).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from fedlib.core import metrics as M
+from fedlib.core.protocols import Executor
+from fedlib.core.stages import Algorithm, Mixing, Params
+from fedlib.data.federated import BatchPlan, FederatedData, sample_epochs, sample_steps
+
+if TYPE_CHECKING:
+    from fedlib.core.callbacks import Callback
+
+# per-round columns, in order; *_mean are unweighted client means, the rest sample-weighted
+# gm_*: the global model's accuracy, for methods that evaluate personalised models but also keep one (pFedMe's GM)
+COLUMNS = (
+    "round",
+    "test_acc",
+    "test_acc_mean",
+    "test_loss",
+    "train_acc",
+    "train_loss",
+    "global_test_acc",
+    "gm_test_acc",
+    "gm_test_acc_mean",
+    "selected",
+    "uploads",
+    "seconds",
+)
+
+
+@dataclass
+class State:
+    round: int
+    global_params: Params  # name -> tensor (no client axis)
+    client_params: Params  # name -> (N, ...): each client's current model (Theta_i)
+    sent: Params  # name -> (N, ...): the last personalised model the server sent (W_i)
+    fresh: torch.Tensor  # (N,) bool: W_i arrived since the client last trained
+    extra: dict[str, Params] = field(default_factory=dict)  # the method's own state (stages.MethodState), by its KEY
+
+
+@dataclass
+class RunResult:
+    """What a run produces: ``metrics`` (one row per evaluated round, ``COLUMNS``), per-client test
+    accuracy and mean loss ``client_acc``, ``client_loss`` (rounds evaluated x N), the clients'
+    test sizes, and metadata."""
+
+    metrics: pd.DataFrame
+    client_acc: np.ndarray
+    client_loss: np.ndarray
+    client_n: np.ndarray
+    meta: dict = field(default_factory=dict)
+    config: object = None
+    # per-round traces (rounds x N): 'selected' (bool: uploaded this round) for every run, 'selection_scores'
+    # (AdaFL's a^(t) used to draw round t) when the selection stage keeps scores; 'hybrid_weights' (N x slots x 3,
+    # final round) for pFedLA_h models; 'attention' (windows x layers x N x N) and 'attention_layers' for
+    # aggregators that send personalised models (FedMCSA, HeurFedAMP; see ``AttentionTrace``)
+    traces: dict = field(default_factory=dict)
+    state: State | None = None  # the final state (in memory only, not stored)
+
+    def summary(self) -> dict:
+        """Best/final/last-10 accuracies, uploads and time. A diverged run (``diverged_at``: its round, else None)
+        reports its final and last-10 accuracies as NaN and its best over the rounds before it diverged."""
+        m = self.metrics
+        return {
+            "best_acc": M.best(m.test_acc),
+            "best_acc_mean": M.best(m.test_acc_mean),
+            "final_acc": float(m.test_acc.iloc[-1]),
+            "last10_acc": M.last_mean(m.test_acc, 10),
+            # the global model on the data set's own test set (AdaFL's metric; NaN where there is none)
+            "best_global_acc": M.best(m.global_test_acc),
+            "last10_global_acc": M.last_mean(m.global_test_acc, 10),
+            "uploads": int(m.uploads.iloc[-1]),
+            "seconds": float(m.seconds.iloc[-1]),
+            "diverged_at": self.meta.get("diverged_at"),
+        }
+
+
+def init_state(model: nn.Module, n_clients: int) -> State:
+    g = {n: t.detach().clone() for n, t in model.state_dict().items()}
+    c = {n: t.unsqueeze(0).repeat(n_clients, *([1] * t.dim())) for n, t in g.items()}
+    sent = {n: t.clone() for n, t in c.items()}
+    return State(0, g, c, sent, torch.zeros(n_clients, dtype=torch.bool, device=next(iter(g.values())).device))
+
+
+def _rows(mask: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    return mask.view(-1, *([1] * (t.dim() - 1)))
+
+
+def start_models(alg: Algorithm, state: State, clients: torch.Tensor) -> tuple[Params, Params]:
+    """(start, anchor) of the clients' local training.
+
+    Shared parameters start from the global model (``start='global'``), or, with
+    ``start='personal'``, from the personalised model W_i the server sent if one arrived since
+    the client last trained, else from the client's own model (FedMCSA Algorithm 1, lines 6-8).
+    Local parameters (never sent) always continue from the client's own. The proximal
+    ``anchor`` is the start model ('start', FedProx) or the last W_i received ('received', FedMCSA's W_local).
+    """
+    start, anchor = {}, {}
+    fresh = state.fresh[clients]
+    for n, t in state.client_params.items():
+        own = t[clients]
+        if not alg.shared(n):
+            start[n] = own.clone()
+        elif alg.start == "global":
+            g = state.global_params[n]
+            start[n] = g.unsqueeze(0).expand(len(clients), *g.shape).clone()
+        else:
+            start[n] = torch.where(_rows(fresh, own), state.sent[n][clients], own)
+        anchor[n] = state.sent[n][clients] if alg.anchor == "received" and alg.shared(n) else start[n]
+    return start, anchor
+
+
+def evaluation_params(alg: Algorithm, state: State, which: str | None = None) -> tuple[Params, bool]:
+    """(params, per_client) for evaluation: the global model (with each client's local parts) or the personal ones.
+
+    Personal models are the clients' own (``client_params``), or the ``personal()`` models of the method's state
+    (``alg.personal``) for methods that keep them apart from what they upload (pFedMe's theta_i).
+    """
+    if (which or alg.evaluate) == "personal":
+        return (alg.personal.of(state).personal() if alg.personal else state.client_params), True
+    if all(alg.shared(n) for n in state.client_params):
+        return state.global_params, False
+    n_clients = next(iter(state.client_params.values())).shape[0]
+    return {
+        n: (
+            state.global_params[n].unsqueeze(0).expand(n_clients, *state.global_params[n].shape) if alg.shared(n) else t
+        )
+        for n, t in state.client_params.items()
+    }, True
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How clients train each round: ``local_steps`` R (or ``local_epochs`` E) of ``batch_size``, and the lr
+    schedule eta_t = eta * lr_decay^(t-1) (AdaFL's CIFAR-10 decays 0.99 a round), applied by ``run_round`` to the
+    optimiser every method receives."""
+
+    local_steps: int | None = 20
+    local_epochs: int | None = None
+    batch_size: int = 20
+    lr_decay: float = 1.0
+
+    def plan(self, layout, clients: torch.Tensor, batches_per_step: int, gen: torch.Generator) -> BatchPlan:
+        if self.local_epochs is not None:
+            return sample_epochs(layout, clients, self.local_epochs, self.batch_size, gen)
+        assert self.local_steps is not None
+        return sample_steps(layout, clients, self.local_steps * batches_per_step, self.batch_size, gen)
+
+    def lr_scale(self, t: int) -> float:
+        """eta_t / eta in round t."""
+        return self.lr_decay ** (t - 1)
+
+
+@dataclass
+class Run:
+    """What a running ``simulate`` carries from round to round besides the stages: the ``State``, the random
+    streams (selection ``rng``, mini-batches ``gen``, evaluation batches ``eval_gen``, seeded from ``seed``), the
+    callbacks, when it started (``t0``; a resumed run's is moved back by the time already spent) and the round it
+    starts after (``done``: 0, or a snapshot's round). ``state_dict()`` is tensors and plain data."""
+
+    alg: Algorithm
+    data: FederatedData
+    model: nn.Module
+    executor: Executor
+    rounds: int
+    seed: int
+    schedule: Schedule
+    callbacks: list[Callback] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.state = init_state(self.model, self.data.n_clients)
+        self.diverged_at: int | None = None  # the round whose models became non-finite (the run stops there)
+        self.done = 0
+        self.t0 = time.perf_counter()
+        self.rng = np.random.default_rng(self.seed)
+        self.gen = torch.Generator().manual_seed(self.seed + 1)
+        self.eval_gen = torch.Generator().manual_seed(self.seed + 2)
+        # what every round's plan and aggregation read, on the CPU once (not a device sync per round)
+        self.layout = self.data.train.layout()
+        self.n_train = self.data.train.sizes.cpu().to(torch.float64)
+
+    def lap(self, stage: str) -> None:
+        """The round has finished ``stage`` (or, with ``"round"``, starts): every callback's ``on_stage``."""
+        for cb in self.callbacks:
+            cb.on_stage(stage)
+
+    def state_dict(self) -> dict:
+        st: dict[str, Any] = {f.name: getattr(self.state, f.name) for f in dataclasses.fields(State)}
+        st["extra"] = {k: dict(v) for k, v in self.state.extra.items()}  # methods' states as plain name -> tensor
+        return {
+            "state": st,
+            "rng": self.rng.bit_generator.state,
+            "gen": self.gen.get_state(),
+            "eval_gen": self.eval_gen.get_state(),
+        }
+
+    def load_state_dict(self, d: dict) -> None:
+        dev = self.data.train.x.device
+        for f in dataclasses.fields(State):
+            setattr(self.state, f.name, moved(d["state"][f.name], dev))
+        self.rng.bit_generator.state = d["rng"]
+        self.gen.set_state(d["gen"])
+        self.eval_gen.set_state(d["eval_gen"])
+
+
+@dataclass
+class Round:
+    """One round's outcome: who uploaded, what the server made of it, and the uploads themselves."""
+
+    t: int
+    selected: np.ndarray
+    mixing: Mixing
+    uploads: Params
+
+
+def moved(obj: Any, dev: torch.device | str) -> Any:
+    """``obj`` (tensors, possibly in nested dicts) on device ``dev``."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(dev)
+    return {k: moved(v, dev) for k, v in obj.items()} if isinstance(obj, dict) else obj

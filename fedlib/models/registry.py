@@ -1,0 +1,270 @@
+"""Model registry: every model is a plain ``nn.Module``; stacked training uses its state dict with a client axis.
+
+Names follow the papers:
+- ``mlr``: multinomial logistic regression (softmax regression), FedMCSA/pFedMe's "MLR"
+  (the l2 regularisation is the optimiser's ``weight_decay``).
+- ``dnn``: one hidden layer with ReLU, FedMCSA/pFedMe's "DNN" (hidden 20 on Synthetic, 100 on images).
+- ``mlp``: two hidden layers with ReLU, McMahan et al.'s "2NN" as used by AdaFL (784-200-200-10).
+- ``cnn``: FedMix's CIFAR-10 CNN (a small VGG, see ``fedmix_cnn``), AdaFL's CIFAR-10 model.
+- ``lenet``, ``alexnet``, ``mobilenetv2``: pFedLA's conv nets with BatchNorm (``fedlib.models.convnets``; Tables
+  7, 8 and 9-10 of pFedLA). They have attention slots: ``build_model(..., attention="se")`` (none | se |
+  eca | ca | hybrid) puts pFedLA's client-local attention after each conv layer. What FedBN and pFedLA
+  keep local is ``param_groups`` (by module type); their state-dict names agree with it (backbone
+  BatchNorm names contain ``bn``, attention names ``attn``; tested). ``hidden`` is the FC widths of LeNet (120, 84) and AlexNet (4096, 4096); MobileNetV2 takes none.
+
+Capabilities are declared, not guessed from names (issue "Engine v2", item 5):
+
+- ``kernel_of(model)``: the executor kernel a model supports, one of ``KERNELS``: "chain" (a
+  Flatten/Linear/ReLU chain, ``linear_chain``: the stacked executor's hand-written batched
+  forward/backward), "vmap" (buffer-free: ``torch.func.vmap`` over ``functional_call``), "loop" (has
+  buffers, e.g. BatchNorm running statistics: the per-client loop executor only). Registry models carry
+  ``ModelSpec.kernel`` on the built module (``model.fedlib_kernel``); any other module falls back to the
+  structural rule.
+- ``param_groups(model)``: each state-dict key -> "bn" (backbone BatchNorm, what FedBN keeps local),
+  "attn" (pFedLA's local attention modules) or "" (everything else), from module types, not names.
+
+New entries are covered by the contract tests in ``tests/test_models.py`` automatically.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from fedlib.models import convnets
+
+KERNELS = ("chain", "vmap", "loop")  # executor kernels, fastest first (see ``kernel_of``)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A registry entry. ``kernel`` declares what the built model is (checked by ``kernel_of`` and the
+    contract tests): "chain" for Linear chains, "vmap" for buffer-free models, "loop" for models with buffers."""
+
+    name: str
+    build: Callable[..., nn.Module]  # build(input_shape, n_classes, hidden[, attention=]) -> nn.Module
+    default_hidden: tuple[int, ...]
+    doc: str
+    attention_slots: bool = False  # build takes attention= (pFedLA's local attention after each conv layer)
+    kernel: str = "chain"  # executor kernel of the built model, one of KERNELS (see ``kernel_of``)
+    example_shapes: tuple[tuple[int, ...], ...] = ((60,), (1, 28, 28))  # inputs it takes (contract tests)
+    groups: tuple[str, ...] = ()  # parameter groups of the built model besides "" and "attn" (``param_groups``)
+
+    def __post_init__(self):
+        if self.kernel not in KERNELS:
+            raise ValueError(f"ModelSpec {self.name!r}: kernel={self.kernel!r} is not one of: {', '.join(KERNELS)}")
+
+
+def _chain(input_shape, n_classes, hidden) -> nn.Module:
+    d = math.prod(input_shape)
+    layers: list[nn.Module] = [nn.Flatten()]
+    for h in hidden:
+        layers += [nn.Linear(d, h), nn.ReLU()]
+        d = h
+    layers.append(nn.Linear(d, n_classes))
+    return nn.Sequential(*layers)
+
+
+def fedmix_cnn(input_shape, n_classes, hidden=(512, 512)) -> nn.Module:
+    """The CIFAR-10/100 CNN of FedMix (Yoon et al., ICLR 2021, appendix "experimental details": a
+    modified VGG), which AdaFL uses for CIFAR-10 ("the same model architecture as given in [Yoon et
+    al., 2021]"). Transcribed from the Flower baseline of the paper (adap/flower,
+    baselines/fedmix/fedmix/models.py ``CustomVGG``; the paper's own text was not reachable here):
+
+        conv3x3(C->32, pad 1) ReLU
+        conv3x3(32->64) ReLU, maxpool 2x2
+        conv3x3(64->128) ReLU
+        conv3x3(128->128) ReLU, maxpool 2x2, dropout 0.1
+        conv3x3(128->256) ReLU
+        conv3x3(256->256) ReLU, maxpool 2x2, dropout 0.1
+        flatten (256 x 4 x 4 = 4096 on 32x32 inputs)
+        FC 4096->512 ReLU, FC 512->512 ReLU, dropout 0.1, FC 512->n_classes
+
+    No batch norm (no buffers). 3,491,530 parameters for (3, 32, 32) inputs and 10 classes.
+    ``hidden`` = the two FC widths; other image sizes flatten 256 x (H // 8) x (W // 8).
+    """
+    if len(input_shape) != 3:
+        raise ValueError(f"model 'cnn' needs image inputs (C, H, W), got input_shape={tuple(input_shape)}")
+    c, h, w = input_shape
+    h1, h2 = tuple(hidden)[:2]
+    conv = lambda i, o: [nn.Conv2d(i, o, kernel_size=3, stride=1, padding=1), nn.ReLU()]
+    return nn.Sequential(
+        *conv(c, 32),
+        *conv(32, 64),
+        nn.MaxPool2d(2, 2),
+        *conv(64, 128),
+        *conv(128, 128),
+        nn.MaxPool2d(2, 2),
+        nn.Dropout(0.1),
+        *conv(128, 256),
+        *conv(256, 256),
+        nn.MaxPool2d(2, 2),
+        nn.Dropout(0.1),
+        nn.Flatten(),
+        nn.Linear(256 * (h // 8) * (w // 8), h1),
+        nn.ReLU(),
+        nn.Linear(h1, h2),
+        nn.ReLU(),
+        nn.Dropout(0.1),
+        nn.Linear(h2, n_classes),
+    )
+
+
+MODELS: dict[str, ModelSpec] = {
+    "mlr": ModelSpec("mlr", lambda s, c, h=(): _chain(s, c, ()), (), "softmax regression (FedMCSA/pFedMe MLR)"),
+    "dnn": ModelSpec(
+        "dnn",
+        lambda s, c, h=(100,): _chain(s, c, tuple(h)[:1]),
+        (100,),
+        "one hidden ReLU layer (FedMCSA/pFedMe DNN; 20 units on Synthetic, 100 on images)",
+    ),
+    "mlp": ModelSpec(
+        "mlp",
+        lambda s, c, h=(200, 200): _chain(s, c, tuple(h)[:2]),
+        (200, 200),
+        "two hidden ReLU layers (McMahan et al. 2NN, AdaFL's 784-200-200-10)",
+    ),
+    "cnn": ModelSpec(
+        "cnn",
+        fedmix_cnn,
+        (512, 512),
+        "FedMix's CIFAR-10 CNN (6 conv3x3 32-64-128-128-256-256, 3 maxpools, FC 512-512; AdaFL's CIFAR-10 model)",
+        kernel="vmap",
+        example_shapes=((3, 32, 32), (1, 28, 28)),
+    ),
+    "lenet": ModelSpec(
+        "lenet",
+        lambda s, c, h=(120, 84), attention="none": convnets.LeNet(s, c, h, attention),
+        (120, 84),
+        "LeNet with BN, pFedLA Table 7 (digits, 3x28x28)",
+        attention_slots=True,
+        kernel="loop",
+        groups=("bn",),
+        example_shapes=((3, 28, 28), (3, 32, 32)),
+    ),
+    "alexnet": ModelSpec(
+        "alexnet",
+        lambda s, c, h=(4096, 4096), attention="none": convnets.AlexNet(s, c, h, attention),
+        (4096, 4096),
+        "AlexNet with BN, pFedLA Table 8 = FedBN's AlexNet (Office, 3x224x224)",
+        attention_slots=True,
+        kernel="loop",
+        groups=("bn",),
+        example_shapes=((3, 224, 224), (3, 64, 64)),
+    ),
+    "mobilenetv2": ModelSpec(
+        "mobilenetv2",
+        lambda s, c, h=(), attention="none": convnets.MobileNetV2(s, c, h, attention),
+        (),
+        "MobileNetV2 with pFedLA Table 10's bottleneck, classification head",
+        attention_slots=True,
+        kernel="loop",
+        groups=("bn",),
+        example_shapes=((3, 28, 28), (3, 64, 64)),
+    ),
+}
+
+
+def check_attention(name: str, attention: str, prefix: str = "") -> None:
+    """pFedLA's attention needs a model with attention slots: raise naming both otherwise
+    (``prefix``, e.g. 'RunConfig.', says where the value came from)."""
+    if attention != "none" and not MODELS[name].attention_slots:
+        slotted = ", ".join(n for n, m in MODELS.items() if m.attention_slots)
+        raise ValueError(
+            f"{prefix}attention={attention!r} needs a model with attention slots ({slotted}); "
+            f"model={name!r} has none (use attention='none')"
+        )
+
+
+_SEEDED_BUILD = threading.Lock()
+
+
+def build_model(
+    name: str,
+    input_shape,
+    n_classes: int,
+    hidden=None,
+    seed: int | None = None,
+    dtype=torch.float32,
+    attention: str = "none",
+) -> nn.Module:
+    """Build registry model ``name``; ``seed`` makes the initial weights reproducible.
+
+    ``attention`` (none | se | eca | ca | hybrid): pFedLA's local attention, for models with attention
+    slots (``MODELS[name].attention_slots``); any value other than 'none' for other models is an error.
+    """
+    if name not in MODELS:
+        raise ValueError(f"model={name!r} is not one of: {', '.join(MODELS)}")
+    spec = MODELS[name]
+    check_attention(name, attention)
+    hidden = spec.default_hidden if hidden is None else tuple(hidden)
+    kwargs = {"attention": attention} if spec.attention_slots else {}
+    if seed is not None:
+        # torch's global generator, seeded: runs batched in threads (``fedlib.runs.batching``) build theirs one at a time
+        with _SEEDED_BUILD, torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = spec.build(tuple(input_shape), n_classes, hidden, **kwargs).to(dtype)
+    else:
+        model = spec.build(tuple(input_shape), n_classes, hidden, **kwargs).to(dtype)
+    model.fedlib_kernel = spec.kernel  # the declaration kernel_of reads (and checks against the structure)
+    return model
+
+
+def _structural_kernel(model: nn.Module) -> str:
+    if linear_chain(model) is not None:
+        return "chain"
+    return "vmap" if next(model.buffers(), None) is None else "loop"
+
+
+def kernel_of(model: nn.Module) -> str:
+    """The executor kernel ``model`` supports: "chain", "vmap" or "loop" (``KERNELS``).
+
+    Declared, not inferred from names: a model built by ``build_model`` carries its ``ModelSpec.kernel``
+    as ``model.fedlib_kernel`` (any module may set that attribute, e.g. "loop" to keep a Linear chain off
+    the stacked kernels). Without a declaration the structure decides: ``linear_chain(model)`` is not None
+    -> "chain"; no buffers -> "vmap"; else "loop". A declaration the model cannot run under is an error
+    (a "chain" that is not a Linear chain, a "vmap" model with buffers: vmap over ``functional_call``
+    would not update the per-client buffers); "loop" runs anything.
+    """
+    declared = getattr(model, "fedlib_kernel", None)
+    if declared is None:
+        return _structural_kernel(model)
+    if declared not in KERNELS:
+        raise ValueError(f"{type(model).__name__}.fedlib_kernel={declared!r} is not one of: {', '.join(KERNELS)}")
+    if declared == "chain" and linear_chain(model) is None:
+        raise ValueError(f"{type(model).__name__} declares kernel 'chain' but is not a Flatten/Linear/ReLU chain")
+    if declared == "vmap" and next(model.buffers(), None) is not None:
+        raise ValueError(f"{type(model).__name__} declares kernel 'vmap' but has buffers (use 'loop')")
+    return declared
+
+
+def linear_chain(model: nn.Module) -> list[str] | None:
+    """Names of the Linear layers if ``model`` is Sequential(Flatten?, Linear, ReLU, ..., Linear), else None.
+
+    Such a model's state dict holds ``<name>.weight`` (out, in) and ``<name>.bias`` (out,),
+    with ReLU between consecutive Linear layers: what the stacked kernel computes.
+    """
+    if not isinstance(model, nn.Sequential):
+        return None
+    mods = list(model.named_children())
+    if mods and isinstance(mods[0][1], nn.Flatten):
+        mods = mods[1:]
+    names = []
+    for j, (name, m) in enumerate(mods):
+        want_linear = j % 2 == 0
+        if want_linear and isinstance(m, nn.Linear) and m.bias is not None:
+            names.append(name)
+        elif not want_linear and isinstance(m, nn.ReLU):
+            continue
+        else:
+            return None
+    return names if mods and len(mods) % 2 == 1 else None
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

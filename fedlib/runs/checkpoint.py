@@ -1,0 +1,296 @@
+"""Snapshots of a running simulation, and stopping it cleanly: ``Checkpoint`` (the snapshot file of one run),
+``Checkpointing`` (the callback that writes snapshots and resumes from one), ``DeferredInterrupt`` and
+``StopOnRequest`` (a first Ctrl-C finishes the round, snapshots it and stops).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedlib.core.callbacks import Callback
+from fedlib.core.state import Round, Run, State
+
+
+@dataclass
+class Checkpointing(Callback):
+    """Snapshots at round ends (every ``checkpoint.every_seconds``), and resuming from one: the run's state and
+    random streams, the selection stage's state and every keyed callback's state -- tensors and plain data.
+
+    ``on_start`` resumes: it loads the snapshot (if there is one for this run), restores the run and each callback
+    by its ``key``, moves the run's clock back by the time already spent and sets ``run.done`` to the snapshot's
+    round. Put it after the callbacks whose state it saves (a snapshot after round t holds round t's evaluation); the
+    others' ``on_start`` then run before the state is restored, so none may depend on it."""
+
+    checkpoint: Checkpoint | None = None
+    resumed: list = field(default_factory=list)
+    last_save: float = 0.0
+
+    def on_start(self, run: Run) -> None:
+        snap = self.checkpoint.load(run.rounds, param_shapes(run.state)) if self.checkpoint is not None else None
+        if snap is not None:
+            run.load_state_dict(snap["run"])
+            run.alg.select.load_state_dict(snap["select"])
+            for cb in run.callbacks:
+                if cb.key:
+                    cb.load_state_dict(snap["callbacks"].get(cb.key, {}))
+            run.t0 = time.perf_counter() - snap["elapsed"]
+            run.done = snap["round"]
+            self.resumed = snap["resumed"] + [
+                {"round": snap["round"], "commit": snap["commit"], "elapsed": round(snap["elapsed"], 3)}
+            ]
+        self.last_save = time.perf_counter()
+
+    def after_round(self, run: Run, out: Round) -> None:
+        ck = self.checkpoint
+        if ck is None or out.t >= run.rounds or time.perf_counter() - self.last_save < ck.every_seconds:
+            return
+        self.save(run, out.t)
+
+    def meta(self) -> dict:
+        return {"resumed": self.resumed} if self.resumed else {}
+
+    def save(self, run: Run, t: int) -> Path | None:
+        """Snapshot the run as it is after round ``t`` (now); the snapshot's path, or None if none was written."""
+        ck = self.checkpoint
+        if ck is None or ck.disabled:
+            return None
+        ck.save(
+            {
+                "round": t,
+                "rounds": run.rounds,
+                "elapsed": time.perf_counter() - run.t0,
+                "run": run.state_dict(),
+                "params": param_shapes(run.state),
+                "select": run.alg.select.state_dict(),
+                "resumed": self.resumed,
+                "callbacks": {cb.key: cb.state_dict() for cb in run.callbacks if cb.key},
+            }
+        )
+        self.last_save = time.perf_counter()
+        return None if ck.disabled else ck.path
+
+
+@dataclass
+class StopOnRequest(Callback):
+    """Ctrl-C as a callback: once ``stop.requested`` turns True (``DeferredInterrupt``, or a batched run's flag), the
+    run stops after the round it is in, with a snapshot of that round (``saver``), so an interrupted run loses
+    nothing it finished. Put it last, so that the snapshot holds the round's evaluation."""
+
+    stop: Any
+    saver: Checkpointing
+
+    def after_round(self, run: Run, out: Round) -> None:
+        if self.stop.requested and out.t < run.rounds and run.diverged_at is None:
+            where = self.saver.save(run, out.t)
+            raise KeyboardInterrupt(f"stopped after round {out.t}" + (f"; snapshot in {where}" if where else ""))
+
+
+class DeferredInterrupt:
+    """Within it, a first Ctrl-C (SIGINT) only sets ``requested``: the round loop finishes the round, snapshots it
+    and stops, so an interrupted run loses nothing it finished. A second Ctrl-C stops at once. Only the main thread
+    can take signals; elsewhere (and where SIGINT was ignored: an idle worker) this does nothing."""
+
+    def __init__(self):
+        self.requested, self.previous = False, None
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\ninterrupt: stopping after this round, with a snapshot (Ctrl-C again: stop now)", file=sys.stderr)
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.getsignal(signal.SIGINT)
+            signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+        return False
+
+
+@dataclass
+class Checkpoint:
+    """Snapshots of a running ``simulate`` at round ends, so that an interrupted long run (AdaFL's 1000 rounds
+    take hours on a CPU) continues where it stopped instead of starting over.
+
+    A snapshot holds everything the next round depends on: the ``State`` (global, client and sent models,
+    ``state.extra``), the three random streams (selection, mini-batches, evaluation batches), the selection
+    stage's ``state_dict()`` (AdaFL's scores) and every callback's (the rows, client accuracies and traces so
+    far) -- tensors and plain data only, read back with ``torch.load(weights_only=True)``. Resuming
+    therefore gives the numbers an uninterrupted run gives, bit for bit (tested over every registered
+    algorithm). ``path`` (a ``.pt`` file) is written atomically, with a small ``.json`` beside it saying
+    how far the run got; one is written when ``every_seconds`` have passed since the last (0: every round).
+    A snapshot records which run it belongs to (its file's name, ``key``: in a store, the config key; and the
+    model's parameter names, dtypes and shapes) and only that run resumes it.
+    The result's ``meta['resumed']`` lists the round and git commit of each resumption, since a resumed
+    run could mix code versions. ``Store.checkpoint(cfg)`` gives the one ``runner.run`` uses.
+    """
+
+    path: Path
+    every_seconds: float = 300.0
+    disabled: bool = False  # set when a write failed: the run continues without snapshots
+
+    def __post_init__(self):
+        self.path = Path(self.path)
+        if not self.every_seconds >= 0:
+            raise ValueError(f"Checkpoint.every_seconds={self.every_seconds!r} must be a number >= 0")
+
+    @property
+    def key(self) -> str:
+        """The run this snapshot belongs to: its file's name without ``.pt`` (``Store.checkpoint``: the config key)."""
+        return self.path.stem
+
+    @property
+    def info_path(self) -> Path:
+        return self.path.with_suffix(".json")
+
+    def info(self) -> dict | None:
+        """{'round', 'rounds', 'elapsed'} of the snapshot on disk, without reading it; None if there is none."""
+        try:
+            if not _regular(self.info_path):  # a fifo or a device planted there would be read forever
+                return None
+            return json.loads(self.info_path.read_text())
+        except (OSError, ValueError, RecursionError):
+            return None
+
+    def load(self, rounds: int, params: dict | None = None) -> dict | None:
+        """The snapshot on disk (tensors on the CPU), if there is one for a run of ``rounds`` rounds (else None).
+        ``params``: the run's ``param_shapes``, which the snapshot's must equal.
+
+        Read with ``torch.load(weights_only=True)``: a snapshot is tensors and plain data, so a file planted in a
+        store cannot run code. One that is not such a snapshot (written by fedlib before snapshots were plain
+        data or recorded their run, or damaged), or is another run's (copied under this one's name, or of another
+        model), is refused with a warning, and the run restarts from round 1."""
+        if not self.path.exists():
+            return None
+        try:
+            if not _regular(self.path):  # a link to /dev/zero would be read until memory ran out
+                raise ValueError("not a regular file")
+            snap = torch.load(self.path, map_location="cpu", weights_only=True)
+            if not isinstance(snap, dict) or snap.get("format") != SNAPSHOT_FORMAT:
+                raise ValueError(f"not a fedlib snapshot of format {SNAPSHOT_FORMAT}")
+            # resuming another run's snapshot would store its rounds as this run's
+            if snap.get("key") != self.key:
+                raise ValueError(f"a snapshot of run {snap.get('key')!r}, not of {self.key!r}")
+            if params is not None and snap.get("params") != params:
+                raise ValueError("its model's parameters (names, dtypes, shapes) are not this run's")
+        except Exception as e:  # noqa: BLE001  (any unreadable file: refuse it, never execute it)
+            aside = self._set_aside()
+            warnings.warn(
+                f"snapshot {self.path} is not usable ({type(e).__name__}: {str(e)[:120]}); moved to {aside.name} "
+                "and the run restarts from round 1",
+                stacklevel=2,
+            )
+            return None
+        return _from_plain(snap) if snap.get("rounds") == rounds else None
+
+    def _set_aside(self) -> Path:
+        """Move a damaged snapshot out of the way (kept for inspection), so the next run does not trip on it."""
+        aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+        try:
+            os.replace(self.path, aside)
+        except OSError:
+            self.path.unlink(missing_ok=True)
+        self.info_path.unlink(missing_ok=True)
+        return aside
+
+    def save(self, snap: dict) -> None:
+        """Write a snapshot atomically. A failed write (a full disk) is reported naming the file and snapshots stop
+        (``disabled``): the run goes on, it only loses the ability to resume."""
+        if self.disabled:
+            return
+        snap = _to_plain({**snap, "commit": git_commit(), "format": SNAPSHOT_FORMAT, "key": self.key})
+        # unique per process: two processes on one config never write the same temporary file
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+        info = {k: snap[k] for k in ("round", "rounds")} | {"elapsed": round(snap["elapsed"], 1)}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(snap, tmp)
+            os.replace(tmp, self.path)  # a reader (or a second interruption) never sees half a snapshot
+            self.info_path.write_text(json.dumps(info))
+        except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
+            tmp.unlink(missing_ok=True)
+            self.disabled = True
+            no_space = getattr(e, "errno", None) == errno.ENOSPC or "No space left" in str(e)
+            what = "no space left" if no_space else f"{type(e).__name__}: {str(e)[:100]}"
+            warnings.warn(f"{what} writing {self.path}; the run continues without snapshots", stacklevel=2)
+
+    def clear(self) -> None:
+        for p in (self.path, self.info_path):
+            p.unlink(missing_ok=True)
+
+
+# 1: pickled objects (before the engine redesign), refused; 2: tensors and plain data, refused (it does not say
+# which run it belongs to); 3: and its run's key and parameter shapes
+SNAPSHOT_FORMAT = 3
+
+
+def _regular(path: Path) -> bool:
+    """Whether ``path`` (followed through links) is a regular file: what a snapshot and its info are."""
+    return stat.S_ISREG(os.stat(path).st_mode)
+
+
+def param_shapes(state: State) -> dict:
+    """Each client-model parameter's dtype and shape (clients first), as plain data: what a snapshot is for."""
+    return {n: [str(t.dtype), *t.shape] for n, t in state.client_params.items()}
+
+
+def _to_plain(obj):
+    """Snapshot content as what ``torch.load(weights_only=True)`` reads: numpy arrays become tensors (marked, so
+    they come back as arrays), numpy scalars Python numbers; dicts, lists, tuples, str, numbers, None stay."""
+    if isinstance(obj, np.ndarray):
+        return {"__ndarray__": torch.from_numpy(np.ascontiguousarray(obj)) if obj.dtype != object else obj.tolist()}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        return {k: _to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_plain(v) for v in obj)
+    return obj
+
+
+def _from_plain(obj):
+    if isinstance(obj, dict):
+        if set(obj) == {"__ndarray__"}:
+            v = obj["__ndarray__"]
+            return v.numpy() if isinstance(v, torch.Tensor) else np.array(v)
+        return {k: _from_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_from_plain(v) for v in obj)
+    return obj
+
+
+def git_commit() -> str | None:
+    """The git commit of the checkout fedlib runs from (None outside a git checkout): recorded with every run."""
+    try:
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"],
+                cwd=Path(__file__).resolve().parent,
+                capture_output=True,
+                text=True,
+                timeout=5,
+            ).stdout.strip()
+            or None
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
