@@ -1,0 +1,1 @@
+"""fedlib's benchmark, outside the package: it imports fedlib, fedlib never imports it (``python -m benchmarks``)."""
