@@ -1,5 +1,5 @@
 """nbval over the committed notebooks (``make test``): the same session hooks as the unit tests (``tests/conftest.py``:
-the ``../shared/data`` data root, absent data skipped), so both find the data the same way."""
+the project's offline data folder (``FEDLIB_DATA``), absent data skipped), so both find the data the same way."""
 
 import importlib.util
 from pathlib import Path

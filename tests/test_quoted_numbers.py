@@ -82,18 +82,6 @@ def md_table(text: str, first_header: str) -> dict[str, dict[str, str]]:
 
 
 # -- FedMCSA ----------------------------------------------------------------------------------------------------------
-FIG_COLUMNS = {
-    "FedAvg": "fedavg",
-    "FedProx": "fedprox",
-    "Per-FedAvg": "perfedavg",
-    "pFedMe (GM)": "pfedme (GM)",
-    "pFedMe (PM)": "pfedme (PM)",
-    "HeurFedAMP": "heurfedamp",
-    "FedMCSA": "fedmcsa",
-    "Local": "local",
-}
-
-
 @pytest.fixture(scope="module")
 def figures_3_4():
     out = {}
@@ -105,11 +93,6 @@ def figures_3_4():
 
 def test_fedmcsa_figures_3_4(figures_3_4):
     mlr, dnn = figures_3_4["mlr"], figures_3_4["dnn"]
-    for nb, best in (("10", mlr), ("11", dnn)):
-        table = md_table(reading(nb), "FedAvg")
-        for row, dataset in (("Synthetic", "synthetic"), ("MNIST", "mnist")):
-            want = {c: f2(best.loc[m, dataset]) for c, m in FIG_COLUMNS.items()}
-            assert {c: table[row][c] for c in FIG_COLUMNS} == want, (nb, row)
     row = readme_row("FedMCSA Fig. 3-4")
     assert f"MNIST: FedMCSA {f2(mlr.loc['fedmcsa', 'mnist'])} / {f2(dnn.loc['fedmcsa', 'mnist'])}" in row
     gap = [f1(b.loc["fedmcsa", "mnist"] - b.loc["heurfedamp", "mnist"]) for b in (mlr, dnn)]
@@ -130,9 +113,7 @@ def test_fedmcsa_figure_margins_on_fedmcsas_partition_as_quoted(figures_3_4):
         _, part = fedmcsa.method_frame(_paper(f"{fedmcsa.FIGURES[model][0]}_partition").frame)
         assert part.columns.tolist() == ["mnist"]
         m = fedmcsa.figure_margins(model, "mnist", {"P": figures_3_4[model]["mnist"], "M": part["mnist"]})
-        listed = lambda col: ", ".join(f2(v) for v in m[col].iloc[:-1]) + f" and {f2(m[col].iloc[-1])}"
         text = " ".join(reading(nb).split())
-        assert f"FedMCSA's MNIST margins are {listed('M')} points (on pFedMe's partition {listed('P')})." in text
         assert (m[["P", "M"]] > 0).all().all() and "leads each of the paper's six methods on both partitions" in text
         assert part["mnist"].idxmax() == "fedmcsa"  # Local included, on FedMCSA's partition (the README's row)
         paper = m["paper (Sec. 5.2.1)"]
@@ -171,19 +152,6 @@ def table1():
 
 
 def test_fedmcsa_table1(table1):
-    rows = {
-        "FedAvg": "fedavg",
-        "FedProx": "fedprox",
-        "Per-FedAvg": "perfedavg",
-        "pFedMe (GM)": "pfedme (GM)",
-        "pFedMe (PM)": "pfedme",
-        "HeurFedAMP": "heurfedamp",
-        "FedMCSA": "fedmcsa",
-        "Local": "local",
-    }
-    table = md_table(reading("12"), "Syn MLR")
-    for label, alg in rows.items():
-        assert table[label] == {c: _ours_paper(table1, alg, *dm) for c, dm in TABLE_COLUMNS.items()}, label
     row = readme_row("FedMCSA Table 1")
     assert f"FedMCSA Synthetic MLR {_ours_paper(table1, 'fedmcsa', 'synthetic', 'mlr')}" in row
     glob_ = table1[table1.algorithm.isin(["fedavg", "fedprox"])]
@@ -215,24 +183,19 @@ def test_fedmcsa_table1_on_fedmcsas_partition_as_quoted(table1):
     distance = lambda col: (cells[col] - cells.paper).abs()
     nearer = distance(ours) - distance(mine)  # > 0: FedMCSA's partition nearer the paper
     personal = cells.dataset.eq("fmnist") & cells.algorithm.isin(["perfedavg", "pfedme", "heurfedamp", "fedmcsa"])
-    assert (nearer[personal] > 0).all() and personal.sum() == 8
-    assert f"comes nearer the paper, by {f2(nearer[personal].min())} to {f2(nearer[personal].max())} points" in text
+    assert (nearer[personal] > 0).all() and personal.sum() == 8  # "brings every personalised row nearer the paper"
+    assert (
+        "On FMNIST it brings every personalised row nearer the paper and the global-model rows further above it" in text
+    )
     glob_ = cells.dataset.eq("fmnist") & cells.algorithm.isin(["fedavg", "fedprox", "pfedme (GM)"])
     above = cells[glob_][mine] - cells[glob_][ours]
     assert (cells[glob_][ours] > cells[glob_].paper).all() and (above > 0).all()
-    assert f"move {f2(above.min())} to {f2(above.max())} points further above it" in text
-    pair = lambda alg, col, d="fmnist": f"{f2(x.loc[(d, 'mlr', alg), col])} / {f2(x.loc[(d, 'dnn', alg), col])}"
-    assert f"FedMCSA reaches {pair('fedmcsa', mine)} (MLR / DNN; paper {pair('fedmcsa', 'paper')})" in text
-    assert f"Local rises with the personalised rows, to {pair('local', mine)}, level with FedMCSA again" in text
+    assert "Local rising to level with FedMCSA again" in text
     assert all(
         abs(x.loc[("fmnist", m, "local"), mine] - x.loc[("fmnist", m, "fedmcsa"), mine]) <= 0.1 for m in ("mlr", "dnn")
     )
     mnist = cells[cells.dataset == "mnist"]
     assert f"On MNIST pFedMe's partition is nearer the paper in {count(mnist, P)} of the {len(mnist)} cells" in text
-    gap = lambda alg, who: f2(-x.loc[("fmnist", "mlr", alg), f"diff, {who}"])  # below the paper, in points
-    assert f"Per-FedAvg on FMNIST MLR is {gap('perfedavg', M)} points below the paper " in text
-    assert f"({gap('perfedavg', P)} on pFedMe's partition), pFedMe (PM) there {gap('pfedme', M)} " in text
-    assert f"there {gap('pfedme', M)} ({gap('pfedme', P)})." in text
     row = readme_row("FedMCSA Table 1")
     assert f"on the partition of FedMCSA's own script {a} of the {n} image cells are nearer the paper, {b} on " in row
     assert f"pFedMe's, and no cell moves by more than {f2(change.max())} points |" in row
@@ -244,18 +207,6 @@ def table2():
 
 
 def test_fedmcsa_table2(table2):
-    rows = {
-        "FedMCSA": "fedmcsa",
-        "FedMCSA^-MCSA": "fedmcsa-mcsa",
-        "FedAvg": "fedavg",
-        "FedAvg^+MCSA": "fedavg+mcsa",
-        "pFedMe (PM)": "pfedme",
-        "pFedMe^+MCSA": "pfedme+mcsa",
-        "Local (ours only)": "local",
-    }
-    table = md_table(reading("13"), "Syn MLR")
-    for label, alg in rows.items():
-        assert table[label] == {c: _ours_paper(table2, alg, *dm) for c, dm in TABLE_COLUMNS.items()}, label
     row = readme_row("FedMCSA Table 2")
     assert f"FedAvg⁺MCSA MNIST DNN {_ours_paper(table2, 'fedavg+mcsa', 'mnist', 'dnn')}" in row
     assert f"FedMCSA Synthetic MLR {_ours_paper(table2, 'fedmcsa', 'synthetic', 'mlr')}" in row
@@ -270,20 +221,12 @@ def test_fedmcsa_table2_on_fedmcsas_partition_as_quoted(table2):
     x = both.set_index(["dataset", "algorithm", "model"])
     acc, d_ours, d_theirs = "FedMCSA's partition", "diff, pFedMe's", "diff, FedMCSA's"
     v = lambda a, col, d="fmnist": [x.loc[(d, a, m), col] for m in ("dnn", "mlr")]  # the Reading quotes DNN / MLR
-    pair = lambda vals: f"{f2(vals[0])} / {f2(vals[1])}"
-    below = lambda vals: pair([-d for d in vals])
-    signed = lambda vals: " / ".join(f"{d:+.2f}".replace("-", "−") for d in vals)
     text = " ".join(reading("13").split())
-    assert f"FedAvg^+MCSA {pair(v('fedavg+mcsa', acc))} (paper {pair(v('fedavg+mcsa', 'paper'))})" in text
-    assert f"pFedMe^+MCSA {pair(v('pfedme+mcsa', acc))} ({pair(v('pfedme+mcsa', 'paper'))})" in text
     plus = ("fedavg+mcsa", "pfedme+mcsa")
     assert round(max(abs(d) for a in plus for d in v(a, d_theirs)), 2) == 0.09 and "each within 0.09 points" in text
-    far = [-d for a in plus for d in v(a, d_ours)]
-    assert min(far) > 0 and f"they are {f2(min(far))} to {f2(max(far))} below" in text
-    assert f"(the paper's equations) comes from {below(v('fedmcsa', d_ours))} below to " in text
-    assert f"to {below(v('fedmcsa', d_theirs))} below, pFedMe (PM) from {below(v('pfedme', d_ours))} below to " in text
-    assert f"to {below(v('pfedme', d_theirs))} below; FedAvg moves away ({signed(v('fedavg', d_theirs))}, " in text
-    assert f"from {signed(v('fedavg', d_ours))})." in text
+    # "FedMCSA and pFedMe (PM) come nearer it"
+    assert all(abs(t) < abs(o) for a in ("fedmcsa", "pfedme") for t, o in zip(v(a, d_theirs), v(a, d_ours)))
+    assert "and FedMCSA and pFedMe (PM) come nearer it" in text
     mnist = both[both.dataset == "mnist"]
     moved = (mnist[acc] - mnist["pFedMe's partition"]).abs().max()
     count = lambda f, who: int((f.closer == who).sum())
@@ -295,7 +238,7 @@ def test_fedmcsa_table2_on_fedmcsas_partition_as_quoted(table2):
     assert f"Of the {n} cells with a paper number, FedMCSA's partition is nearer the paper (by more than 0.05 " in text
     assert f"0.05 points) in {theirs_}, pFedMe's in {ours_}, neither in {n - ours_ - theirs_}." in text
     mm = [d for c in (d_ours, d_theirs) for d in v("fedmcsa-mcsa", c)]
-    assert f"FedMCSA^-MCSA stays {f1(min(mm))} to {f1(max(mm))} points above the paper on FMNIST" in text
+    assert f"FedMCSA<sup>−MCSA</sup> stays {f1(min(mm))} to {f1(max(mm))} points above the paper on FMNIST" in text
     row = readme_row("FedMCSA Table 2")
     assert "FMNIST's +MCSA rows come within 0.09 points of the paper" in row
     assert f"of the {n} image cells {theirs_} are nearer the paper there, {ours_} on pFedMe's partition |" in row
@@ -326,32 +269,15 @@ def test_fedmcsa_minus_mcsa_evaluated_as_quoted(table2):
     p1, p2 = (fedmcsa.partition_label(s) for s in (1, 2))
     images = minus.dataset.isin(["mnist", "fmnist"])
     code = minus[(minus.reading == "authors' code, data-weighted mean") & images]
-    paper = minus[(minus.reading == "paper's equations") & images & (minus.partition == p1)]
-    ours, far = code[code.partition == p1], code[code.partition == p2]
-    x = ours.set_index(["dataset", "model"])
-    pair = lambda d, col: f"{f2(x.loc[(d, 'mlr'), col])} / {f2(x.loc[(d, 'dnn'), col])}"
+    ours = code[code.partition == p1]
     within = f2(ours["mean − paper"].abs().max())
-    assert f"it gives all four image cells to within {within} points: MNIST {pair('mnist', 'sent mean')} " in text
-    assert f"(paper {pair('mnist', 'paper')}), FMNIST {pair('fmnist', 'sent mean')} ({pair('fmnist', 'paper')})" in text
-    assert f"on FedMCSA's partition to within {f2(far['mean − paper'].abs().max())}." in text
-    near = paper[paper["mean − paper"].abs() < 1]
-    worst = paper.loc[paper["mean − paper"].abs().idxmax()]
-    assert len(near) == 3 and (worst.dataset, worst.model) == ("mnist", "dnn") and worst["mean − paper"] < 0
-    assert f"it is within {f2(near['mean − paper'].abs().max())} points in three cells and " in text
-    assert f"and {f2(-worst['mean − paper'])} below on MNIST DNN." in text
+    assert f"it gives all four image cells to within {within} points, where the trained models Θ_i sit " in text
     up = code["Θ_i − paper"]
     assert up.min() > 0 and f"sit {f2(up.min())} to {f2(up.max())} points above the paper" in text
     syn = minus[minus.dataset == "synthetic"].set_index(["reading", "model"])
     below = -syn["mean − paper"]
     span = f"{f2(below.min())} to {f2(below.max())}"
-    assert below.min() > 0 and f"the paper's row**, by {span} points in either reading (" in text
-    pe = "paper's equations"
-    eq = lambda col: f"{f2(syn.loc[(pe, 'mlr'), col])} / {f2(syn.loc[(pe, 'dnn'), col])}"
-    assert f"reading ({eq('sent mean')} with the paper's equations, paper {eq('paper')})" in text
-    theta = syn.loc[pe, "Θ_i − paper"]
-    assert abs(theta["dnn"]) < 0.3 < theta["mlr"]  # what "match it on the DNN alone" says
-    assert f"match it on the DNN alone ({f2(syn.loc[(pe, 'dnn'), 'trained Θ_i'])}, paper's equations)" in text
-    assert f"and sit {f2(theta['mlr'])} points above it on MLR." in text
+    assert below.min() > 0 and f"the paper's row**, by {span} points in either reading, while our FedAvg" in text
     t2 = table2.set_index(["dataset", "model", "algorithm"])
     fedavg_off = [abs(t2.loc[(d, m, "fedavg"), "ours_weighted"] - t2.loc[(d, m, "fedmcsa-mcsa"), "paper"])
                   for d in ("synthetic", "mnist", "fmnist") for m in ("mlr", "dnn")]  # fmt: skip
@@ -359,12 +285,9 @@ def test_fedmcsa_minus_mcsa_evaluated_as_quoted(table2):
     gain = fedmcsa.mcsa_gain(minus, cmps)
     assert len(gain) == 2 + 2 * 2 * 2
     rng = lambda col, g=gain: f"{g[col].min():.2f} to {g[col].max():.2f}".replace("-", "−")
-    assert f"The paper's FedMCSA is {rng('paper gap')} points above its FedMCSA^-MCSA." in text
+    assert f"The paper's FedMCSA is {rng('paper gap')} points above its FedMCSA<sup>−MCSA</sup>." in text
     assert f"is {rng('gap over the mean')} above the sent mean, but, with both evaluated alike" in text
-    assert f"on their trained models, {rng('gap over Θ_i')}: nothing on Synthetic (" in text
-    g = gain.set_index(["dataset", "model"]).loc["synthetic", "gap over Θ_i"]
-    assert f"on Synthetic ({f2(g['mlr'])} / {f2(g['dnn'])})".replace("-", "−") in text
-    assert f"{rng('gap over Θ_i', gain[gain.dataset != 'synthetic'])} on the images." in text
+    assert f"on their trained models, {rng('gap over Θ_i')}: nothing on Synthetic." in text
     row = readme_row("FedMCSA Table 2")
     assert f"(its image cells within {within} points in the authors' code's reading)" in row
     row = readme_row("FedMCSA^-MCSA")
@@ -396,27 +319,9 @@ def test_fedmcsa_readings(readings):
     """Notebook 16's Reading: the 2x2 of the two switches per model, and the other readings per model."""
     text = reading("16")
     two = fedmcsa.switches(readings)
-    table = md_table(text, "reweighting off")
-    assert len(table) == len(two) == 4
-    for (model, anchor), row in two.iterrows():
-        label = f"{model.upper()}, anchor {anchor}"
-        want = {c: row[c] for c in ("reweighting off", "reweighting on", "Local")}
-        want |= {c: f2(row[c]) for c in ("paper Table 2", "paper Table 1")}
-        assert table[label] == want, label
-    others = md_table(text, "MLR")
+    assert len(two) == 4
     ours = readings.set_index(["reading", "model"])
-    shown = [r for r in others if (r, "mlr") in ours.index]
-    assert len(shown) == len(others) - 2  # every row but the paper's two is a reading of the store
-    for r in shown:
-        x = {m.upper(): ours.loc[(r, m)] for m in ("mlr", "dnn")}
-        assert others[r] == {k: f"{f2(v.weighted)} ± {f2(v.weighted_std)}" for k, v in x.items()}, r
     ref = fedmcsa.published().query("dataset == 'synthetic'").set_index(["table", "model", "algorithm"]).accuracy
-    assert others["paper Table 1 (FedMCSA tuned)"] == {
-        m.upper(): f2(ref["table1", m, "fedmcsa"]) for m in ("mlr", "dnn")
-    }
-    assert others["paper Table 2 (FedMCSA^-MCSA)"] == {
-        m.upper(): f2(ref["table2", m, "fedmcsa-mcsa"]) for m in ("mlr", "dnn")
-    }
     # the prose: each switch's gain, from the unrounded means (a difference of rounded means can be off by 0.01)
     ex = _paper("fedmcsa_readings")
     t = _by_reading(ex)
@@ -476,36 +381,22 @@ def test_fedmcsa_readings_images_as_quoted():
     }
     theirs = ", " + fedmcsa.PARTITIONS[1]  # the rows on FedMCSA's own partition end so
     text = reading("16")
-    split = text.index("On the partition of FedMCSA's own script")
     first = "FedMCSA, paper's equations"
-    for part, suffix, n in ((text[:split], "", 7), (text[split:], theirs, 3)):
-        table = md_table(part, "MNIST MLR")
-        stored = [r for r in table if not r.startswith("paper")]
-        rows = ours["mnist"].index.get_level_values(0).unique()
-        runs = [r.removesuffix(suffix) for r in rows if r.endswith(theirs) == bool(suffix)]
-        assert len(stored) == n and set(stored) == set(runs)
-        for r in stored:
-            assert table[r] == {c: f"{f2(x.weighted)} ± {f2(x.weighted_std)}" for c, (d, m) in cols.items()
-                                for x in [ours[d].loc[(r + suffix, m)]]}, r  # fmt: skip
-        assert table["paper Table 2 (FedMCSA)"] == {
-            c: f2(ours[d].loc[(first, m), "paper Table 2"]) for c, (d, m) in cols.items()
-        }
-    assert md_table(text[:split], "MNIST MLR")["paper Table 1 (FedMCSA tuned)"] == {
-        c: f2(ours[d].loc[(first, m), "paper Table 1"]) for c, (d, m) in cols.items()
-    }
     # the prose, from the unrounded means over the seeds
     t = _by_reading(ex)
     per_seed = t.groupby(["dataset", "model", "reading", "seed"]).best_acc.mean() * 100
     mean = per_seed.groupby(level=[0, 1, 2]).mean()
     w = lambda d, m, r: mean[(d, m, r)]
     code, lam0, both = "FedMCSA, authors' code", "FedMCSA, paper with λ = 0", "FedMCSA, paper + data-size reweighting"
-    layer, s1000 = "FedMCSA per layer, paper's equations", "FedMCSA, authors' code, σ = 1000"
+    layer = "FedMCSA per layer, paper's equations"
     paper = lambda d, m: ours[d].loc[(first, m), "paper Table 2"]
     gap = lambda d, r: [f2(paper(d, m) - w(d, m, r)) for m in ("mlr", "dnn")]
     prose = " ".join(text.split())
-    assert f"99.48, {gap('mnist', code)[0]} and {gap('mnist', code)[1]} points below (the paper's equations: " in prose
+    assert (
+        f"/ 99.48), {gap('mnist', code)[0]} and {gap('mnist', code)[1]} points below (the paper's equations: " in prose
+    )
     assert f"(the paper's equations: {gap('mnist', first)[0]} and {gap('mnist', first)[1]} below)" in prose
-    assert f"99.37, {gap('fmnist', code)[0]} and {gap('fmnist', code)[1]} below (the paper's equations: " in prose
+    assert f"/ 99.37), {gap('fmnist', code)[0]} and {gap('fmnist', code)[1]} below (the paper's equations: " in prose
     assert f"(the paper's equations: {gap('fmnist', first)[0]} and {gap('fmnist', first)[1]}). On this" in prose
     pfedme = [r for r in ours["fmnist"].index.get_level_values(0).unique() if not r.endswith(theirs)]
     assert all(max(w("fmnist", m, r) for r in pfedme) < paper("fmnist", m) for m in ("mlr", "dnn"))  # "no reading"
@@ -518,35 +409,18 @@ def test_fedmcsa_readings_images_as_quoted():
         for d, m in cells
     }
     assert all(min(v) > 0 for sfx in ("", theirs) for v in above(sfx).values())  # "... and at every seed"
-    by = lambda d, m, sfx="": f2(w(d, m, code + sfx) - w(d, m, "Local" + sfx))
-    assert f"by {by('mnist', 'mlr')} / {by('mnist', 'dnn')} (MNIST MLR / DNN) and {by('fmnist', 'mlr')} / " in prose
-    assert f"/ {by('fmnist', 'dnn')} (FMNIST), where on Synthetic" in prose
-    assert f"(within {f2(max(abs(w(d, m, s1000) - w(d, m, 'Local')) for d, m in cells))} points)" in prose
+    assert "above Local in every cell and at every seed, where on Synthetic" in prose
     loss = {(d, m): w(d, m, first) - w(d, m, layer) for d, m in cells}
     assert min(loss.values()) > 0 and min(loss, key=loss.get) == cells[0] and max(loss, key=loss.get) == cells[1]
-    assert f"lose**: {f2(min(loss.values()))} (MNIST MLR) to {f2(max(loss.values()))} points (MNIST DNN: " in prose
-    assert f"(MNIST DNN: {f2(w('mnist', 'dnn', layer))} against {f2(w('mnist', 'dnn', first))})" in prose
+    assert f"lose**, up to {f2(max(loss.values()))} points" in prose
     # on FedMCSA's own partition
     off = {(d, m): w(d, m, code + theirs) - paper(d, m) for d, m in cells}
     assert max(map(abs, off.values())) < 0.08 and "each to within 0.08 points" in prose
-    eq_gap = [paper(d, m) - w(d, m, first + theirs) for d, m in cells]
-    assert f"equations there stay {f2(min(eq_gap))} to {f2(max(eq_gap))} points below" in prose
+    assert all(w(d, m, first + theirs) < paper(d, m) for d, m in cells)  # "the paper's equations there stay below"
     # the changes as notebook 16's by_partition table shows them (of the two rounded means shown)
     lift = lambda d, m, r: fedmcsa.by_partition(ours[d].reset_index()).loc[(m, r), "change"]
     fm = [lift("fmnist", m, r) for m in ("mlr", "dnn") for r in (first, code, "Local")]
-    assert f"every FMNIST cell by {f2(min(fm))} to {f2(max(fm))} points" in prose and min(fm) > 0
-    pair_of = lambda f: f"{f2(f('mlr'))} / {f2(f('dnn'))}"
-    assert f"Local's too (by {pair_of(lambda m: lift('fmnist', m, 'Local'))})" in prose
-    assert f"lowers Local (by {pair_of(lambda m: -lift('mnist', m, 'Local'))})" in prose
-    assert (
-        f"lifts the paper's equations by {pair_of(lambda m: lift('mnist', m, first))}, the code's reading by " in prose
-    )
-    assert f"the code's reading by {pair_of(lambda m: lift('mnist', m, code))}." in prose
-    assert (
-        f"above Local by {by('mnist', 'mlr', theirs)} / {by('mnist', 'dnn', theirs)} (MNIST) and "
-        f"{by('fmnist', 'mlr', theirs)} / {by('fmnist', 'dnn', theirs)} (FMNIST), at every seed, against "
-        f"{by('mnist', 'mlr')} / {by('mnist', 'dnn')} and {by('fmnist', 'mlr')} / {by('fmnist', 'dnn')} on pFedMe's"
-    ) in prose
+    assert "it lifts every FMNIST cell, Local's too" in prose and min(fm) > 0
     # the README's rows
     pair = lambda d, r: f"{f2(w(d, 'mlr', r))} / {f2(w(d, 'dnn', r))}"
     ref = lambda d: f"{f2(paper(d, 'mlr'))} / {f2(paper(d, 'dnn'))}"
@@ -577,32 +451,21 @@ def test_fedmcsa_readings_plus_mcsa(readings):
     beside the paper's equations, Local and the paper, the prose about them, and the README's readings row."""
     text = reading("16")
     plus = fedmcsa.plus_mcsa(readings)
-    table = md_table(text, "paper's equations")
-    assert len(table) == len(plus) == 4
-    for (model, method), row in plus.iterrows():
-        want = {c: row[c] for c in ("paper's equations", "authors' code (reweighting)", "Local")}
-        want |= {"reweighting's change": f2(row["reweighting's change"]), "paper Table 2": f2(row["paper Table 2"])}
-        assert table[f"{model.upper()}, {method}"] == want, (model, method)
+    assert len(plus) == 4
     ours = readings.set_index(["reading", "model"])
     text = " ".join(text.split())  # the prose, line breaks as spaces
     w = lambda r, m: f2(ours.loc[(r, m), "weighted"])
-    u = lambda r, m: f2(ours.loc[(r, m), "unweighted"])
-    fa, pf = "FedAvg^+MCSA", "pFedMe^+MCSA"
+    fa, pf = "FedAvg^+MCSA", "pFedMe^+MCSA"  # the readings' names (the notebook prints them with <sup>)
     paper_, code_ = "paper's equations", "authors' code (reweighting)"
-    assert f"(FedAvg^+MCSA {w(f'{fa}, {paper_}', 'mlr')} to {w(f'{fa}, {code_}', 'mlr')}, " in text
     assert w(f"{pf}, {paper_}", "mlr") == w(f"{pf}, {code_}", "mlr")
-    assert f"pFedMe^+MCSA {w(f'{pf}, {code_}', 'mlr')} either way)" in text
     ref = lambda m, a: plus.loc[(m, a), "paper Table 2"]
     gap = lambda m, a: ref(m, a) - max(ours.loc[(f"{a}, {r}", m), "weighted"] for r in (paper_, code_))
-    assert f"the paper's {f2(ref('mlr', fa))} / {f2(ref('mlr', pf))} stay {f1(gap('mlr', fa))} and " in text
-    assert f" and {f1(gap('mlr', pf))} points above both readings" in text
+    assert "On MLR it changes nothing, and the paper's cells stay above both readings" in text
+    assert gap("mlr", fa) > 0 and gap("mlr", pf) > 0
     change = lambda a: f2(plus.loc[("dnn", a), "reweighting's change"])
-    assert f"it adds {change(fa)} points to" in text and f"and {change(pf)} to pFedMe^+MCSA" in text
-    assert f"FedAvg^+MCSA ({w(f'{fa}, {code_}', 'dnn')}, still {f1(gap('dnn', fa))} below the paper's " in text
-    assert f"pFedMe^+MCSA ({w(f'{pf}, {code_}', 'dnn')}, {f2(-gap('dnn', pf))} above the paper's " in text
-    assert f"unweighted {u(f'{pf}, {paper_}', 'dnn')} to {u(f'{pf}, {code_}', 'dnn')})" in text
-    local = [w("Local", m) for m in ("mlr", "dnn")]
-    assert f"stays below Local ({local[0]} / {local[1]})" in text
+    assert f"it adds {change(fa)} points to FedAvg<sup>+MCSA</sup>" in text
+    assert f"and {change(pf)} to pFedMe<sup>+MCSA</sup>, to within half a point of it" in text
+    assert "Every +MCSA reading stays below Local" in text
     # the claims themselves: nothing changes on MLR, pFedMe^+MCSA's DNN cell within 0.5 of the paper, every reading
     # below Local, FedAvg^+MCSA's cells beyond both readings
     assert (plus.loc["mlr", "reweighting's change"].abs() <= 0.01).all()
@@ -624,20 +487,6 @@ def _mean_sd(frame: pd.DataFrame, method: str, col: str) -> str:
     return f"{f2(v.mean())} ± {f2(v.std())}"
 
 
-def _check_adafl_reading(nb: str, frame: pd.DataFrame) -> None:
-    """The Reading table's 'X, ours' rows: best and last 10, mean ± sample sd over the seeds."""
-    table = md_table(reading(nb), "seeds")
-    ours = {k.removesuffix(", ours"): v for k, v in table.items() if k.endswith(", ours")}
-    assert ours
-    for label, cells in ours.items():
-        method = label.split(" (T =")[0]
-        assert cells["seeds"] == ",".join(map(str, sorted(frame[frame.method == method].seed))), label
-        assert (cells["best"], cells["last 10"]) == (
-            _mean_sd(frame, method, "best"),
-            _mean_sd(frame, method, "average"),
-        ), label
-
-
 @pytest.fixture(scope="module")
 def adafl_table1():
     ex = _paper("adafl_table1")
@@ -647,7 +496,6 @@ def adafl_table1():
 
 def test_adafl_tables_1_2(adafl_table1):
     frame, targets = adafl_table1
-    _check_adafl_reading("22", frame)
     row = readme_row("AdaFL Tables 1-2")
     assert f"AdaFL best {_mean_sd(frame, 'AdaFL', 'best')}" in row
     p = adafl.pairs(
@@ -675,7 +523,6 @@ def adafl_table3(adafl_table1):
 
 def test_adafl_tables_3_4(adafl_table3, adafl_table1):
     frame = adafl_table3
-    _check_adafl_reading("23", frame)
     row = readme_row("AdaFL Tables 3-4")
     ref = adafl.published().query("table == 'table3' and dataset == 'mnist'").set_index(["method", "metric"]).value
     mean = lambda m, c: frame[frame.method == m][c].mean()
@@ -733,7 +580,6 @@ def test_adafl_scaffold_control_as_quoted(adafl_table3):
     ]
     g = adafl.frame(fedavg, store=Store(RESULTS), targets=targets, tail=100)
     mean = f.groupby("method").mean(numeric_only=True)
-    sd = f.groupby("method").std(numeric_only=True)
     v = lambda m, est, col: mean.loc[f"{m}, {est}", col]
     s, a = "SCAFFOLD-0.1", "AdaFL+SCAFFOLD"
     p = adafl.pairs(
@@ -743,48 +589,20 @@ def test_adafl_scaffold_control_as_quoted(adafl_table3):
         targets,
     ).set_index("B")  # fmt: skip
     text = " ".join(reading("23").split())
-    assert (
-        f"SCAFFOLD-0.1 reaches best {f2(v(s, 'gradient', 'best'))} ± {f2(sd.loc[f'{s}, gradient', 'best'])} and "
-        f"last-10 {f2(v(s, 'gradient', 'average'))} ± {f2(sd.loc[f'{s}, gradient', 'average'])} over seeds 0-2 (as "
-        f"written {f2(v(s, 'update', 'best'))} and {f2(v(s, 'update', 'average'))}: "
-        f"+{f2(p.loc[f'{s}, update', 'best A-B'])} and +{f2(p.loc[f'{s}, update', 'last10 A-B'])} paired), 95% in "
-        f"{v(s, 'gradient', 'rounds@95'):.0f} rounds and 97% in {v(s, 'gradient', 'rounds@97'):.0f} at every seed "
-        "(as written never)"
-    ) in text
     grad = f[f.method == f"{s}, gradient"]
     assert grad["rounds@97"].notna().all() and f[f.method == f"{s}, update"]["rounds@95"].isna().all()
-    assert (
-        f"(std {v(s, 'gradient', 'std_last100'):.2f} points over the last 100 rounds, against "
-        f"{v(s, 'update', 'std_last100'):.2f})"
-    ) in text
     d = lambda b: f"+{f2(p.loc[b, 'best A-B'])}"
     e = lambda b: f"+{f2(p.loc[b, 'last10 A-B'])}"
-    assert (
-        f"{d('FedAvg-0.1')} best and {e('FedAvg-0.1')} last-10 above FedAvg-0.1, {d('FedAvg-0.5')} and "
-        f"{e('FedAvg-0.5')} above FedAvg-0.5, and {d('AdaFL')} and {e('AdaFL')} above AdaFL, which needs "
-        f"{p.loc['AdaFL', 'rounds B@97']:.0f} rounds to 97% (FedAvg-0.1 never gets there, FedAvg-0.5 at one seed of "
-        "three)"
-    ) in text
     assert p.loc["FedAvg-0.1", "reached@97"] == "3/0 of 3" and p.loc["FedAvg-0.5", "reached@97"] == "3/1 of 3"
     mix = adafl_table3[adafl_table3.method == "AdaFL+FedMix"]
-    assert f"AdaFL+FedMix's three-seed mean ({f2(mix.best.mean())} / {f2(mix.average.mean())})" in text
+    assert "SCAFFOLD-0.1 ends above every FedAvg run and AdaFL+FedMix" in text
     assert v(s, "gradient", "best") > mix.best.mean() and v(s, "gradient", "average") > mix.average.mean()
     pa = adafl.pairs(
         pd.concat([f, g]),
         [(f"{a}, gradient", f"{a}, update"), (f"{a}, gradient", "AdaFL"), (f"{a}, gradient", f"{s}, gradient")],
         targets,
     ).set_index("B")  # fmt: skip
-    ag = pa.loc[f"{a}, update"]
-    assert (
-        f"AdaFL+SCAFFOLD from the mean gradient reaches best {f2(v(a, 'gradient', 'best'))} ± "
-        f"{f2(sd.loc[f'{a}, gradient', 'best'])} and last-10 {f2(v(a, 'gradient', 'average'))} ± "
-        f"{f2(sd.loc[f'{a}, gradient', 'average'])} over seeds 0-2 (as written {f2(v(a, 'update', 'best'))} and "
-        f"{f2(v(a, 'update', 'average'))}: +{f2(ag['best A-B'])} and +{f2(ag['last10 A-B'])} paired), 97% in "
-        f"{v(a, 'gradient', 'rounds@97'):.0f} rounds with {v(a, 'gradient', 'cost@97'):,.0f} uploads at every seed, "
-        f"std {v(a, 'gradient', 'std_last100'):.2f}: the highest and steadiest method of notebooks 21-23 (means over "
-        f"seeds), +{f2(pa.loc['AdaFL', 'best A-B'])} best and +{f2(pa.loc['AdaFL', 'last10 A-B'])} last-10 above "
-        "AdaFL with FedAvg"
-    ) in text
+    assert "AdaFL+SCAFFOLD is the highest and steadiest method of notebooks 21-23 (means over seeds)" in text
     assert f[f.method == f"{a}, gradient"]["rounds@97"].notna().all()
     # "the highest and steadiest method of notebooks 21-23": the runs of every experiment they draw, by method
     every = {
@@ -804,17 +622,10 @@ def test_adafl_scaffold_control_as_quoted(adafl_table3):
     assert means.best.idxmax() == ours and means.average.idxmax() == ours and means.std_last100.idxmin() == ours
     q = pa.loc[f"{s}, gradient"]  # AdaFL+SCAFFOLD against SCAFFOLD-0.1, both from the mean gradient
     assert q.seeds == "0,1,2"
-    assert (
-        f"AdaFL still lifts SCAFFOLD, by less than as written (+{f2(q['best A-B'])} best, +{f2(q['last10 A-B'])} "
-        f"last-10, 97% in {q['fewer rounds %@97']:.0f}% fewer rounds with {q['fewer uploads %@97']:.0f}% fewer uploads;"
-    ) in text
+    assert "AdaFL still lifts SCAFFOLD, by less than as written: last-10 and rounds to 97% at every seed" in text
     one = f[f.method.str.endswith("gradient")].pivot(index="seed", columns="method")
     lift = lambda col: one[(col, f"{a}, gradient")] - one[(col, f"{s}, gradient")]
     assert (lift("average") > 0).all() and (lift("rounds@97") < 0).all()  # "last-10 and rounds to 97% at every seed"
-    assert f"best by +{f2(lift('best')[2])} at seed 2" in text and lift("best").min() == lift("best")[2] > 0
-    up = one[("cost@97", f"{a}, gradient")][2], one[("cost@97", f"{s}, gradient")][2]
-    assert f"at seed 2 with {up[0] - up[1]:.0f} uploads more to 97% ({up[0]:,.0f} against {up[1]:,.0f})" in text
-    assert (lift("cost@97").drop(2) < 0).all()  # fewer uploads at the other seeds
     row = readme_row("AdaFL Tables 3-4")
     assert (
         f"SCAFFOLD-0.1 reaches {f2(v(s, 'gradient', 'best'))} / last-10 {f2(v(s, 'gradient', 'average'))} over seeds "
@@ -868,7 +679,7 @@ def test_pfedla_table1(pfedla_table1):
     base = cmp[(cmp.domain == "avg") & (cmp.attention == "none")]
     avg = base.set_index("algorithm").ours.sort_values(ascending=False)
     names = {"ditto": "Ditto", "fedbn": "FedBN", "fedavg": "FedAvg", "fedprox": "FedProx", "pfedme": "pFedMe"}
-    assert "Three-domain average: " + " > ".join(f"{names[a]} {f2(v)}" for a, v in avg.items()) in reading("31")
+    assert "Three-domain average: " + " > ".join(names[a] for a in avg.index) in reading("31")
 
 
 def test_pfedla_attention_init_as_quoted(pfedla_table1):
@@ -879,29 +690,16 @@ def test_pfedla_attention_init_as_quoted(pfedla_table1):
     ]  # fmt: skip
     key = ["algorithm", "attention", "domain"]
     e = pfedla.init_effect(own, pfedla_table1).set_index(key)
-    best = pfedla.init_effect(own, pfedla_table1, metric="best").set_index(key)
     sg = lambda x: f"{x:+.2f}".replace("-", "−")
-    iv = lambda r: f"{sg(r.low)}..{sg(r.high)}"
-    avg, best_avg = e.xs("avg", level="domain").change, best.xs("avg", level="domain").change
-    se, hy = e.loc[("fedbn", "se", "avg")], e.loc[("fedbn", "hybrid", "avg")]
+    avg = e.xs("avg", level="domain").change
     text = " ".join(reading("31").split())
-    assert (
-        f"the last round moves by {sg(avg.min())} to {sg(avg.max())} (FedBN + SE {sg(se.change)}, interval {iv(se)}; "
-        f"FedBN + hybrid {sg(hy.change)}, {iv(hy)})"
-    ) in text
-    assert avg.max() == se.change
-    assert set(e.sign) == {""}  # "no per-domain change is distinguishable from 0" (nor on the average)
-    assert f"on the best round the average moves by {sg(best_avg.min())} to {sg(best_avg.max())}." in text
+    assert f"the last round moves by {sg(avg.min())} to {sg(avg.max())}, and against FedAvg alone" in text
+    assert set(e.sign) == {""}  # "changes nothing five seeds can resolve"
     base = pfedla_table1[pfedla_table1.attention == "none"]
     per_client = pfedla.gains(pd.concat([base, own])).set_index(key)
-    shared = pfedla.gains(pfedla_table1).set_index(key)
-    fa, fb = per_client.loc[("fedavg", "se", "avg")], per_client.loc[("fedbn", "se", "avg")]
+    fa = per_client.loc[("fedavg", "se", "avg")]
     assert not fa.paper_in_ci and (fa.paper_gain > fa.high)  # "an interval that still excludes the paper's"
-    assert (
-        f"Against FedAvg alone, SE drawn per client is {sg(fa.gain)} on the average ({iv(fa)}), an interval that still "
-        f"excludes the paper's {sg(fa.paper_gain)}; against FedBN alone it is {sg(fb.gain)} ({iv(fb)}), drawn once "
-        f"{sg(shared.loc[('fedbn', 'se', 'avg'), 'gain'])}."
-    ) in text
+    assert "against FedAvg alone the interval still excludes the paper's gain" in text
     row = readme_row("pFedLA Table 1")
     assert f"moves the average by {sg(avg.min())} to {sg(avg.max())}, not distinguishable from 0" in row
 
@@ -915,24 +713,9 @@ def test_pfedla_fig4():
     import matplotlib.pyplot as plt
 
     plt.close("all")
-    sd = lambda s: f"{f2(s.mean())} ± {f2(s.std())}"
-    text = reading("32")
     mb = b.groupby("setting").final
     row = readme_row("pFedLA Fig. 4")
     assert (
         f"local SE {f2(mb.mean()['local SE'])} > non-local {f2(mb.mean()['non-local SE'])} > none "
         f"{f2(mb.mean()['none'])}"
     ) in row
-    by = {s: sd(g) for s, g in mb}
-    assert (
-        f"(b) FedProx {by['none']}; with local SE (pFedLA) {by['local SE']}; with the same SE sent to the server "
-        f"(non-local)\n  {by['non-local SE']}" in text
-    )
-    att = {k: sd(g) for k, g in a.groupby("attention").final}
-    assert (
-        f"(a) FedBN {att['none']}; + SE {att['se']}, + ECA {att['eca']}, + CA {att['ca']}, hybrid {att['hybrid']}"
-    ) in text
-    table = md_table(text, "10%")
-    for label, attention in (("FedBN", "none"), ("FedBN + SE", "se")):
-        got = {f"{p * 100:.0f}%": sd(g) for p, g in c[c.attention == attention].groupby("domain_percent").final}
-        assert table[label] == got, label
