@@ -1,4 +1,4 @@
-# The two commands (README): `make notebooks` runs the main job, `make test` runs the tests.
+# The two commands (README): `make notebooks` runs the main job, `make test` runs the tests; `make docs` builds the site.
 # Both create the virtual environment first when it is missing (or when requirements.txt changed).
 PYTHON ?= python3
 VENV   ?= .venv
@@ -8,7 +8,7 @@ JOBS ?=
 # the venv's bin first on PATH, so papermill's "python3" kernel is the venv's interpreter
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: notebooks test bench lab env clean-results
+.PHONY: notebooks test docs bench lab env clean-results
 
 env: $(VENV)/.installed
 
@@ -26,20 +26,27 @@ notebooks: env
 	$(BIN)/python scripts/run_notebooks.py $(if $(PROFILE),--profile $(PROFILE)) \
 	  $(if $(filter 1 true True yes,$(STORED_ONLY)),--stored-only) $(if $(JOBS),--jobs $(JOBS))
 
-## tests: lint and format check (ruff); unit tests plus every notebook executed at the smoke profile (papermill, scratch
-## store); then nbval re-executes the committed notebooks from the committed paper-profile store and compares their
-## tables. A ../shared/data folder beside the clone is the data root of both when FEDLIB_DATA is unset (tests/conftest.py).
+## tests: lint and format check (ruff); the docs site, built strictly; unit tests plus every notebook executed at the
+## smoke profile (papermill, scratch store); then nbval re-executes the committed notebooks from the committed
+## paper-profile store and compares their tables. A ../shared/data folder beside the clone is the data root of both
+## when FEDLIB_DATA is unset (tests/conftest.py).
 ## (the tests that start Jupyter kernels or Ray, marked `ports`, pick TCP ports: they run one at a time, beside the
 ## rest on two workers; nbval too runs one kernel at a time)
 test: env
 	$(BIN)/ruff check fedlib tests scripts notebooks/conftest.py
 	$(BIN)/ruff format --check fedlib tests scripts notebooks/conftest.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d build/site
 	rm -rf build/test-results
 	export FEDLIB_PROFILE=smoke FEDLIB_RESULTS=$(CURDIR)/build/test-results OMP_NUM_THREADS=1; \
 	  $(BIN)/python -m pytest -p no:cacheprovider -m ports tests & ports=$$!; \
 	  $(BIN)/python -m pytest -n 2 --dist loadfile -p no:cacheprovider -m "not ports" tests; rest=$$?; \
 	  wait $$ports; ports=$$?; test $$rest -eq 0 && test $$ports -eq 0
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -p no:cacheprovider notebooks --nbval --nbval-current-env
+
+## the documentation site (mkdocs.yml: docs/ and the notebooks with their stored outputs) into build/site; strict: a
+## broken link, anchor or API reference fails. (Not -q: mkdocs drops warnings under -q before --strict counts them.)
+docs: env
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d build/site
 
 ## stacked vs per-client loop executor timings
 bench: env

@@ -1,4 +1,4 @@
-"""Numbers that cannot drift (issue "Engine v2", item 7): the figures README.md's reproduction-status table and the
+"""Numbers that cannot drift (issue "Engine v2", item 7): the figures docs/reproduction.md's tables and the
 notebooks' *Reading* cells quote, recomputed from the committed store (results/, read only, paper profile) with
 the library's report functions, compared at the printed precision.
 
@@ -49,10 +49,14 @@ def _paper(name: str) -> fedlib.Experiment:
     return ex
 
 
-def readme_row(item: str) -> str:
-    """The README status-table row whose first cell starts with ``item``."""
-    rows = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith(f"| {item}")]
-    assert len(rows) == 1, f"README has {len(rows)} status rows starting with {item!r}"
+REPRODUCTION = ROOT / "docs" / "reproduction.md"  # the claims and status tables (the README's claims table is
+# a short form of the first, checked against it in tests/test_readme.py)
+
+
+def reproduction_row(item: str) -> str:
+    """The row of docs/reproduction.md's tables (claims, status) whose first cell starts with ``item``."""
+    rows = [line for line in REPRODUCTION.read_text().splitlines() if line.startswith(f"| {item}")]
+    assert len(rows) == 1, f"{REPRODUCTION.name} has {len(rows)} table rows starting with {item!r}"
     return rows[0]
 
 
@@ -93,7 +97,7 @@ def figures_3_4():
 
 def test_fedmcsa_figures_3_4(figures_3_4):
     mlr, dnn = figures_3_4["mlr"], figures_3_4["dnn"]
-    row = readme_row("FedMCSA Fig. 3-4")
+    row = reproduction_row("FedMCSA Fig. 3-4")
     assert f"MNIST: FedMCSA {f2(mlr.loc['fedmcsa', 'mnist'])} / {f2(dnn.loc['fedmcsa', 'mnist'])}" in row
     gap = [f1(b.loc["fedmcsa", "mnist"] - b.loc["heurfedamp", "mnist"]) for b in (mlr, dnn)]
     assert f"{gap[0]} / {gap[1]} points above HeurFedAMP" in row
@@ -105,8 +109,8 @@ def test_fedmcsa_figures_3_4(figures_3_4):
 
 
 def test_fedmcsa_figure_margins_on_fedmcsas_partition_as_quoted(figures_3_4):
-    """Notebooks 10 and 11's Readings on FedMCSA's own partition (FedMCSA's margins, Sec. 5.2.1), and the README's
-    row, from the store."""
+    """Notebooks 10 and 11's Readings on FedMCSA's own partition (FedMCSA's margins, Sec. 5.2.1), and the
+    reproduction page's row, from the store."""
     names = {"fedavg": "FedAvg's", "fedprox": "FedProx's", "pfedme (GM)": "pFedMe (GM)'s", "heurfedamp": "HeurFedAMP's"}
     above = []
     for nb, model in (("10", "mlr"), ("11", "dnn")):
@@ -115,7 +119,7 @@ def test_fedmcsa_figure_margins_on_fedmcsas_partition_as_quoted(figures_3_4):
         m = fedmcsa.figure_margins(model, "mnist", {"P": figures_3_4[model]["mnist"], "M": part["mnist"]})
         text = " ".join(reading(nb).split())
         assert (m[["P", "M"]] > 0).all().all() and "leads each of the paper's six methods on both partitions" in text
-        assert part["mnist"].idxmax() == "fedmcsa"  # Local included, on FedMCSA's partition (the README's row)
+        assert part["mnist"].idxmax() == "fedmcsa"  # Local included, on FedMCSA's partition (the page's row)
         paper = m["paper (Sec. 5.2.1)"]
         nearer = m.index[(m.M - paper).abs() < (m.P - paper).abs()].tolist()
         words = [names[a] for a in nearer]
@@ -123,7 +127,7 @@ def test_fedmcsa_figure_margins_on_fedmcsas_partition_as_quoted(figures_3_4):
         assert f"The partition brings {len(nearer)} of the six margins nearer the paper's ({said})" in text
         assert "perfedavg" not in nearer and (m.M - paper).abs().idxmax() == "perfedavg"  # "stays the outlier"
         above.append(f2(m.M["heurfedamp"]))
-    row = readme_row("FedMCSA Fig. 3-4")
+    row = reproduction_row("FedMCSA Fig. 3-4")
     assert f"FedMCSA still leads every method on MNIST, {above[0]} / {above[1]} points above HeurFedAMP |" in row
 
 
@@ -152,14 +156,14 @@ def table1():
 
 
 def test_fedmcsa_table1(table1):
-    row = readme_row("FedMCSA Table 1")
+    row = reproduction_row("FedMCSA Table 1")
     assert f"FedMCSA Synthetic MLR {_ours_paper(table1, 'fedmcsa', 'synthetic', 'mlr')}" in row
     glob_ = table1[table1.algorithm.isin(["fedavg", "fedprox"])]
     assert f"FedAvg/FedProx within 0.4 points in {int((glob_['diff'].abs() <= 0.4).sum())} of {len(glob_)} cells" in row
 
 
 def test_fedmcsa_table1_on_fedmcsas_partition_as_quoted(table1):
-    """Notebook 12's Reading on the partition of FedMCSA's own script, and the README's row, from the store."""
+    """Notebook 12's Reading on the partition of FedMCSA's own script, and the reproduction page's row, from the store."""
     ex = _paper("fedmcsa_table1_partition")
     winners = fedmcsa.partition_winners(ex.inputs["winners"])
     assert len(winners) == 2 * 2 * 8 and {w.get("label_stride") for w in winners.values()} == {2}
@@ -196,7 +200,7 @@ def test_fedmcsa_table1_on_fedmcsas_partition_as_quoted(table1):
     )
     mnist = cells[cells.dataset == "mnist"]
     assert f"On MNIST pFedMe's partition is nearer the paper in {count(mnist, P)} of the {len(mnist)} cells" in text
-    row = readme_row("FedMCSA Table 1")
+    row = reproduction_row("FedMCSA Table 1")
     assert f"on the partition of FedMCSA's own script {a} of the {n} image cells are nearer the paper, {b} on " in row
     assert f"pFedMe's, and no cell moves by more than {f2(change.max())} points |" in row
 
@@ -207,14 +211,14 @@ def table2():
 
 
 def test_fedmcsa_table2(table2):
-    row = readme_row("FedMCSA Table 2")
+    row = reproduction_row("FedMCSA Table 2")
     assert f"FedAvg⁺MCSA MNIST DNN {_ours_paper(table2, 'fedavg+mcsa', 'mnist', 'dnn')}" in row
     assert f"FedMCSA Synthetic MLR {_ours_paper(table2, 'fedmcsa', 'synthetic', 'mlr')}" in row
     assert f"where Local gets {_ours_paper(table2, 'local', 'synthetic', 'mlr')}" in row
 
 
 def test_fedmcsa_table2_on_fedmcsas_partition_as_quoted(table2):
-    """Notebook 13's Reading on the partition of FedMCSA's own script, and the README's row, from the store."""
+    """Notebook 13's Reading on the partition of FedMCSA's own script, and the reproduction page's row, from the store."""
     theirs = paper_vs_ours(_paper("fedmcsa_table2_partition").table, "fedmcsa", "table2")
     both = fedmcsa.paper_by_partition(table2, theirs)
     assert set(both.dataset) == {"mnist", "fmnist"} and len(both) == 2 * 2 * 7
@@ -239,13 +243,13 @@ def test_fedmcsa_table2_on_fedmcsas_partition_as_quoted(table2):
     assert f"0.05 points) in {theirs_}, pFedMe's in {ours_}, neither in {n - ours_ - theirs_}." in text
     mm = [d for c in (d_ours, d_theirs) for d in v("fedmcsa-mcsa", c)]
     assert f"FedMCSA<sup>−MCSA</sup> stays {f1(min(mm))} to {f1(max(mm))} points above the paper on FMNIST" in text
-    row = readme_row("FedMCSA Table 2")
+    row = reproduction_row("FedMCSA Table 2")
     assert "FMNIST's +MCSA rows come within 0.09 points of the paper" in row
     assert f"of the {n} image cells {theirs_} are nearer the paper there, {ours_} on pFedMe's partition |" in row
 
 
 def test_fedmcsa_minus_mcsa_evaluated_as_quoted(table2):
-    """Notebook 13's Reading on which model FedMCSA^-MCSA evaluates, and the README's rows, from the store."""
+    """Notebook 13's Reading on which model FedMCSA^-MCSA evaluates, and the reproduction page's rows, from the store."""
     theirs = paper_vs_ours(_paper("fedmcsa_table2_partition").table, "fedmcsa", "table2")
     ex = _paper("fedmcsa_table2_mean")
     cmps = {1: table2, 2: theirs}
@@ -253,7 +257,7 @@ def test_fedmcsa_minus_mcsa_evaluated_as_quoted(table2):
     assert len(minus) == 2 * (3 * 2 + 2 * 2) and (minus.seeds == 3).all()
     # report_mean changes what is evaluated, not the training: the trained models' accuracies are those of the same
     # runs without it, bit for bit where one training code made both (the runs on FedMCSA's partition, 2026-11-26);
-    # the older runs were trained by versions whose float32 training differs in the last bits (README)
+    # the older runs were trained by versions whose float32 training differs in the last bits (docs/measurements)
     moved = []
     for cfg in ex.runs:
         plain = ex.store.load(cfg.replace(report_mean=False))
@@ -288,9 +292,9 @@ def test_fedmcsa_minus_mcsa_evaluated_as_quoted(table2):
     assert f"The paper's FedMCSA is {rng('paper gap')} points above its FedMCSA<sup>−MCSA</sup>." in text
     assert f"is {rng('gap over the mean')} above the sent mean, but, with both evaluated alike" in text
     assert f"on their trained models, {rng('gap over Θ_i')}: nothing on Synthetic." in text
-    row = readme_row("FedMCSA Table 2")
+    row = reproduction_row("FedMCSA Table 2")
     assert f"(its image cells within {within} points in the authors' code's reading)" in row
-    row = readme_row("FedMCSA^-MCSA")
+    row = reproduction_row("FedMCSA^-MCSA")
     assert f"(authors' code's reading: within {within} points; the trained models Θ_i" in row
     assert f"{f2(up.min())} to {f2(up.max())} above)" in row
     assert f"on Synthetic the mean falls {span} points below it, and our FedAvg is within {f2(max(fedavg_off))} " in row
@@ -343,15 +347,15 @@ def test_fedmcsa_readings(readings):
     )
     local_gap = mean.loc[("dnn", "Local"), "best_acc"] - w("dnn", code)
     assert f"stays {f1(local_gap)} points below it at σ = 50" in text
-    # the README's rows
+    # the reproduction page's rows
     mean_of = lambda m, a, c: two.loc[(m, a), c].split(" ± ")[0]
     lam0 = [mean_of(m, "off", "reweighting off") for m in ("mlr", "dnn")]
     alone = [mean_of(m, "on (λ = 5)", "reweighting on") for m in ("mlr", "dnn")]
-    row = readme_row("FedMCSA Synthetic MLR 94.06")
+    row = reproduction_row("FedMCSA Synthetic MLR 94.06")
     assert f"the anchor is the large one (off alone: {lam0[0]} / {lam0[1]})" in row
     assert f"adds the DNN's last {gain('dnn', lam0_, code)} points, and with the anchor kept gives only " in row
     assert f"gives only {alone[0]} / {alone[1]}. On the image data" in row
-    row = readme_row("FedMCSA, both readings")
+    row = reproduction_row("FedMCSA, both readings")
     assert (
         f"give {f2(w('mlr', paper))} / {f2(w('dnn', paper))} ({f2(layer('mlr'))} / {f2(layer('dnn'))} with each " in row
     )
@@ -372,7 +376,7 @@ def test_fedmcsa_readings(readings):
 
 def test_fedmcsa_readings_images_as_quoted():
     """Notebook 16's Reading on the image data (MNIST, FMNIST): its two tables (pFedMe's partition, FedMCSA's own),
-    the prose's gaps and bounds, and the README's rows, from the store."""
+    the prose's gaps and bounds, and the reproduction page's rows, from the store."""
     ex = _paper("fedmcsa_readings_images")
     cols = {f"{d.upper()} {m.upper()}": (d, m) for d in ("mnist", "fmnist") for m in ("mlr", "dnn")}
     cells = list(cols.values())
@@ -424,7 +428,7 @@ def test_fedmcsa_readings_images_as_quoted():
     # the README's rows
     pair = lambda d, r: f"{f2(w(d, 'mlr', r))} / {f2(w(d, 'dnn', r))}"
     ref = lambda d: f"{f2(paper(d, 'mlr'))} / {f2(paper(d, 'dnn'))}"
-    row = readme_row("FedMCSA, both readings")
+    row = reproduction_row("FedMCSA, both readings")
     assert (
         f"the code's reading gives {pair('mnist', code)} on MNIST ({ref('mnist')}) and {pair('fmnist', code)} " in row
     )
@@ -434,7 +438,7 @@ def test_fedmcsa_readings_images_as_quoted():
         f"the code's reading gives {pair('mnist', code + theirs)} and {pair('fmnist', code + theirs)}, all four cells "
         "within 0.08 points of the paper |"
     ) in row
-    row = readme_row("FedMCSA Synthetic MLR 94.06")
+    row = reproduction_row("FedMCSA Synthetic MLR 94.06")
     assert (
         f"(MNIST {pair('mnist', code + theirs)}, paper {ref('mnist')}; FMNIST {pair('fmnist', code + theirs)}, "
         f"paper {ref('fmnist')}); on pFedMe's partition, ours everywhere else, it gives {pair('mnist', code)} and "
@@ -448,7 +452,7 @@ def test_fedmcsa_readings_images_as_quoted():
 
 def test_fedmcsa_readings_plus_mcsa(readings):
     """Notebook 16's Reading, Table 2's FedAvg^+MCSA and pFedMe^+MCSA rows (the authors' code: the reweighting alone)
-    beside the paper's equations, Local and the paper, the prose about them, and the README's readings row."""
+    beside the paper's equations, Local and the paper, the prose about them, and the reproduction page's readings row."""
     text = reading("16")
     plus = fedmcsa.plus_mcsa(readings)
     assert len(plus) == 4
@@ -473,7 +477,7 @@ def test_fedmcsa_readings_plus_mcsa(readings):
     for (m, a), row in plus.iterrows():
         lo = ours.loc[("Local", m), "weighted"]
         assert all(ours.loc[(f"{a}, {r}", m), "weighted"] < lo for r in (paper_, code_)), (m, a)
-    row = readme_row("FedMCSA, both readings")
+    row = reproduction_row("FedMCSA, both readings")
     assert (
         f"FedAvg^+MCSA / pFedMe^+MCSA: the code's reweighting (their only switch) changes nothing on MLR and lifts the "
         f"DNN to {w(f'{fa}, {code_}', 'dnn')} / {w(f'{pf}, {code_}', 'dnn')} "
@@ -496,7 +500,7 @@ def adafl_table1():
 
 def test_adafl_tables_1_2(adafl_table1):
     frame, targets = adafl_table1
-    row = readme_row("AdaFL Tables 1-2")
+    row = reproduction_row("AdaFL Tables 1-2")
     assert f"AdaFL best {_mean_sd(frame, 'AdaFL', 'best')}" in row
     p = adafl.pairs(
         frame, [("AdaFL", "FedAvg-0.5"), ("AdaFL", "Dyn. FedAvg"), ("Attn.-0.5", "FedAvg-0.5")], targets
@@ -523,7 +527,7 @@ def adafl_table3(adafl_table1):
 
 def test_adafl_tables_3_4(adafl_table3, adafl_table1):
     frame = adafl_table3
-    row = readme_row("AdaFL Tables 3-4")
+    row = reproduction_row("AdaFL Tables 3-4")
     ref = adafl.published().query("table == 'table3' and dataset == 'mnist'").set_index(["method", "metric"]).value
     mean = lambda m, c: frame[frame.method == m][c].mean()
     assert f"AdaFL+FedProx {f2(mean('AdaFL+FedProx', 'best'))} ({f2(ref['AdaFL+FedProx', 'best'])})" in row
@@ -554,12 +558,12 @@ def _table3_pairs(table3: pd.DataFrame, table1: pd.DataFrame) -> pd.DataFrame:
 # rounded the difference of the two rounded means (96.43 - 93.28 = 3.15).
 def test_adafl_scaffold_gain_as_quoted(adafl_table3, adafl_table1):
     s = _table3_pairs(adafl_table3, adafl_table1[0]).loc["AdaFL+SCAFFOLD"]
-    row = readme_row("AdaFL Tables 3-4")
+    row = reproduction_row("AdaFL Tables 3-4")
     assert f"over SCAFFOLD-0.1 +{f1(s['best A-B'])} best, +{f1(s['last10 A-B'])} last-10" in row
 
 
 def test_adafl_scaffold_control_as_quoted(adafl_table3):
-    """Notebook 23's Reading and the README quote the SCAFFOLD control-variate ablation (SCAFFOLD-0.1 and
+    """Notebook 23's Reading and the reproduction page quote the SCAFFOLD control-variate ablation (SCAFFOLD-0.1 and
     AdaFL+SCAFFOLD at seeds 0-2) from the store: each run from the mean gradient beside its Table 3 cell (option II as
     written, ``adafl.with_counterparts`` as notebook 23 draws them), and against the FedAvg runs of the same seeds."""
     ex3, exc, ex1 = _paper("adafl_table3"), _paper("adafl_scaffold_control"), _paper("adafl_table1")
@@ -626,7 +630,7 @@ def test_adafl_scaffold_control_as_quoted(adafl_table3):
     one = f[f.method.str.endswith("gradient")].pivot(index="seed", columns="method")
     lift = lambda col: one[(col, f"{a}, gradient")] - one[(col, f"{s}, gradient")]
     assert (lift("average") > 0).all() and (lift("rounds@97") < 0).all()  # "last-10 and rounds to 97% at every seed"
-    row = readme_row("AdaFL Tables 3-4")
+    row = reproduction_row("AdaFL Tables 3-4")
     assert (
         f"SCAFFOLD-0.1 reaches {f2(v(s, 'gradient', 'best'))} / last-10 {f2(v(s, 'gradient', 'average'))} over seeds "
         f"0-2 (as written {f2(v(s, 'update', 'best'))} / {f2(v(s, 'update', 'average'))}), {d('FedAvg-0.1')} / "
@@ -635,7 +639,7 @@ def test_adafl_scaffold_control_as_quoted(adafl_table3):
     ) in row
     ours = f[f.method.str.endswith("gradient")]
     assert ours.best.min() > g.best.max() and ours.average.min() > g.average.max()  # "above every FedAvg run"
-    top = readme_row("AdaFL helps FedProx")
+    top = reproduction_row("AdaFL helps FedProx")
     assert (
         f"SCAFFOLD-0.1 {f2(v(s, 'gradient', 'best'))} and {f2(v(a, 'gradient', 'best'))} with AdaFL, over three seeds"
         in top
@@ -652,9 +656,9 @@ def test_adafl_selection_dynamics():
         res = store.load(cfg)
         acc, freq = np.nanmean(res.client_acc, axis=0), res.traces["selected"].mean(0)
         corr[adafl.label(cfg)] = np.corrcoef(acc, freq)[0, 1]
-    row = readme_row("AdaFL selection dynamics")
+    row = reproduction_row("AdaFL selection dynamics")
     quoted = f"corr(accuracy, selection) {corr['AdaFL']:.2f} vs {corr['Dyn. FedAvg']:.2f} uniform"
-    assert quoted.replace("-", "−") in row  # the README prints a minus sign
+    assert quoted.replace("-", "−") in row  # the page prints a minus sign
 
 
 # -- pFedLA -----------------------------------------------------------------------------------------------------------
@@ -668,7 +672,7 @@ def test_pfedla_table1(pfedla_table1):
     cmp = pfedla.paper_vs_ours(pfedla_table1)
     cells = cmp[(cmp.domain != "avg") & (cmp.attention != "none") & cmp.ours.notna()]
     up, paper_up = int((cells.ours_arrow == "↑").sum()), int((cells.paper_arrow == "↑").sum())
-    row = readme_row("pFedLA Table 1")
+    row = reproduction_row("pFedLA Table 1")
     assert f"attention above its base in {up} of {len(cells)} per-domain cells (paper {paper_up})" in row
     assert f"**{up} of {len(cells)}** on the last round" in reading("31")
     g = pfedla.gains(pfedla_table1)
@@ -683,7 +687,7 @@ def test_pfedla_table1(pfedla_table1):
 
 
 def test_pfedla_attention_init_as_quoted(pfedla_table1):
-    """Notebook 31's Reading and the README quote the per-client attention ablation from the store."""
+    """Notebook 31's Reading and the reproduction page quote the per-client attention ablation from the store."""
     own = pfedla.frame(_paper("pfedla_attention_init").configs, Store(RESULTS))
     assert sorted(set(zip(own.algorithm, own.attention))) == [
         ("ditto", "se"), ("fedavg", "se"), ("fedbn", "hybrid"), ("fedbn", "se"), ("fedprox", "se"), ("pfedme", "se"),
@@ -700,7 +704,7 @@ def test_pfedla_attention_init_as_quoted(pfedla_table1):
     fa = per_client.loc[("fedavg", "se", "avg")]
     assert not fa.paper_in_ci and (fa.paper_gain > fa.high)  # "an interval that still excludes the paper's"
     assert "against FedAvg alone the interval still excludes the paper's gain" in text
-    row = readme_row("pFedLA Table 1")
+    row = reproduction_row("pFedLA Table 1")
     assert f"moves the average by {sg(avg.min())} to {sg(avg.max())}, not distinguishable from 0" in row
 
 
@@ -714,7 +718,7 @@ def test_pfedla_fig4():
 
     plt.close("all")
     mb = b.groupby("setting").final
-    row = readme_row("pFedLA Fig. 4")
+    row = reproduction_row("pFedLA Fig. 4")
     assert (
         f"local SE {f2(mb.mean()['local SE'])} > non-local {f2(mb.mean()['non-local SE'])} > none "
         f"{f2(mb.mean()['none'])}"

@@ -1,5 +1,5 @@
 """The README's Python examples run as printed (its first library example once failed: a grid switching FedProx to
-FedAvg would have dropped its mu)."""
+FedAvg would have dropped its mu), and its claims table quotes the reproduction page's numbers."""
 
 import re
 from pathlib import Path
@@ -10,6 +10,7 @@ import fedlib
 from fedlib import Store
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+REPRODUCTION = README.parent / "docs" / "reproduction.md"
 
 
 def _blocks() -> list[str]:
@@ -40,3 +41,24 @@ def test_the_experiment_example_reads_the_committed_store(monkeypatch):
     exec(compile(code, str(README), "exec"), scope)
     ex = scope["ex"]
     assert len(ex.table) > 0 and len(ex.table) + len(ex.missing_runs) == len(ex.configs)
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split(" | ")]
+
+
+def test_the_claims_table_quotes_the_reproduction_page():
+    """The README's claims table is a short form of docs/reproduction.md's, whose numbers tests/test_quoted_numbers.py
+    recomputes from the store: each README row names a claim of that table (its first cell, as written there), and
+    every number of its finding is in that claim's finding there, so a number cannot drift in the README alone."""
+    section = README.read_text().split("## What the papers claim and what we found\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][2:]  # header and its rule dropped
+    assert len(rows) == 8
+    page = REPRODUCTION.read_text().splitlines()
+    for row in rows:
+        claim, found, _ = _cells(row)
+        theirs = [line for line in page if line.startswith(f"| {claim} | ")]
+        assert len(theirs) == 1, f"{REPRODUCTION.name} has {len(theirs)} rows for the claim {claim!r}"
+        full = set(re.findall(r"\d+(?:\.\d+)?", _cells(theirs[0])[1]))
+        quoted = re.findall(r"\d+(?:\.\d+)?", found)
+        assert quoted and not set(quoted) - full, (claim, sorted(set(quoted) - full))

@@ -20,7 +20,7 @@ ORPHANS = set(LEGACY_KEYS)
 
 def _stored():
     """The committed runs' config files: those git tracks (runs a user trained at the paper profile beside them are
-    theirs, not the README's count), or every run folder's outside a git checkout."""
+    theirs, not the user guide's count), or every run folder's outside a git checkout."""
     try:
         out = subprocess.run(
             ["git", "ls-files", "-z", "--", "*/config.json"], cwd=RESULTS, capture_output=True, check=True
@@ -59,11 +59,12 @@ def test_the_orphan_is_refused_by_name():
 
 
 @pytest.mark.skipif(not RESULTS.is_dir(), reason="no results/ beside the package")
-def test_readme_counts_the_runs_that_keep_their_key():
-    """README quotes how many stored runs keep their key (it said 633 when the store held 695 of them)."""
+def test_the_user_guide_counts_the_runs_that_keep_their_key():
+    """The user guide (docs/user-guide.md, "The results store") quotes how many stored runs keep their key (the
+    README said 633 when the store held 695 of them)."""
     n = len(_stored()) - len(ORPHANS)
-    readme = (RESULTS.parent / "README.md").read_text()
-    assert f"Every one of the {n} stored runs keeps its key" in " ".join(readme.split())
+    guide = (RESULTS.parent / "docs" / "user-guide.md").read_text()
+    assert f"Every one of the {n} stored runs keeps its key" in " ".join(guide.split())
 
 
 @pytest.mark.skipif(not RESULTS.is_dir(), reason="no results/ beside the package")
