@@ -26,15 +26,16 @@ notebooks: env
 	$(BIN)/python scripts/run_notebooks.py $(if $(PROFILE),--profile $(PROFILE)) \
 	  $(if $(filter 1 true True yes,$(STORED_ONLY)),--stored-only) $(if $(JOBS),--jobs $(JOBS))
 
-## tests: lint and format check (ruff); the docs site, built strictly; unit tests plus every notebook executed at the
+## tests: lint and format check (ruff); types (mypy over the layers pyproject.toml names); the docs site, built strictly; unit tests plus every notebook executed at the
 ## smoke profile (papermill, scratch store); then nbval re-executes the committed notebooks from the committed
 ## paper-profile store and compares their tables. A ../shared/data folder beside the clone is the data root of both
 ## when FEDLIB_DATA is unset (tests/conftest.py).
 ## (the tests that start Jupyter kernels or Ray, marked `ports`, pick TCP ports: they run one at a time, beside the
 ## rest on two workers; nbval too runs one kernel at a time)
 test: env
-	$(BIN)/ruff check fedlib tests scripts notebooks/conftest.py
-	$(BIN)/ruff format --check fedlib tests scripts notebooks/conftest.py
+	$(BIN)/ruff check fedlib tests scripts benchmarks notebooks/conftest.py
+	$(BIN)/ruff format --check fedlib tests scripts benchmarks notebooks/conftest.py
+	$(BIN)/mypy
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d build/site
 	rm -rf build/test-results
 	export FEDLIB_PROFILE=smoke FEDLIB_RESULTS=$(CURDIR)/build/test-results OMP_NUM_THREADS=1; \
@@ -48,7 +49,7 @@ test: env
 docs: env
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d build/site
 
-## stacked vs per-client loop executor timings
+## the benchmark (benchmarks/, outside the package): stacked vs per-client loop executor timings; --e2e for whole rounds
 bench: env
 	$(BIN)/python -m benchmarks
 

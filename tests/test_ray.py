@@ -115,6 +115,14 @@ def test_grid_on_ray_stores_what_the_local_backend_stores(cluster, tmp_path, mon
     pd.testing.assert_frame_equal(again, on_ray)
 
 
+def _crash_once(monkeypatch, key: str, marker):
+    """The Ray task of the unit that trains ``key`` kills its worker once (``ray_faults.crash_once``)."""
+    import ray_faults
+
+    ray_faults.register()
+    monkeypatch.setattr(ray_backend, "_train_task", ray_faults.crash_once(key, marker))
+
+
 def test_a_killed_worker_is_retried_and_nothing_is_lost_or_duplicated(cluster, tmp_path, monkeypatch):
     """The worker training one config dies (``os._exit``) right after its first snapshot: Ray retries the task, the
     retry continues from the snapshot (the store is reachable from this machine's workers), and the grid ends with
@@ -122,7 +130,7 @@ def test_a_killed_worker_is_retried_and_nothing_is_lost_or_duplicated(cluster, t
     units are the next test's)."""
     cfgs = expand(TINY.replace(rounds=6), {"seed": [0, 1, 2]})
     victim, marker = cfgs[1], tmp_path / "killed"
-    monkeypatch.setenv(ray_backend.CRASH_ENV, f"{victim.key()}={marker}")
+    _crash_once(monkeypatch, victim.key(), marker)
     store = Store(tmp_path / "ray")
     store.checkpoint_seconds = 0.0  # a snapshot every round
     run_configs(cfgs, store, progress=False, backend="ray", batch=1)
@@ -132,7 +140,7 @@ def test_a_killed_worker_is_retried_and_nothing_is_lost_or_duplicated(cluster, t
     resumed = store.meta(victim).get("resumed")
     assert resumed and resumed[0]["round"] == 1  # the retry continued from the snapshot of round 1
     assert [store.meta(c).get("resumed") for c in cfgs if c != victim] == [None, None]
-    monkeypatch.delenv(ray_backend.CRASH_ENV)
+    monkeypatch.undo()
     _assert_same(_stored(store, cfgs), _local(cfgs, tmp_path))
 
 
@@ -142,7 +150,7 @@ def test_a_killed_unit_resumes_together_and_stores_its_solo_runs(cluster, tmp_pa
     numbers of its uninterrupted solo run."""
     cfgs = expand(TINY.replace(rounds=6), {"seed": [0, 1, 2, 3]})
     victim, marker = cfgs[1], tmp_path / "killed"
-    monkeypatch.setenv(ray_backend.CRASH_ENV, f"{victim.key()}={marker}")
+    _crash_once(monkeypatch, victim.key(), marker)
     store = Store(tmp_path / "ray")
     store.checkpoint_seconds = 0.0
     run_configs(cfgs, store, progress=False, backend="ray")
@@ -151,7 +159,7 @@ def test_a_killed_unit_resumes_together_and_stores_its_solo_runs(cluster, tmp_pa
     assert [store.meta(c).get("batched") for c in cfgs] == [2] * 4
     assert store.meta(victim)["resumed"][0]["round"] == 1
     assert [store.meta(c).get("resumed") for c in cfgs[2:]] == [None, None]  # the other unit went on untouched
-    monkeypatch.delenv(ray_backend.CRASH_ENV)
+    monkeypatch.undo()
     solo = Store(tmp_path / "solo")
     run_configs(cfgs, solo, progress=False, batch=1)
     _assert_same(_stored(store, cfgs), _stored(solo, cfgs))
@@ -274,7 +282,7 @@ def test_a_worker_that_keeps_dying_is_reported_by_config_label(cluster, tmp_path
     """Without retries left (``max_retries=0``) the dead worker's config is reported by its label; the grid's other
     runs are stored."""
     cfgs = expand(TINY, {"seed": [0, 1]})
-    monkeypatch.setenv(ray_backend.CRASH_ENV, f"{cfgs[0].key()}={tmp_path / 'killed'}")
+    _crash_once(monkeypatch, cfgs[0].key(), tmp_path / "killed")
     store = Store(tmp_path / "ray")
     store.checkpoint_seconds = 0.0  # killed after its first snapshot, as above
     with pytest.raises(ray_backend.RayGridError, match=r"1 run\(s\) failed on Ray \(1 stored\)") as err:

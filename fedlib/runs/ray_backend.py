@@ -52,9 +52,6 @@ from pathlib import Path
 from fedlib.runs.scheduling import DEFAULT_GPU_SHARE
 
 RAY_VERSION = "2.60.0"  # the tested version (requirements.txt)
-# test hook (``tests/test_ray.py``): "KEY=MARKER" kills the worker training config KEY once -- right after its first
-# snapshot where it snapshots, else at its start -- and leaves MARKER as the proof that it did
-CRASH_ENV = "FEDLIB_RAY_CRASH_ONCE"
 # a Ray node's raylet waits about 25 s for its agent processes to start, then crashes ("Timed out waiting for file
 # .../dashboard_agent_listen_port_..."); on the shared, loaded 2-core machine here they took longer. These let it wait
 # 2 minutes (a local instance fedlib starts gets them; a `ray start` node takes them from its shell, see README)
@@ -169,13 +166,6 @@ def _train_task(spec: dict) -> list:
     device = "cuda" if ray.get_gpu_ids() else "cpu"  # a run without a GPU share stays on the CPU, even on a GPU node
     shared = spec["probe"] and Path(spec["probe"]).exists()  # the driver's store is reachable here: snapshot
     checkpoints = {k: Checkpoint(Path(p), spec["every"]) if shared else None for k, p in zip(keys, spec["snapshots"])}
-    crash, _, marker = spec.get("crash", "").partition("=")
-    if crash in checkpoints and not Path(marker).exists():
-        Path(marker).touch()
-        if checkpoints[crash] is None:
-            os._exit(1)
-        save = checkpoints[crash].save
-        checkpoints[crash].save = lambda snap: (save(snap), os._exit(1))  # dies mid-run, its snapshot on disk
 
     def located(e: BaseException) -> BaseException:
         if isinstance(e, DatasetNotFoundError):
@@ -338,7 +328,6 @@ class RayBackend:
             raise ValueError(f"{what}: the cluster has no GPU; use num_gpus=0 and device 'auto' or 'cpu'")
         tracker = ray.remote(num_cpus=0)(_TrackerActor).remote()
         task = ray.remote(_train_task)
-        crash = os.environ.get(CRASH_ENV, "")
         refs = {}
         for unit in _units(todo, batch, nodes, runs_per_node, cost):
             spec = {
@@ -351,7 +340,6 @@ class RayBackend:
                 "snapshots": [str(store.checkpoint(c).path) for c in unit],
                 "every": store.checkpoint(unit[0]).every_seconds,
                 "tracker": tracker,
-                "crash": crash,
             }
             device = unit[0].device  # a unit's runs share their device (``runner.batch_key``)
             gpus = {"cpu": 0, "cuda": gpu_share or DEFAULT_GPU_SHARE}.get(device, gpu_share)  # 'auto': the share
