@@ -212,7 +212,7 @@ def table2():
 
 def test_fedmcsa_table2(table2):
     row = reproduction_row("FedMCSA Table 2")
-    assert f"FedAvg⁺MCSA MNIST DNN {_ours_paper(table2, 'fedavg+mcsa', 'mnist', 'dnn')}" in row
+    assert f"FedAvg<sup>+MCSA</sup> MNIST DNN {_ours_paper(table2, 'fedavg+mcsa', 'mnist', 'dnn')}" in row
     assert f"FedMCSA Synthetic MLR {_ours_paper(table2, 'fedmcsa', 'synthetic', 'mlr')}" in row
     assert f"where Local gets {_ours_paper(table2, 'local', 'synthetic', 'mlr')}" in row
 
@@ -249,7 +249,7 @@ def test_fedmcsa_table2_on_fedmcsas_partition_as_quoted(table2):
 
 
 def test_fedmcsa_minus_mcsa_evaluated_as_quoted(table2):
-    """Notebook 13's Reading on which model FedMCSA^-MCSA evaluates, and the reproduction page's rows, from the store."""
+    """Notebook 13's Reading on which model FedMCSA<sup>−MCSA</sup> evaluates, and the reproduction page's rows, from the store."""
     theirs = paper_vs_ours(_paper("fedmcsa_table2_partition").table, "fedmcsa", "table2")
     ex = _paper("fedmcsa_table2_mean")
     cmps = {1: table2, 2: theirs}
@@ -294,13 +294,13 @@ def test_fedmcsa_minus_mcsa_evaluated_as_quoted(table2):
     assert f"on their trained models, {rng('gap over Θ_i')}: nothing on Synthetic." in text
     row = reproduction_row("FedMCSA Table 2")
     assert f"(its image cells within {within} points in the authors' code's reading)" in row
-    row = reproduction_row("FedMCSA^-MCSA")
+    row = reproduction_row("FedMCSA<sup>−MCSA</sup>")
     assert f"(authors' code's reading: within {within} points; the trained models Θ_i" in row
     assert f"{f2(up.min())} to {f2(up.max())} above)" in row
     assert f"on Synthetic the mean falls {span} points below it, and our FedAvg is within {f2(max(fedavg_off))} " in row
     assert f"the attention adds {rng('gap over Θ_i')} points (paper {rng('paper gap')})" in row
     assert row.startswith(
-        f"| FedMCSA^-MCSA (averaging instead of the attention) is {rng('paper gap').replace(' to ', '-')} "
+        f"| FedMCSA<sup>−MCSA</sup> (averaging instead of the attention) is {rng('paper gap').replace(' to ', '-')} "
     )
 
 
@@ -362,15 +362,15 @@ def test_fedmcsa_readings(readings):
     assert f"lifts MLR to {lam0[0]}, DNN to {lam0[1]}; the data-size reweighting alone (anchor kept) gives " in row
     assert f"(anchor kept) gives {alone[0]} / {alone[1]};" in row
     mm = f"{f2(ref['table2', 'mlr', 'fedmcsa-mcsa'])} / {f2(ref['table2', 'dnn', 'fedmcsa-mcsa'])}"
-    assert f"FedMCSA^-MCSA (paper {mm}) matches neither reading on MLR" in row
-    # the qualitative claims: reweighting changes nothing on MLR without the anchor; FedMCSA^-MCSA's MLR cell is far
+    assert f"FedMCSA<sup>−MCSA</sup> (paper {mm}) matches neither reading on MLR" in row
+    # the qualitative claims: reweighting changes nothing on MLR without the anchor; FedMCSA<sup>−MCSA</sup>'s MLR cell is far
     # from every reading, its DNN cell within 0.3 points of the paper's equations
     assert two.loc[("mlr", "off"), "reweighting off"] == two.loc[("mlr", "off"), "reweighting on"]
-    minus = [r for r in readings.reading.unique() if r.startswith("FedMCSA^-MCSA")]
+    minus = [r for r in readings.reading.unique() if r.startswith("FedMCSA<sup>−MCSA</sup>")]
     assert len(minus) == 3 and all(
         abs(ours.loc[(r, "mlr")].weighted - ref["table2", "mlr", "fedmcsa-mcsa"]) > 5 for r in minus
     )
-    dnn = ours.loc[("FedMCSA^-MCSA, paper's equations", "dnn")].weighted - ref["table2", "dnn", "fedmcsa-mcsa"]
+    dnn = ours.loc[("FedMCSA<sup>−MCSA</sup>, paper's equations", "dnn")].weighted - ref["table2", "dnn", "fedmcsa-mcsa"]
     assert abs(dnn) <= 0.3 and "(the DNN cell within 0.3 points)" in text
 
 
@@ -451,7 +451,7 @@ def test_fedmcsa_readings_images_as_quoted():
 
 
 def test_fedmcsa_readings_plus_mcsa(readings):
-    """Notebook 16's Reading, Table 2's FedAvg^+MCSA and pFedMe^+MCSA rows (the authors' code: the reweighting alone)
+    """Notebook 16's Reading, Table 2's FedAvg<sup>+MCSA</sup> and pFedMe<sup>+MCSA</sup> rows (the authors' code: the reweighting alone)
     beside the paper's equations, Local and the paper, the prose about them, and the reproduction page's readings row."""
     text = reading("16")
     plus = fedmcsa.plus_mcsa(readings)
@@ -459,7 +459,7 @@ def test_fedmcsa_readings_plus_mcsa(readings):
     ours = readings.set_index(["reading", "model"])
     text = " ".join(text.split())  # the prose, line breaks as spaces
     w = lambda r, m: f2(ours.loc[(r, m), "weighted"])
-    fa, pf = "FedAvg^+MCSA", "pFedMe^+MCSA"  # the readings' names (the notebook prints them with <sup>)
+    fa, pf = "FedAvg<sup>+MCSA</sup>", "pFedMe<sup>+MCSA</sup>"  # the readings' names (the notebook prints them with <sup>)
     paper_, code_ = "paper's equations", "authors' code (reweighting)"
     assert w(f"{pf}, {paper_}", "mlr") == w(f"{pf}, {code_}", "mlr")
     ref = lambda m, a: plus.loc[(m, a), "paper Table 2"]
@@ -470,8 +470,8 @@ def test_fedmcsa_readings_plus_mcsa(readings):
     assert f"it adds {change(fa)} points to FedAvg<sup>+MCSA</sup>" in text
     assert f"and {change(pf)} to pFedMe<sup>+MCSA</sup>, to within half a point of it" in text
     assert "Every +MCSA reading stays below Local" in text
-    # the claims themselves: nothing changes on MLR, pFedMe^+MCSA's DNN cell within 0.5 of the paper, every reading
-    # below Local, FedAvg^+MCSA's cells beyond both readings
+    # the claims themselves: nothing changes on MLR, pFedMe<sup>+MCSA</sup>'s DNN cell within 0.5 of the paper, every reading
+    # below Local, FedAvg<sup>+MCSA</sup>'s cells beyond both readings
     assert (plus.loc["mlr", "reweighting's change"].abs() <= 0.01).all()
     assert abs(gap("dnn", pf)) <= 0.5 and gap("dnn", fa) > 5 and gap("mlr", fa) > 2
     for (m, a), row in plus.iterrows():
@@ -479,7 +479,7 @@ def test_fedmcsa_readings_plus_mcsa(readings):
         assert all(ours.loc[(f"{a}, {r}", m), "weighted"] < lo for r in (paper_, code_)), (m, a)
     row = reproduction_row("FedMCSA, both readings")
     assert (
-        f"FedAvg^+MCSA / pFedMe^+MCSA: the code's reweighting (their only switch) changes nothing on MLR and lifts the "
+        f"FedAvg<sup>+MCSA</sup> / pFedMe<sup>+MCSA</sup>: the code's reweighting (their only switch) changes nothing on MLR and lifts the "
         f"DNN to {w(f'{fa}, {code_}', 'dnn')} / {w(f'{pf}, {code_}', 'dnn')} "
         f"(paper {f2(ref('dnn', fa))} / {f2(ref('dnn', pf))})" in row
     )
