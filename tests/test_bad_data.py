@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from fedlib.data import readers
-from fedlib.data.readers import MD5, DatasetChecksumError, DatasetFormatError
+from fedlib.data.readers import MD5, DatasetChecksumError, DatasetFormatError, cifar
 
 SHARED = Path(os.environ.get("FEDLIB_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
 
@@ -345,7 +345,7 @@ def cifar_batch(n=4, seed=0, labels=None) -> dict:
 def write_cifar(root: Path, batches: dict | None = None) -> Path:
     folder = root / "cifar-10-batches-py"
     folder.mkdir(parents=True, exist_ok=True)
-    for i, name in enumerate(readers._CIFAR_FILES):
+    for i, name in enumerate(cifar._CIFAR_FILES):
         obj = (batches or {}).get(name, cifar_batch(seed=i) if name != "batches.meta" else {b"label_names": []})
         (folder / name).write_bytes(obj if isinstance(obj, bytes) else pickle.dumps(obj, protocol=4))
     return folder
