@@ -314,17 +314,17 @@ def test_mnistm_damaged_cache_is_decoded_again(tmp_path, damage):
 def test_image_folder_damaged_cache_is_decoded_again(tmp_path):
     """The same for the Office/DomainNet image-folder cache (fedlib.data.domains)."""
     PIL = pytest.importorskip("PIL.Image")
-    from fedlib.data import domains
+    from fedlib.data.domains import image_folders
 
     for i, cls in enumerate(["back_pack", "bike"] * 3):
         d = tmp_path / "office31" / "amazon" / "images" / cls
         d.mkdir(parents=True, exist_ok=True)
         PIL.fromarray(np.full((8, 8, 3), 40 * i, np.uint8)).save(d / f"{i}.png")
-    x, y, _ = domains._read_domain("office31", "amazon", 8, tmp_path)
+    x, y, _ = image_folders._read_domain("office31", "amazon", 8, tmp_path)
     (cache,) = (tmp_path / "cache").glob("office31-*.npz")
     cache.write_bytes(cache.read_bytes()[:200])  # a truncated zip: BadZipFile
     with pytest.warns(RuntimeWarning, match=f"cache {cache}"):
-        x2, y2, _ = domains._read_domain("office31", "amazon", 8, tmp_path)
+        x2, y2, _ = image_folders._read_domain("office31", "amazon", 8, tmp_path)
     np.testing.assert_array_equal(x2, x)
     np.testing.assert_array_equal(y2, y)
 
