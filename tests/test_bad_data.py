@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from fedlib.data import readers
-from fedlib.data.readers import MD5, DatasetChecksumError, DatasetFormatError
+from fedlib.data.readers import MD5, DatasetChecksumError, DatasetFormatError, cifar
 
 SHARED = Path(os.environ.get("FEDLIB_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
 
@@ -314,17 +314,17 @@ def test_mnistm_damaged_cache_is_decoded_again(tmp_path, damage):
 def test_image_folder_damaged_cache_is_decoded_again(tmp_path):
     """The same for the Office/DomainNet image-folder cache (fedlib.data.domains)."""
     PIL = pytest.importorskip("PIL.Image")
-    from fedlib.data import domains
+    from fedlib.data.domains import image_folders
 
     for i, cls in enumerate(["back_pack", "bike"] * 3):
         d = tmp_path / "office31" / "amazon" / "images" / cls
         d.mkdir(parents=True, exist_ok=True)
         PIL.fromarray(np.full((8, 8, 3), 40 * i, np.uint8)).save(d / f"{i}.png")
-    x, y, _ = domains._read_domain("office31", "amazon", 8, tmp_path)
+    x, y, _ = image_folders._read_domain("office31", "amazon", 8, tmp_path)
     (cache,) = (tmp_path / "cache").glob("office31-*.npz")
     cache.write_bytes(cache.read_bytes()[:200])  # a truncated zip: BadZipFile
     with pytest.warns(RuntimeWarning, match=f"cache {cache}"):
-        x2, y2, _ = domains._read_domain("office31", "amazon", 8, tmp_path)
+        x2, y2, _ = image_folders._read_domain("office31", "amazon", 8, tmp_path)
     np.testing.assert_array_equal(x2, x)
     np.testing.assert_array_equal(y2, y)
 
@@ -345,7 +345,7 @@ def cifar_batch(n=4, seed=0, labels=None) -> dict:
 def write_cifar(root: Path, batches: dict | None = None) -> Path:
     folder = root / "cifar-10-batches-py"
     folder.mkdir(parents=True, exist_ok=True)
-    for i, name in enumerate(readers._CIFAR_FILES):
+    for i, name in enumerate(cifar._CIFAR_FILES):
         obj = (batches or {}).get(name, cifar_batch(seed=i) if name != "batches.meta" else {b"label_names": []})
         (folder / name).write_bytes(obj if isinstance(obj, bytes) else pickle.dumps(obj, protocol=4))
     return folder

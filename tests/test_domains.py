@@ -14,6 +14,7 @@ import torch
 
 from fedlib.config.run import RunConfig
 from fedlib.data import domains, load_federated, partition_summary, readers
+from fedlib.data.domains import image_folders, sampling
 from fedlib.data.readers import DatasetNotFoundError
 
 SHARED = Path(os.environ.get("FEDLIB_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
@@ -63,7 +64,7 @@ def test_digits_fedbn_protocol_counts_shapes_values():
 
     # the exact recipe: MNIST rows are the seeded draw, normalised, no resize at 28x28
     x_raw, y_raw = readers.load_mnist("train", root=root)
-    idx = domains._subset(np.arange(60000), 743, domains._rng(0, "mnist", 1))
+    idx = sampling._subset(np.arange(60000), 743, sampling._rng(0, "mnist", 1))
     xm, ym = fd.train.client(0)
     np.testing.assert_array_equal(ym.numpy(), y_raw[idx])
     expect = (x_raw[idx].astype(np.float32) / np.float32(255) - np.float32(0.5)) / np.float32(0.5)
@@ -73,7 +74,7 @@ def test_digits_fedbn_protocol_counts_shapes_values():
     from PIL import Image
 
     xu_raw, yu_raw = readers.load_usps("train", root=root)
-    iu = domains._subset(np.arange(7291), 743, domains._rng(0, "usps", 1))
+    iu = sampling._subset(np.arange(7291), 743, sampling._rng(0, "usps", 1))
     xu, yu = fd.train.client(1)
     np.testing.assert_array_equal(yu.numpy(), yu_raw[iu])
     img = Image.fromarray((xu_raw[iu[0]] * np.float32(255)).astype(np.uint8)).resize((28, 28), Image.BILINEAR)
@@ -190,7 +191,7 @@ def test_office_cache_makes_second_load_decode_free(tmp_path, monkeypatch):
     def no_decode(*a, **k):
         raise AssertionError("decoded again despite the cache")
 
-    monkeypatch.setattr(domains, "_decode", no_decode)
+    monkeypatch.setattr(image_folders, "_decode", no_decode)  # where _read_domain looks it up
     second = domains.office31(("dslr",), size=8, root=tmp_path)
     assert torch.equal(first.train.x, second.train.x)
     with pytest.raises(AssertionError):  # another size is another cache entry

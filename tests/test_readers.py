@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fedlib.data import readers
-from fedlib.data.readers import DATASETS, DatasetChecksumError, DatasetNotFoundError
+from fedlib.data.readers import DATASETS, DatasetChecksumError, DatasetNotFoundError, idx, mnistm
 
 SHARED = Path(os.environ.get("FEDLIB_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
 
@@ -164,11 +164,11 @@ def test_read_idx_rejects_bad_magic(tmp_path):
     bad = tmp_path / "bad-idx"
     bad.write_bytes(b"\x01\x02\x08\x01" + struct.pack(">I", 1) + b"\x00")
     with pytest.raises(ValueError, match="magic"):
-        readers._read_idx(bad)
+        idx._read_idx(bad)
     short = tmp_path / "short-idx"
     short.write_bytes(bytes([0, 0, 8, 1]) + struct.pack(">I", 5) + b"\x00\x01")
     with pytest.raises(ValueError, match="payload"):
-        readers._read_idx(short)
+        idx._read_idx(short)
 
 
 def test_tampered_gz_fails_md5(tmp_path):
@@ -208,7 +208,8 @@ def test_mnist_m_folder_and_tar_agree(tmp_path, monkeypatch):
         assert not (tar_root / "mnist_m" / "mnist_m_train").exists()  # read in place, not extracted
 
     # The second process-level load comes from the .npz cache: decoding is not called again.
-    monkeypatch.setattr(readers, "_decode_mnistm", lambda *a: pytest.fail("decoded again"))
+    # patched where _read_mnist_m looks it up
+    monkeypatch.setattr(mnistm, "_decode_mnistm", lambda *a: pytest.fail("decoded again"))
     readers._cached.cache_clear()
     x, y = readers.load_mnist_m("test", root=folder_root)
     np.testing.assert_array_equal(x, data["test"][0])
@@ -321,7 +322,7 @@ def test_data_root_precedence(tmp_path, monkeypatch):
     assert readers.data_root(tmp_path / "arg") == tmp_path / "arg"
     assert readers.data_root() == tmp_path / "env"
     monkeypatch.delenv("FEDLIB_DATA")
-    project = Path(readers.__file__).resolve().parents[2]
+    project = Path(readers.__file__).resolve().parents[3]  # fedlib/data/readers/__init__.py -> the checkout
     assert (project / "pyproject.toml").is_file()  # we run from the source checkout
     assert readers.data_root() == project / "data"
 

@@ -136,7 +136,7 @@ def _load(cfg, root):
     )
 
 
-@functools.lru_cache(maxsize=2)  # image data sets are large (Office-Home at 224: ~9 GB float32)
+@functools.lru_cache(maxsize=2)  # image data sets are large (Office-Home at 224 is gigabytes of float32)
 def _load_domains_cached(dataset, domain_list, percent, seed, root) -> tuple[FederatedData, object]:
     fd = domains.load(dataset, domain_list, percent, seed, root)
     # Clients are stored domain after domain: train rows first, then test rows, in one label vector.

@@ -81,9 +81,9 @@ class Split:
 
 def gather_rows(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``t``'s rows at ``index`` (any shape), as ``index.shape + t.shape[1:]``: a mini-batch's inputs. Through a 2-D
-    view of ``t``: torch's CPU ``index_select`` copies a row of a (60000, 28, 28) tensor element by element and a row
-    of a 2-D one as a block (50 MNIST rows: 15 us against 5 us hot, 69 us cold in AdaFL's round, ~10% of W2's
-    ``python -m benchmarks --e2e`` round). The same values either way."""
+    view of ``t``: torch's CPU ``index_select`` copies a row of a (60000, 28, 28) tensor element by element but a row
+    of a 2-D one as a block, and mini-batch gathers run every local step (``python -m benchmarks --e2e`` measures
+    them). The same values either way."""
     flat = t.reshape(t.shape[0], -1) if t.dim() > 2 else t
     return flat.index_select(0, index.reshape(-1)).view(*index.shape, *t.shape[1:])
 
@@ -97,10 +97,9 @@ class Block:
     True on real rows; client ``clients[j]``'s ``sizes[j]`` rows are the first ``sizes[j]`` columns of
     ``features[j]`` (its rows' inputs flattened to F features, feature by feature), padding (zeros) after them.
     Feature-major and contiguous because the Linear chains' evaluation computes every layer as W h^T
-    (``metrics.chain_logits_by_class``): over W3's blocks (``python -m benchmarks --e2e``, 100 DNN 60-20-10
-    models, one thread, 2026-11-28) the logits took 3.72 ms from a transposed view of row-major inputs, 3.46 ms from
-    these, and 3.03 ms with the bias added after the matmul, as it now is (the same logits bit for bit over these
-    60 features; see ``chain_logits_by_class`` for 784)."""
+    (``metrics.chain_logits_by_class``), which reads these directly, where a transposed view of row-major inputs
+    would be slower (``python -m benchmarks --e2e`` measures it); the logits are the same bit for bit over 60
+    features (see ``chain_logits_by_class`` for 784)."""
 
     clients: torch.Tensor
     sizes: list
@@ -251,10 +250,10 @@ class ShrinkingPlan(BatchPlan):
     steps, largest first (``StackedExecutor``; built from a plan with ``active``): at step s the first ``live[s]``
     clients step, the others have finished. ``src[s, i]``: the step of the original plan that step s of client i
     is (for per-step objective context such as FedMix's pairs). It has no ``active``: every client of a step
-    steps, so the stacked paths take the update fused into the weight-gradient matmul (``_fused_weight_step``).
-    Until 2026-11-24 it kept the lock-step plan's masked update instead, bit for bit that plan's float32 results,
-    at ~10% of W1's round (``python -m benchmarks --e2e``: 0.38-0.47 s against 0.34-0.37 s). Float32 results of
-    epoch runs of unequal clients differ from before in the last bits; no stored run is one (README, Benchmark)."""
+    steps, so the stacked paths take the update fused into the weight-gradient matmul (``_fused_weight_step``),
+    which is cheaper than the lock-step plan's masked update (``python -m benchmarks --e2e`` measures both). The
+    fused update rounds differently, so float32 results of epoch runs of unequal clients may differ from the
+    lock-step plan's in the last bits."""
 
     live: tuple = ()
     src: torch.Tensor | None = None
@@ -268,8 +267,8 @@ class ShrinkingPlan(BatchPlan):
 
 def _sort_rows(rows: torch.Tensor) -> torch.Tensor:
     """``rows.sort(dim=-1).values``: integers, so the same values whatever the algorithm; through numpy on the CPU
-    (where plans are drawn), whose sort of a plan's short batches is faster: W3's (20, 100, 20) rows, one thread,
-    2026-11-24, 105 against 507 us (``python -m benchmarks --e2e`` W3's round is ~23 ms)."""
+    (where plans are drawn), whose sort of a plan's many short batches is faster than torch's
+    (``python -m benchmarks --e2e`` measures it)."""
     if rows.device.type != "cpu":
         return rows.sort(dim=-1).values
     return torch.from_numpy(np.sort(rows.numpy(), axis=-1))
@@ -287,7 +286,7 @@ def sample_steps(
     u = torch.rand((steps, len(clients), batch_size), generator=generator, dtype=torch.float64)
     rows = (u * sizes[None, :, None]).long().clamp_max_((sizes - 1).long()[None, :, None])
     # A mini-batch is a set: its order does not change the gradient, and ascending rows make the
-    # gather ~3x faster on the CPU (hardware prefetch, fewer TLB misses).
+    # gather faster on the CPU (hardware prefetch, fewer TLB misses).
     return BatchPlan(_sort_rows(rows) + split.offsets[clients][None, :, None])
 
 
