@@ -89,12 +89,16 @@ to < 1e-10 (tested, masked and unmasked plans):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.protocols import Executor, RunSpec
 from fedlib.core.stages import Algorithm, MethodState, Params, WeightedMean, local_sgd
+from fedlib.core.state import State
 from fedlib.data.federated import BatchPlan, Split
 from fedlib.executors import FedMixObjective, LocalSGD, NaiveMixObjective, Objective
 
@@ -161,12 +165,23 @@ class MixClient:
         return NaiveMixObjective(self.lam, means_x, means_y, pair)
 
     # -- the engine's hook --------------------------------------------------------------------
-    def __call__(self, executor, model, start, anchor, plan: BatchPlan, split: Split, state, clients, local: LocalSGD):
+    def __call__(
+        self,
+        executor: Executor,
+        model: nn.Module,
+        start: Params,
+        anchor: Params,
+        plan: BatchPlan,
+        split: Split,
+        state: State,
+        clients: torch.Tensor,
+        local: LocalSGD,
+    ) -> Params:
         mx, my = self.means(model, start, split, state)
         pair = pairing(int(state.round), plan, len(my))
         return executor.train(model, start, plan, split, local, objective=self.objective(mx, my, pair))
 
-    def means(self, model, start, split, state) -> tuple[torch.Tensor, torch.Tensor]:
+    def means(self, model: nn.Module, start: Params, split: Split, state: State) -> tuple[torch.Tensor, torch.Tensor]:
         """The global mean set, computed once (the clients send their means before training)."""
 
         def compute() -> MeanSet:
@@ -183,7 +198,9 @@ class MixClient:
         return m["x"], m["y"]
 
 
-def _build(cfg, name: str, lam: float, mean_size: int, taylor: bool, taylor_scale: str = "sample") -> Algorithm:
+def _build(
+    cfg: RunSpec, name: str, lam: float, mean_size: int, taylor: bool, taylor_scale: str = "sample"
+) -> Algorithm:
     opt = local_sgd(cfg)
     return Algorithm(
         name=name,
@@ -193,8 +210,8 @@ def _build(cfg, name: str, lam: float, mean_size: int, taylor: bool, taylor_scal
     )
 
 
-_LAM = dict(ge=0, le=1, doc="mixing ratio lambda")
-_M = dict(ge=1, doc="M_k: samples per shared mean data point")
+_LAM: dict[str, Any] = dict(ge=0, le=1, doc="mixing ratio lambda")
+_M: dict[str, Any] = dict(ge=1, doc="M_k: samples per shared mean data point")
 
 
 @register
@@ -209,7 +226,7 @@ class FedMix(MethodOptions):
         doc="Taylor term per sample (the equation) or x (1 - lam) / B (public codes)",
     )
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         return _build(cfg, self.NAME, self.mix_lam, self.mix_mean_size, True, self.mix_taylor_scale)
 
 
@@ -223,5 +240,5 @@ class NaiveMix(MethodOptions):
     mix_lam: float = option(0.05, **_LAM)
     mix_mean_size: int = option(10, **_M)
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         return _build(cfg, self.NAME, self.mix_lam, self.mix_mean_size, False)

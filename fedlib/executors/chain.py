@@ -15,8 +15,8 @@ from torch import nn
 
 from fedlib.data.federated import BatchPlan, Split, gather_rows
 from fedlib.executors.kernels import register_fast_path
-from fedlib.executors.objectives import CrossEntropy, FedMixObjective, NaiveMixObjective
-from fedlib.executors.sgd import LocalSGD, Params, _fused_weight_step, _sgd_update
+from fedlib.executors.objectives import CrossEntropy, FedMixObjective, MixupObjective, NaiveMixObjective, Objective
+from fedlib.executors.sgd import LocalSGD, Params, RunsSGD, _fused_weight_step, _sgd_update
 from fedlib.models.registry import linear_chain
 
 
@@ -127,23 +127,40 @@ def chain_logits_by_class(layers: list[str], params: Params, x: torch.Tensor, by
     return h
 
 
-def _group_state(layers, p: Params, opt: LocalSGD, anchor: Params | None, drift: Params | None):
+# one layer's (weight, bias) pair of momentum buffers, anchors or drifts; None where the term is off
+_Pair = tuple["torch.Tensor | None", "torch.Tensor | None"]
+# a client group's chain: weights, biases, and per layer its buffers, anchors and drifts (``_group_state``)
+_GroupState = tuple[list[torch.Tensor], list[torch.Tensor], list[_Pair], list[_Pair], list[_Pair]]
+
+
+def _group_state(
+    layers: list[str], p: Params, opt: LocalSGD | RunsSGD, anchor: Params | None, drift: Params | None
+) -> _GroupState:
     """Per layer: weight and bias (views of the group's rows), their momentum buffers, anchors and drifts."""
     W = [p[f"{n}.weight"] for n in layers]  # (G, out, in)
     b = [p[f"{n}.bias"] for n in layers]  # (G, out)
-    bufs = [(None, None)] * len(W)
+    bufs: list[_Pair] = [(None, None)] * len(W)
     if opt.momentum:
         bufs = [(torch.zeros_like(w), torch.zeros_like(c)) for w, c in zip(W, b)]
-    anchors = [(None, None)] * len(W)
+    anchors: list[_Pair] = [(None, None)] * len(W)
     if opt.mu:
+        assert anchor is not None  # ``_check``: a proximal term needs an anchor
         anchors = [(anchor[f"{n}.weight"], anchor[f"{n}.bias"]) for n in layers]
-    drifts = [(None, None)] * len(W)
+    drifts: list[_Pair] = [(None, None)] * len(W)
     if drift is not None:
         drifts = [(drift.get(f"{n}.weight"), drift.get(f"{n}.bias")) for n in layers]
     return W, b, bufs, anchors, drifts
 
 
-def _leading(k: int, G: int, W, b, bufs, anchors, drifts):
+def _leading(
+    k: int,
+    G: int,
+    W: list[torch.Tensor],
+    b: list[torch.Tensor],
+    bufs: list[_Pair],
+    anchors: list[_Pair],
+    drifts: list[_Pair],
+) -> _GroupState:
     """The group state of ``_group_state`` restricted to its first ``k`` clients (views; itself when k = G)."""
     if k == G:
         return W, b, bufs, anchors, drifts
@@ -153,7 +170,18 @@ def _leading(k: int, G: int, W, b, bufs, anchors, drifts):
 
 
 def _backward_step(
-    hs, dz, W, b, bufs, anchors, drifts, opt: LocalSGD, act, n: int, tangent: bool, by_class: bool = False
+    hs: list[torch.Tensor],
+    dz: torch.Tensor,
+    W: list[torch.Tensor],
+    b: list[torch.Tensor],
+    bufs: list[_Pair],
+    anchors: list[_Pair],
+    drifts: list[_Pair],
+    opt: LocalSGD | RunsSGD,
+    act: torch.Tensor | None,
+    n: int,
+    tangent: bool,
+    by_class: bool = False,
 ) -> None:
     """Back through the chain from the logits' gradient ``dz`` (mean over each client's rows already taken),
     updating every layer in place. ``by_class``: ``dz`` is (G, classes, N), as ``chain_forward(..., by_class=True)``
@@ -223,14 +251,15 @@ def chain_cross_entropy(
     p: Params,
     plan: BatchPlan,
     data: Split,
-    opt: LocalSGD,
+    opt: LocalSGD | RunsSGD,
     anchor: Params | None,
     drift: Params | None,
-    objective,
-    clients,
+    objective: Objective,
+    clients: slice | torch.Tensor,
 ) -> None:
     """The mean cross-entropy: d/d logits = (softmax - onehot) / n, zero for padded rows."""
     layers = linear_chain(model)
+    assert layers is not None  # the chain paths are registered for models whose kernel is "chain"
     W, b, bufs, anchors, drifts = _group_state(layers, p, opt, anchor, drift)
     G, B = plan.index.shape[1], plan.index.shape[2]
     xdim = W[0].shape[2]
@@ -266,11 +295,11 @@ def chain_mean_mixup(
     p: Params,
     plan: BatchPlan,
     data: Split,
-    opt: LocalSGD,
+    opt: LocalSGD | RunsSGD,
     anchor: Params | None,
     drift: Params | None,
-    objective,
-    clients,
+    objective: Objective,
+    clients: slice | torch.Tensor,
 ) -> None:
     """FedMix / NaiveMix (``objectives.FedMixObjective``, ``NaiveMixObjective``): batched matmuls, no nested ``grad``.
 
@@ -286,8 +315,11 @@ def chain_mean_mixup(
     batch. NaiveMix is the primal pass alone, on (1 - lam) x_i + lam xbar_j with the soft label.
     """
     layers = linear_chain(model)
+    assert layers is not None  # the chain paths are registered for models whose kernel is "chain"
     W, b, bufs, anchors, drifts = _group_state(layers, p, opt, anchor, drift)
-    lam, taylor = objective.lam, isinstance(objective, FedMixObjective)
+    assert isinstance(objective, MixupObjective)  # registered for FedMixObjective and NaiveMixObjective only
+    fedmix = objective if isinstance(objective, FedMixObjective) else None  # the Taylor term's objective
+    lam, taylor = objective.lam, fedmix is not None
     G, B = plan.index.shape[1], plan.index.shape[2]
     dtype, xdim, dev = W[0].dtype, W[0].shape[2], W[0].device
     for s in range(plan.steps):
@@ -307,8 +339,8 @@ def chain_mean_mixup(
         onehot = F.one_hot(y, pr.shape[2]).to(dtype)
         du = pr - (1 - lam) * onehot - lam * ym
         scale, n_rows = _row_scale(plan, s, k, dtype, dev)
-        if taylor:
-            tl = lam * objective.tscale(n_rows)  # the Taylor term's factor: lam, or lam (1 - lam) / n_rows
+        if fedmix is not None:  # taylor
+            tl = lam * fedmix.tscale(n_rows)  # the Taylor term's factor: lam, or lam (1 - lam) / n_rows
             v = zl[:, B:]
             pv = pr * v
             du = du + tl * (pv - pr * pv.sum(2, keepdim=True))

@@ -34,11 +34,13 @@ import os
 from collections import OrderedDict
 
 import torch
+from torch import nn
 
 from fedlib.data.federated import BatchPlan, ShrinkingPlan, Split
 from fedlib.executors.chain import chain_cross_entropy
-from fedlib.executors.objectives import CrossEntropy
-from fedlib.executors.sgd import LocalSGD, Params
+from fedlib.executors.kernels import FastPath
+from fedlib.executors.objectives import CrossEntropy, Objective
+from fedlib.executors.sgd import LocalSGD, Params, RunsSGD
 
 ENV = "FEDLIB_CUDA_GRAPHS"
 
@@ -72,7 +74,9 @@ class GroupGraphs:
         self.hits = self.recorded = self.eager = 0
 
     @staticmethod
-    def eligible(path, plan: BatchPlan, opt, objective, params: Params) -> bool:
+    def eligible(
+        path: FastPath, plan: BatchPlan, opt: LocalSGD | RunsSGD, objective: Objective, params: Params
+    ) -> bool:
         dev = next(iter(params.values())).device
         return (
             dev.type == "cuda"
@@ -98,7 +102,19 @@ class GroupGraphs:
             (data.x.data_ptr(), tuple(data.x.shape), data.x.dtype, data.y.data_ptr(), tuple(data.y.shape)),
         )
 
-    def run(self, path, model, p: Params, plan: BatchPlan, data: Split, opt, anchor, drift, objective, clients):
+    def run(
+        self,
+        path: FastPath,
+        model: nn.Module,
+        p: Params,
+        plan: BatchPlan,
+        data: Split,
+        opt: LocalSGD | RunsSGD,
+        anchor: Params | None,
+        drift: Params | None,
+        objective: Objective,
+        clients: slice | torch.Tensor,
+    ) -> None:
         """Train the group as ``path`` would (in place in ``p``): replayed, recorded then replayed, or eagerly."""
         key = self._key(path, model, p, plan, data, opt, anchor, drift)
         entry = self.graphs.get(key)
@@ -148,5 +164,6 @@ class GroupGraphs:
 
 def _copy_in(static: Params | None, given: Params | None) -> None:
     if static is not None:
+        assert given is not None  # a static copy is recorded for what the call was given
         for n, t in static.items():
             t.copy_(given[n])

@@ -82,7 +82,7 @@ def cpu_name(cpuinfo: str | None = None) -> str:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
             cpuinfo = ""
-    fields = {}
+    fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
         key, sep, value = line.partition(":")
         if sep:

@@ -10,6 +10,7 @@ for any buffer-free model and any objective, followed by the same in-place SGD u
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -87,7 +88,9 @@ class StackedExecutor:
 
     name = "stacked"
 
-    def evaluate(self, model: nn.Module, params: Params, split: Split, per_client: bool):
+    def evaluate(
+        self, model: nn.Module, params: Params, split: Split, per_client: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(correct, loss sum, rows) per client of ``split`` (``fedlib.executors.evaluation.evaluate``)."""
         return evaluation.evaluate(model, params, split, per_client)
 
@@ -128,7 +131,9 @@ class StackedExecutor:
             )
         return self.kernel
 
-    def group_size(self, model: nn.Module, k: int, plan: BatchPlan, opt: LocalSGD, device) -> int:
+    def group_size(
+        self, model: nn.Module, k: int, plan: BatchPlan | None, opt: LocalSGD | RunsSGD, device: torch.device | str
+    ) -> int:
         if self.max_group is not None:
             return max(1, min(k, self.max_group))
         if torch.device(device).type != "cpu":
@@ -137,7 +142,10 @@ class StackedExecutor:
         copies = 2 + (opt.momentum > 0) + (opt.mu > 0)  # params, grads/update, momentum, anchor
         g = max(1, min(k, self.group_bytes // max(1, per_client * copies)))
         if plan is not None and kernel_of(model) == "chain":
-            first = model.get_submodule(linear_chain(model)[0]).weight  # (out, in)
+            layers = linear_chain(model)
+            assert layers is not None  # a "chain" model is a Linear chain
+            first = model.get_submodule(layers[0]).weight  # (out, in)
+            assert isinstance(first, torch.Tensor)
             g = max(1, min(g, CORE_CACHE_BYTES // (plan.index.shape[2] * first.shape[1] * first.element_size())))
         n_groups = -(-k // g)
         return -(-k // n_groups)  # equal groups: 20 clients as 10 + 10, not 17 + 3 (a thin group is slow)
@@ -203,7 +211,8 @@ class StackedExecutor:
         index = plan.index[src_d, order_d[None, :]]
         weight = None if plan.weight is None else plan.weight[src_d, order_d[None, :]]
         pick = lambda d: None if d is None else {n: t[order_d] for n, t in d.items()}
-        out, anchor, drift = pick(params), pick(anchor), pick(drift)  # gathers: copies in the sorted order
+        out = {n: t[order_d] for n, t in params.items()}  # gathers: copies in the sorted order
+        anchor, drift = pick(anchor), pick(drift)
         opt = restrict(opt, order)
         k = len(order)
         g = self.group_size(model, k, plan, opt, index.device)
@@ -307,7 +316,7 @@ def _vmap_buffers_path(
         written back) on ``rows`` (|J|, b) with row weights ``w``."""
         take = lambda t: None if t is None else t[J]
         o = opt if isinstance(J, slice) else restrict(opt, J)  # a slice is the group's first k: the update cuts it
-        pp, bb = {n: take(p[n]) for n in names}, {n: take(p[n]) for n in bnames}
+        pp, bb = {n: p[n][J] for n in names}, {n: p[n][J] for n in bnames}
         mom = {n: take(None if bufs is None else bufs[n]) for n in names}
         x = gather_rows(data.x, rows).to(dtype)
         y = gather_rows(data.y, rows)
@@ -319,8 +328,9 @@ def _vmap_buffers_path(
         if not isinstance(J, slice):
             for n in names:
                 p[n][J] = pp[n]
-                if bufs is not None:
-                    bufs[n][J] = mom[n]
+                m = mom[n]
+                if bufs is not None and m is not None:  # mom holds bufs' rows where there are buffers
+                    bufs[n][J] = m
             for n in bnames:
                 p[n][J] = bb[n]
 
@@ -333,6 +343,7 @@ def _vmap_buffers_path(
         if not short:
             step(slice(0, k), rows, torch.ones(rows.shape, dtype=dtype, device=rows.device), ctx)
             continue
+        assert keep is not None  # short batches come from a plan's weights
         J = keep.all(1).nonzero().flatten()  # the full batches together
         if len(J):
             step(
