@@ -1,6 +1,6 @@
 """FedMix and NaiveMix: Yoon, Shin, Hwang and Yang, "FedMix: Approximation of Mixup under Mean Augmented
-Federated Learning", ICLR 2021 (OpenReview Ogga20D2HO-; arXiv 2107.00233). AdaFL (../shared/papers/adafl.md,
-Tables 3-4) compares against it ("FedMix-0.1", "FedMix-0.5": FedMix at a fixed fraction of 0.1 / 0.5).
+Federated Learning", ICLR 2021 (OpenReview Ogga20D2HO-; arXiv 2107.00233). AdaFL (Chen, Chong and Quek,
+2021, Tables 3-4) compares against it ("FedMix-0.1", "FedMix-0.5": FedMix at a fixed fraction of 0.1 / 0.5).
 
 Mean Augmented FL (MAFL). Before training, every client k cuts its local data into batches of M_k
 samples and sends the mean of each batch, inputs and one-hot labels averaged, (xbar, ybar), to the
@@ -32,8 +32,8 @@ FedAvg exactly (tested). Paper symbols -> ``RunConfig``: lam -> ``mix_lam``, M_k
 (the same for every client), eta -> ``lr`` (times ``lr_decay``^(t-1): the round's optimiser), E / B ->
 ``local_epochs`` / ``batch_size``; SGD ``momentum`` and ``weight_decay`` as in ``LocalSGD``.
 
-Sources and what could be checked. The paper's full text was not reachable from here (only its
-abstract and introduction, in the ICLR 2021 text dump, pages corpus, Ogga20D2HO-.txt); the authors
+Sources and what could be checked. The paper's full text could not be consulted (only its
+abstract and introduction, OpenReview Ogga20D2HO-); the authors
 published no code (a survey of ICLR 2021 FL papers records "Code: None provided"). The loss above
 is the paper's Taylor-approximation result as transcribed by a reading note on the paper (the
 averaged form "(1 - lam) l(f((1 - lam) x_i), y_i) + lam l(f((1 - lam) x_i), ybar_j) + lam dl/dx . xbar_j")

@@ -12,7 +12,7 @@ commented out), whose comparisons FedMCSA's code forks. The two differ as client
 Paper symbols -> ``RunConfig``: lambda -> ``lam``, K -> ``inner_steps``, eta_p -> ``personal_lr``,
 eta -> ``lr``, beta -> ``beta``, R -> ``local_steps``, |D| -> ``batch_size``, S -> ``clients_per_round``.
 
-As in pFedMe's code (GUIDE section 2), every client trains each round from the global model and
+As in pFedMe's code, every client trains each round from the global model and
 only the sampled ones are aggregated. The inner problem is solved by K steps of SGD with the
 proximal pull toward w_i on the *same* mini-batch, which is exactly ``LocalSGD(eta_p, mu=lambda)``
 run on a plan repeating that batch K times; theta_i carries over from one local step to the

@@ -25,8 +25,8 @@ def class_softmax(z: torch.Tensor, log: bool = False) -> torch.Tensor:
 
     On the CPU it runs torch's kernel over the *first* dimension of a transposed copy, padded to a multiple of
     ``_LANES`` rows: that kernel vectorises across rows, where the last-dimension one spends a vector on each row of
-    10 classes (1200 clients x 20 rows x 10 classes, float32, on the 2-core CPU: 2.1 ms against 5.6 ms; it was about
-    half of every personalised Synthetic round, ``python -m benchmarks --e2e`` W3/W6). The padding keeps every row
+    10 classes (over twice as slow; without this a large share of every personalised Synthetic round, ``python -m
+    benchmarks --e2e``). The padding keeps every row
     in a full vector, away from the kernel's scalar tail (a different ``exp``), so a row's result never depends on
     its position or on the other rows: a batched run's evaluation (``fedlib.runs.batching``) equals its solo run's bit
     for bit. The classes are summed in another order than ``torch.softmax``'s, so results differ from it in the last
@@ -67,9 +67,8 @@ def chain_forward(
 
     ``by_class`` (no ``tangent``; a group of G models, as training has): the last layer's logits by class,
     (G, classes, N), as W h^T (evaluation takes every layer so: ``chain_logits_by_class``). The rows-first h W^T is
-    a matmul as thin as the classes; by class it runs 1.6-2.4x faster for 10 classes at every training shape timed
-    (one thread, 2026-11-24: MLR on Synthetic, 100 clients x 20 rows x 60 features, 147 against 90 us; W1's
-    20 x 20 x 100, 44 against 24 us; never slower), and the softmax over the classes vectorises along the rows
+    a matmul as thin as the classes; by class it runs well faster for 10 classes at every training shape timed
+    (never slower), and the softmax over the classes vectorises along the rows
     without a transposed copy (``chain_cross_entropy``).
     """
     W0 = params[f"{layers[0]}.weight"]
@@ -105,12 +104,11 @@ def chain_logits_by_class(layers: list[str], params: Params, x: torch.Tensor, by
     weights, ``x`` (G, N, *input), or (G, F, N) with ``by_feature``: the rows' flattened inputs feature by feature,
     as ``data.federated.Block.features`` keeps them), (classes, N) for one model (``params`` (out, in), ``x``
     (N, *input)). Each layer runs as W h^T, features by rows (evaluation: N in the thousands), where the rows-first
-    x W^T of ``chain_forward`` is a thin matmul, as wide as the layer's outputs (Synthetic's DNN over a block of
-    3 x 6,453 rows on the 2-core CPU: 0.76 ms against 1.70 ms; the same logits, summed in another order).
+    x W^T of ``chain_forward`` is a thin matmul, as wide as the layer's outputs (about twice as slow on the CPU; the
+    same logits, summed in another order).
     A group's layer is a matmul and then the bias added in place: ``baddbmm`` first copies the bias, broadcast along
-    the rows, into its output (W3's personal evaluation, one thread, 2026-11-28: 3.46 ms against 3.03 ms over its
-    blocks). The logits are those of ``baddbmm`` bit for bit over Synthetic's 60 features (W3's and W4's blocks, one
-    and two threads); over 784 (MNIST) they differ in the last bits, where the BLAS adds a preloaded bias part-way
+    the rows, into its output (slower over a personalised evaluation's blocks). The logits are those of ``baddbmm``
+    bit for bit over Synthetic's 60 features (one and two threads); over 784 (MNIST) they differ in the last bits, where the BLAS adds a preloaded bias part-way
     through a long sum (float32 evaluation of MNIST's Linear chains moves so; float64 logits of magnitude ~100 moved
     by ~1e-13)."""
     group = params[f"{layers[0]}.weight"].dim() == 3
@@ -237,8 +235,8 @@ def trains_by_class(W: torch.Tensor) -> bool:
 
 def _repeated_steps(plan: BatchPlan) -> list[bool]:
     """Per step s: whether its rows are step s - 1's, for every client. pFedMe's K inner steps repeat a local step's
-    mini-batch (``BatchPlan.at_steps``), and gathering it once saves 4 of 5 gathers of rows read from memory (W4
-    of ``python -m benchmarks --e2e``, one thread: a gather ~37 us of a ~300 us training step). On the CPU only:
+    mini-batch (``BatchPlan.at_steps``), and gathering it once saves 4 of 5 gathers of rows read from memory (a gather is
+    a tenth or more of a small model's training step on the CPU, ``python -m benchmarks --e2e``). On the CPU only:
     elsewhere the gather is cheap and the comparison's answer would be a device sync."""
     if plan.steps < 2 or plan.index.device.type != "cpu":
         return [False] * plan.steps

@@ -1,4 +1,4 @@
-"""CUDA graphs for the stacked executor's client groups (issue 21, item 6).
+"""CUDA graphs for the stacked executor's client groups.
 
 On a GPU a local step of these small models is a few dozen short kernels, and the launches, not the arithmetic,
 bound a round (an AdaFL MNIST run: 2.5 minutes on an H100 for seconds of arithmetic). A CUDA graph records a
@@ -23,8 +23,7 @@ context, a ``RunsSGD``'s per-run columns) run eagerly.
 
 Opt-in: ``StackedExecutor(graphs=True)``, or ``FEDLIB_CUDA_GRAPHS=1`` in the environment for every executor a run
 makes (the CLI, ``run_grid``, ``python -m benchmarks``). Like the device, it is not part of a run's key. Off by
-default: what it saves on whole runs was not measured (the session that wrote it ran out of GPU time; README,
-"On a GPU").
+default: what it saves on whole runs has not been measured.
 """
 
 from __future__ import annotations

@@ -83,9 +83,9 @@ class LoopExecutor:
             data loss's: mu (w - anchor_i) and drift_i, each rounded as autograd rounded them when they were terms
             of the loss (bit for bit: (mu / 2) (2 (w - a)) is mu (w - a) exactly, and the data loss's gradient plus
             one term adds the same two numbers in either order; no method has both terms). Autograd through the
-            terms cost ~200 small operations a step for LeNet-BN + SE's 22 parameter tensors, forward and backward:
-            pFedMe's digits round (``python -m benchmarks --e2e`` W5's setting, SE) 2.27-2.51 s against 2.05 s now,
-            Ditto's 1.28-1.32 against 1.07-1.16 s (two threads, 2026-11-28, Intel machine; README's measurement log)."""
+            terms would cost a few small operations per parameter tensor a step, forward and backward: for a conv
+            model with dozens of tensors, a tenth or more of a pFedMe or Ditto round (``python -m benchmarks
+            --e2e``)."""
             mu = client_opt(opt, i).mu
             if mu:  # one call per operation for all tensors (torch.optim's foreach ops: the same arithmetic)
                 assert anchor is not None  # ``_check``: a proximal term needs an anchor

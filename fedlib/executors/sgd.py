@@ -39,8 +39,8 @@ class LocalSGD:
 
 @dataclass(frozen=True, eq=False)
 class RunsSGD:
-    """A ``LocalSGD`` per run, for one ``executor.train`` call over several runs' clients side by side (issue 21,
-    item 5: per-run hyperparameters). ``parts``: ``(start, stop, LocalSGD)`` over the client axis, in order, covering
+    """A ``LocalSGD`` per run, for one ``executor.train`` call over several runs' clients side by side (per-run
+    hyperparameters: a grid's runs batched as one call). ``parts``: ``(start, stop, LocalSGD)`` over the client axis, in order, covering
     it; client i of the call takes the ``LocalSGD`` of the part that holds it. Build it with ``RunsSGD.of``.
 
     The generic code asks ``momentum``, ``mu`` and ``weight_decay`` as "does any run need it" (momentum buffers and
@@ -55,9 +55,8 @@ class RunsSGD:
       operation for all runs. It adds in another order than the scalar update (``W.addcmul_(a, lr mu)`` rounds the
       product, where ``add_(alpha=)`` fuses it; the gradient matmul's ``-lr`` scales ``dz`` first), so float32
       results differ from the solo run's in the last bits (float64: < 1e-10, tested). On a GPU, where kernel
-      launches bound small runs, it keeps one launch per term whatever the number of runs (not measured: no GPU was
-      lent). On the 2-core CPU it is no faster than the slices: 12 runs of 100 Synthetic clients, 20 steps, one
-      call, 2026-11-24: MLR 95 ms per run, 98 per row (89.6 with one lr for all); DNN 60-20-10 157 and 158 (142)."""
+      launches bound small runs, it keeps one launch per term whatever the number of runs. On a CPU it is no faster
+      than the slices, so the CPU keeps the per-run update and its solo-run arithmetic."""
 
     parts: tuple[tuple[int, int, LocalSGD], ...]
     per_row: bool = False
