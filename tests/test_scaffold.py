@@ -164,8 +164,8 @@ def test_lr_decay_per_round(algorithm):
 
 @pytest.mark.parametrize("algorithm", ["pfedme", "perfedavg", "fedavg+mcsa"])
 def test_lr_decay_applies_to_every_method(algorithm):
-    """The engine applies the lr schedule for every method (issue: fedavg+mcsa refused lr_decay although the engine
-    would apply it; pfedme and perfedavg ignored it): accepted, and it changes the run from round 2 on."""
+    """The engine applies the lr schedule for every method, these included (fedavg+mcsa accepts lr_decay; pfedme's
+    and perfedavg's client procedures step with the round's lr): accepted, and it changes the run from round 2 on."""
     data = small_synthetic(n_clients=3, rows=60)
 
     def loss(decay):

@@ -7,10 +7,19 @@ Every module of this package is imported here, so adding a method is adding one 
 the order the registry has always listed them (error messages and tables use it), any others after them by name.
 """
 
+from __future__ import annotations
+
 import importlib
 import pkgutil
+from typing import TYPE_CHECKING
 
 from fedlib.config.options import METHODS
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from fedlib.core.protocols import RunSpec
+    from fedlib.core.stages import Algorithm
 
 _FIRST = (
     "fedavg",
@@ -31,7 +40,7 @@ for _name in _FIRST + tuple(sorted({m.name for m in pkgutil.iter_modules(__path_
 ALGORITHMS = METHODS  # name -> options class (the older name of the registry)
 
 
-def build_algorithm(cfg, n_samples=None):
+def build_algorithm(cfg: RunSpec, n_samples: np.ndarray | None = None) -> Algorithm:
     """The ``Algorithm`` of ``cfg``: its method's stages, with the selection stage the config names (uniform or
     AdaFL's attention, fixed or scheduled fraction) for methods that select, and the parameter groups kept on the
     clients: those the method keeps local (FedBN: ``bn``) plus pFedLA's ``attn`` when its attention is local (the

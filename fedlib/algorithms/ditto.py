@@ -25,9 +25,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import torch
+from torch import nn
+
 from fedlib.algorithms.fedavg import FedAvg
 from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.protocols import Executor, RunSpec
 from fedlib.core.stages import Algorithm, MethodState, Params
+from fedlib.core.state import State
+from fedlib.data.federated import BatchPlan, Split
 from fedlib.executors import LocalSGD
 
 
@@ -49,7 +55,18 @@ class DittoClient:
 
     lam: float
 
-    def __call__(self, executor, model, start, anchor, plan, split, state, clients, local: LocalSGD):
+    def __call__(
+        self,
+        executor: Executor,
+        model: nn.Module,
+        start: Params,
+        anchor: Params,
+        plan: BatchPlan,
+        split: Split,
+        state: State,
+        clients: torch.Tensor,
+        local: LocalSGD,
+    ) -> Params:
         uploaded = executor.train(model, start, plan, split, local)
         v = PersonalModels.of(state, lambda: PersonalModels({n: t.clone() for n, t in state.client_params.items()})).v
         own = {n: t[clients] for n, t in v.items()}
@@ -66,7 +83,7 @@ class Ditto(MethodOptions):
     NAME = "ditto"
     lam: float = option(5.0, ge=0, doc="lambda: pull of the personal model toward the global one")
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         """FedAvg's round (selection, server mean) with Ditto's client procedure and the personal models evaluated."""
         return dataclasses.replace(
             FedAvg().build(cfg),

@@ -25,7 +25,9 @@ import torch
 
 from fedlib.algorithms.fedavg import FedAvg
 from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.protocols import RunSpec
 from fedlib.core.stages import Algorithm, MethodState, Params
+from fedlib.core.state import State
 
 
 @dataclass(eq=False)
@@ -44,7 +46,7 @@ class ServerAdam:
     beta2: float
     tau: float
 
-    def __call__(self, global_params, mean, state) -> dict[str, torch.Tensor]:
+    def __call__(self, global_params: Params, mean: Params, state: State) -> Params:
         g = global_params
         st = Moments.of(
             state,
@@ -72,7 +74,7 @@ class FedAdam(MethodOptions):
     adam_beta2: float = option(0.99, ge=0, lt=1, doc="second-moment decay beta2")
     adam_tau: float = option(1e-3, ge=0, doc="degree of adaptivity tau")
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         return dataclasses.replace(
             FedAvg().build(cfg),
             name=self.NAME,

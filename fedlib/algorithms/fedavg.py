@@ -13,6 +13,7 @@ on every client's test split.
 from dataclasses import dataclass
 
 from fedlib.config.options import MethodOptions, register
+from fedlib.core.protocols import RunSpec
 from fedlib.core.stages import Algorithm, WeightedMean, local_sgd
 
 
@@ -23,5 +24,5 @@ class FedAvg(MethodOptions):
 
     NAME = "fedavg"
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         return Algorithm(name=self.NAME, local=local_sgd(cfg), aggregate=WeightedMean("samples"))

@@ -22,7 +22,9 @@ import torch
 
 from fedlib.algorithms.fedavg import FedAvg
 from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.protocols import RunSpec
 from fedlib.core.stages import Algorithm, MethodState, Params
+from fedlib.core.state import State
 
 
 @dataclass(eq=False)
@@ -38,7 +40,7 @@ class ServerMomentum:
     lr: float
     momentum: float
 
-    def __call__(self, global_params, mean, state) -> dict[str, torch.Tensor]:
+    def __call__(self, global_params: Params, mean: Params, state: State) -> Params:
         v = Velocity.of(state, lambda: Velocity({k: torch.zeros_like(t) for k, t in global_params.items()})).v
         out = {}
         for k, w in global_params.items():
@@ -54,7 +56,7 @@ class FedAvgM(MethodOptions):
     server_lr: float = option(1.0, gt=0, doc="server step size eta")
     server_momentum: float = option(0.9, ge=0, lt=1, doc="server momentum beta")
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         return dataclasses.replace(
             FedAvg().build(cfg), name=self.NAME, server_step=ServerMomentum(self.server_lr, self.server_momentum)
         )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from fedlib.algorithms.fedavg import FedAvg
 from fedlib.config.options import MethodOptions, register
+from fedlib.core.protocols import RunSpec
 from fedlib.core.stages import Algorithm
 
 
@@ -26,5 +27,5 @@ class FedBN(MethodOptions):
     NAME = "fedbn"
     LOCAL_GROUPS = ("bn",)
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         return dataclasses.replace(FedAvg().build(cfg), name=self.NAME, local_groups=self.LOCAL_GROUPS)

@@ -63,13 +63,15 @@ their 2x2 on Synthetic):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from fedlib.config.options import MethodOptions, option, register
 from fedlib.core.attention import mcsa_weights
-from fedlib.core.stages import Algorithm, Mixing, local_sgd
+from fedlib.core.protocols import RunSpec
+from fedlib.core.stages import Aggregate, Algorithm, Mixing, Params, local_sgd
 
 
 @dataclass
@@ -80,7 +82,7 @@ class MCSAttention:
     by_data_size: bool = False
     component: str = "tensor"  # or "layer" (``attention.mcsa_weights``' ``by_layer``)
 
-    def __call__(self, uploads, n_samples: torch.Tensor, clients: np.ndarray) -> Mixing:
+    def __call__(self, uploads: Params, n_samples: torch.Tensor, clients: np.ndarray) -> Mixing:
         sizes = n_samples if self.by_data_size else None
         return Mixing(to_personal=mcsa_weights(uploads, self.sigma, sizes, by_layer=self.component == "layer"))
 
@@ -94,7 +96,7 @@ class UniformToPersonal:
     by_data_size: bool = False
     as_global: bool = False
 
-    def __call__(self, uploads, n_samples: torch.Tensor, clients: np.ndarray) -> Mixing:
+    def __call__(self, uploads: Params, n_samples: torch.Tensor, clients: np.ndarray) -> Mixing:
         k = len(clients)
         if self.by_data_size:
             row = n_samples.to(torch.float64) / n_samples.sum()
@@ -103,7 +105,9 @@ class UniformToPersonal:
         return Mixing(to_personal=row[None, :].expand(k, k).clone(), to_global=row if self.as_global else None)
 
 
-def _fedmcsa_round(cfg, name: str, lam: float, mcsa_code: bool, aggregate, report_global: bool = False) -> Algorithm:
+def _fedmcsa_round(
+    cfg: RunSpec, name: str, lam: float, mcsa_code: bool, aggregate: Aggregate, report_global: bool = False
+) -> Algorithm:
     """Algorithm 1's round with a given server aggregation: all clients train, prox toward the last W_i
     (no effective prox "as in the authors' code"); ``report_global``: the aggregate's global model is evaluated too."""
     return Algorithm(
@@ -119,21 +123,23 @@ def _fedmcsa_round(cfg, name: str, lam: float, mcsa_code: bool, aggregate, repor
     )
 
 
-_SIGMA = dict(ge=0, doc="attention scale sigma (FedMCSA default 50)")
-_LAM = dict(ge=0, doc="client proximal strength lambda (FedMCSA default 5)")
-_CODE = dict(doc="as in the authors' code: no effective prox (and, on fedmcsa, data-size reweighting)")
-_BY_SIZE = dict(doc="weigh the sampled clients by their data-size shares (the authors' code's weighting), prox kept")
-_PLUS_BY_SIZE = dict(
+_SIGMA: dict[str, Any] = dict(ge=0, doc="attention scale sigma (FedMCSA default 50)")
+_LAM: dict[str, Any] = dict(ge=0, doc="client proximal strength lambda (FedMCSA default 5)")
+_CODE: dict[str, Any] = dict(doc="as in the authors' code: no effective prox (and, on fedmcsa, data-size reweighting)")
+_BY_SIZE: dict[str, Any] = dict(
+    doc="weigh the sampled clients by their data-size shares (the authors' code's weighting), prox kept"
+)
+_PLUS_BY_SIZE: dict[str, Any] = dict(
     doc="as in the authors' code: attention rows reweighted by the sampled clients' data-size shares (no anchor to drop)"
 )
-_COMPONENT = dict(
+_COMPONENT: dict[str, Any] = dict(
     choices=("tensor", "layer"),
     doc="the model component attended over: 'tensor' (a layer's weight and bias apart, as the authors' code and "
     "every stored run) or 'layer' (weight and bias together, as the paper's text: each layer is a component)",
 )
 
 
-def _one_switch(opts) -> None:
+def _one_switch(opts: FedMCSA) -> None:
     """On FedMCSA ``mcsa_code`` already reweights: both set would be two keys for one run."""
     if opts.mcsa_code and opts.by_data_size:
         raise ValueError(
@@ -153,11 +159,11 @@ class FedMCSA(MethodOptions):
     by_data_size: bool = option(False, **_BY_SIZE)
     component: str = option("tensor", **_COMPONENT)
 
-    def check(self, where: str | None = None, rename=None) -> None:
+    def check(self, where: str | None = None, rename: Callable[[str], str] | None = None) -> None:
         super().check(where, rename)
         _one_switch(self)
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         reweight = self.mcsa_code or self.by_data_size
         attend = MCSAttention(self.sigma, reweight, self.component)
         return _fedmcsa_round(cfg, self.NAME, self.lam, self.mcsa_code, attend)
@@ -179,7 +185,7 @@ class FedMCSAMinusMCSA(MethodOptions):
         "trained models; training is unchanged",
     )
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         mean = UniformToPersonal(self.by_data_size, as_global=self.report_mean)
         return _fedmcsa_round(cfg, self.NAME, self.lam, self.mcsa_code, mean, report_global=self.report_mean)
 
@@ -195,7 +201,7 @@ class FedAvgPlusMCSA(MethodOptions):
     by_data_size: bool = option(False, **_PLUS_BY_SIZE)
     component: str = option("tensor", **_COMPONENT)
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         return Algorithm(
             name=self.NAME,
             local=local_sgd(cfg),

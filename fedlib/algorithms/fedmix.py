@@ -1,6 +1,6 @@
 """FedMix and NaiveMix: Yoon, Shin, Hwang and Yang, "FedMix: Approximation of Mixup under Mean Augmented
-Federated Learning", ICLR 2021 (OpenReview Ogga20D2HO-; arXiv 2107.00233). AdaFL (../shared/papers/adafl.md,
-Tables 3-4) compares against it ("FedMix-0.1", "FedMix-0.5": FedMix at a fixed fraction of 0.1 / 0.5).
+Federated Learning", ICLR 2021 (OpenReview Ogga20D2HO-; arXiv 2107.00233). AdaFL (Chen, Chong and Quek,
+2021, Tables 3-4) compares against it ("FedMix-0.1", "FedMix-0.5": FedMix at a fixed fraction of 0.1 / 0.5).
 
 Mean Augmented FL (MAFL). Before training, every client k cuts its local data into batches of M_k
 samples and sends the mean of each batch, inputs and one-hot labels averaged, (xbar, ybar), to the
@@ -32,8 +32,8 @@ FedAvg exactly (tested). Paper symbols -> ``RunConfig``: lam -> ``mix_lam``, M_k
 (the same for every client), eta -> ``lr`` (times ``lr_decay``^(t-1): the round's optimiser), E / B ->
 ``local_epochs`` / ``batch_size``; SGD ``momentum`` and ``weight_decay`` as in ``LocalSGD``.
 
-Sources and what could be checked. The paper's full text was not reachable from here (only its
-abstract and introduction, in the ICLR 2021 text dump, pages corpus, Ogga20D2HO-.txt); the authors
+Sources and what could be checked. The paper's full text could not be consulted (only its
+abstract and introduction, OpenReview Ogga20D2HO-); the authors
 published no code (a survey of ICLR 2021 FL papers records "Code: None provided"). The loss above
 is the paper's Taylor-approximation result as transcribed by a reading note on the paper (the
 averaged form "(1 - lam) l(f((1 - lam) x_i), y_i) + lam l(f((1 - lam) x_i), ybar_j) + lam dl/dx . xbar_j")
@@ -89,12 +89,16 @@ to < 1e-10 (tested, masked and unmasked plans):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.protocols import Executor, RunSpec
 from fedlib.core.stages import Algorithm, MethodState, Params, WeightedMean, local_sgd
+from fedlib.core.state import State
 from fedlib.data.federated import BatchPlan, Split
 from fedlib.executors import FedMixObjective, LocalSGD, NaiveMixObjective, Objective
 
@@ -161,12 +165,23 @@ class MixClient:
         return NaiveMixObjective(self.lam, means_x, means_y, pair)
 
     # -- the engine's hook --------------------------------------------------------------------
-    def __call__(self, executor, model, start, anchor, plan: BatchPlan, split: Split, state, clients, local: LocalSGD):
+    def __call__(
+        self,
+        executor: Executor,
+        model: nn.Module,
+        start: Params,
+        anchor: Params,
+        plan: BatchPlan,
+        split: Split,
+        state: State,
+        clients: torch.Tensor,
+        local: LocalSGD,
+    ) -> Params:
         mx, my = self.means(model, start, split, state)
         pair = pairing(int(state.round), plan, len(my))
         return executor.train(model, start, plan, split, local, objective=self.objective(mx, my, pair))
 
-    def means(self, model, start, split, state) -> tuple[torch.Tensor, torch.Tensor]:
+    def means(self, model: nn.Module, start: Params, split: Split, state: State) -> tuple[torch.Tensor, torch.Tensor]:
         """The global mean set, computed once (the clients send their means before training)."""
 
         def compute() -> MeanSet:
@@ -183,7 +198,9 @@ class MixClient:
         return m["x"], m["y"]
 
 
-def _build(cfg, name: str, lam: float, mean_size: int, taylor: bool, taylor_scale: str = "sample") -> Algorithm:
+def _build(
+    cfg: RunSpec, name: str, lam: float, mean_size: int, taylor: bool, taylor_scale: str = "sample"
+) -> Algorithm:
     opt = local_sgd(cfg)
     return Algorithm(
         name=name,
@@ -193,8 +210,8 @@ def _build(cfg, name: str, lam: float, mean_size: int, taylor: bool, taylor_scal
     )
 
 
-_LAM = dict(ge=0, le=1, doc="mixing ratio lambda")
-_M = dict(ge=1, doc="M_k: samples per shared mean data point")
+_LAM: dict[str, Any] = dict(ge=0, le=1, doc="mixing ratio lambda")
+_M: dict[str, Any] = dict(ge=1, doc="M_k: samples per shared mean data point")
 
 
 @register
@@ -209,7 +226,7 @@ class FedMix(MethodOptions):
         doc="Taylor term per sample (the equation) or x (1 - lam) / B (public codes)",
     )
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         return _build(cfg, self.NAME, self.mix_lam, self.mix_mean_size, True, self.mix_taylor_scale)
 
 
@@ -223,5 +240,5 @@ class NaiveMix(MethodOptions):
     mix_lam: float = option(0.05, **_LAM)
     mix_mean_size: int = option(10, **_M)
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         return _build(cfg, self.NAME, self.mix_lam, self.mix_mean_size, False)

@@ -12,6 +12,7 @@ sampled with probability p_k = n_k / n, which has the same expectation.
 from dataclasses import dataclass
 
 from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.protocols import RunSpec
 from fedlib.core.stages import Algorithm, WeightedMean, local_sgd
 
 
@@ -21,7 +22,7 @@ class FedProx(MethodOptions):
     NAME = "fedprox"
     mu: float = option(0.0, ge=0, doc="FedProx proximal strength mu")
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         return Algorithm(
             name=self.NAME, local=local_sgd(cfg, mu=self.mu), aggregate=WeightedMean("samples"), anchor="start"
         )  # the proximal centre is w^t, the global model the client received

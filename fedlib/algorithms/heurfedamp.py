@@ -17,7 +17,8 @@ import torch
 
 from fedlib.config.options import MethodOptions, option, register
 from fedlib.core.attention import heurfedamp_weights
-from fedlib.core.stages import Algorithm, Mixing, local_sgd
+from fedlib.core.protocols import RunSpec
+from fedlib.core.stages import Algorithm, Mixing, Params, local_sgd
 
 
 @dataclass
@@ -25,7 +26,7 @@ class WholeModelAttention:
     sigma: float
     self_weight: float
 
-    def __call__(self, uploads, n_samples: torch.Tensor, clients: np.ndarray) -> Mixing:
+    def __call__(self, uploads: Params, n_samples: torch.Tensor, clients: np.ndarray) -> Mixing:
         return Mixing(to_personal=heurfedamp_weights(uploads, self.sigma, self.self_weight))
 
 
@@ -37,7 +38,7 @@ class HeurFedAMP(MethodOptions):
     lam: float = option(5.0, ge=0, doc="client proximal strength lambda")
     amp_self_weight: float = option(0.5, ge=0, le=1, doc="self-attention weight xi_ii")
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         return Algorithm(
             name=self.NAME,
             local=local_sgd(cfg, mu=self.lam),

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from fedlib.config.options import MethodOptions, register
-from fedlib.core.protocols import Selector
-from fedlib.core.stages import Algorithm, Mixing, local_sgd
+from fedlib.core.protocols import RunSpec, Selector
+from fedlib.core.stages import Algorithm, Mixing, Params, local_sgd
 
 
 class NoSelection(Selector):
@@ -23,7 +24,7 @@ class NoSelection(Selector):
         return np.zeros(0, dtype=np.int64)
 
 
-def no_aggregation(uploads, n_samples, clients) -> Mixing:
+def no_aggregation(uploads: Params, n_samples: torch.Tensor, clients: np.ndarray) -> Mixing:
     return Mixing()
 
 
@@ -35,7 +36,7 @@ class Local(MethodOptions):
     NAME = "local"
     SELECTS = False
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         return Algorithm(
             name=self.NAME,
             select=NoSelection(),

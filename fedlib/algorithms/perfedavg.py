@@ -21,20 +21,26 @@ global model's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch import nn
 
 from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.protocols import Executor, RunSpec
 from fedlib.core.stages import Algorithm, MethodState, Params, WeightedMean, local_sgd
-from fedlib.data.federated import BatchPlan, sample_steps
+from fedlib.core.state import State
+from fedlib.data.federated import BatchPlan, Split, sample_steps
 from fedlib.executors import LocalSGD
 
 
-def _one_step(executor, model, params, plan: BatchPlan, s: int, split, lr: float):
+def _one_step(
+    executor: Executor, model: nn.Module, params: Params, plan: BatchPlan, s: int, split: Split, lr: float
+) -> Params:
     return executor.train(model, params, plan.at_steps(slice(s, s + 1)), split, LocalSGD(lr=lr))
 
 
-def _grad(executor, model, params, plan, s, split):
+def _grad(executor: Executor, model: nn.Module, params: Params, plan: BatchPlan, s: int, split: Split) -> Params:
     """grad f(params; batch s) as params - SGD(params, lr=1)."""
     out = _one_step(executor, model, params, plan, s, split, 1.0)
     return {n: params[n] - out[n] for n in params if params[n].is_floating_point()}
@@ -48,7 +54,18 @@ class PerFedAvgClient:
     hessian_free: bool = False
     delta: float = 1e-3
 
-    def __call__(self, executor, model, start, anchor, plan: BatchPlan, split, state, clients, local: LocalSGD):
+    def __call__(
+        self,
+        executor: Executor,
+        model: nn.Module,
+        start: Params,
+        anchor: Params,
+        plan: BatchPlan,
+        split: Split,
+        state: State,
+        clients: torch.Tensor,
+        local: LocalSGD,
+    ) -> Params:
         per = 3 if self.hessian_free else 2
         alpha = local.lr
         w = {n: t.clone() for n, t in start.items()}
@@ -87,7 +104,9 @@ class AdaptBeforeEval:
     alpha: float
     batch_size: int
 
-    def __call__(self, executor, model, state, split, generator) -> None:
+    def __call__(
+        self, executor: Executor, model: nn.Module, state: State, split: Split, generator: torch.Generator
+    ) -> None:
         n = len(split.sizes)
         plan = sample_steps(split.layout(), torch.arange(n), 1, self.batch_size, generator)
         plan = BatchPlan(plan.index.to(split.x.device))
@@ -95,7 +114,7 @@ class AdaptBeforeEval:
         state.extra[AdaptedModels.KEY] = AdaptedModels(executor.train(model, g, plan, split, LocalSGD(lr=self.alpha)))
 
 
-def _build(cfg, name: str, beta: float, hessian_free: bool, delta: float = 1e-3) -> Algorithm:
+def _build(cfg: RunSpec, name: str, beta: float, hessian_free: bool, delta: float = 1e-3) -> Algorithm:
     return Algorithm(
         name=name,
         local=local_sgd(cfg),
@@ -109,7 +128,7 @@ def _build(cfg, name: str, beta: float, hessian_free: bool, delta: float = 1e-3)
     )
 
 
-_BETA = dict(gt=0, doc="outer (meta) step size beta")
+_BETA: dict[str, Any] = dict(gt=0, doc="outer (meta) step size beta")
 
 
 @register
@@ -121,7 +140,7 @@ class PerFedAvg(MethodOptions):
     SGD_EXTRAS = False
     beta: float = option(1.0, **_BETA)
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         return _build(cfg, self.NAME, self.beta, False)
 
 
@@ -135,5 +154,5 @@ class PerFedAvgHF(MethodOptions):
     beta: float = option(1.0, **_BETA)
     hf_delta: float = option(1e-3, gt=0, doc="finite-difference step delta")
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         return _build(cfg, self.NAME, self.beta, True, self.hf_delta)

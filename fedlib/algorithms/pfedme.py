@@ -12,7 +12,7 @@ commented out), whose comparisons FedMCSA's code forks. The two differ as client
 Paper symbols -> ``RunConfig``: lambda -> ``lam``, K -> ``inner_steps``, eta_p -> ``personal_lr``,
 eta -> ``lr``, beta -> ``beta``, R -> ``local_steps``, |D| -> ``batch_size``, S -> ``clients_per_round``.
 
-As in pFedMe's code (GUIDE section 2), every client trains each round from the global model and
+As in pFedMe's code, every client trains each round from the global model and
 only the sampled ones are aggregated. The inner problem is solved by K steps of SGD with the
 proximal pull toward w_i on the *same* mini-batch, which is exactly ``LocalSGD(eta_p, mu=lambda)``
 run on a plan repeating that batch K times; theta_i carries over from one local step to the
@@ -33,13 +33,18 @@ envelope, pFedMe's method, which the code keeps), so the reweighting alone is th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
+from torch import nn
 
 from fedlib.algorithms.fedmcsa import _COMPONENT, _PLUS_BY_SIZE, MCSAttention
 from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.protocols import Executor, RunSpec
 from fedlib.core.stages import Algorithm, MethodState, Mixing, Params, WeightedMean, local_sgd
-from fedlib.data.federated import BatchPlan
+from fedlib.core.state import State
+from fedlib.data.federated import BatchPlan, Split
 from fedlib.executors import LocalSGD
 
 
@@ -62,7 +67,18 @@ class PFedMeClient:
     lam: float
     inner_steps: int
 
-    def __call__(self, executor, model, start, anchor, plan: BatchPlan, split, state, clients, local: LocalSGD):
+    def __call__(
+        self,
+        executor: Executor,
+        model: nn.Module,
+        start: Params,
+        anchor: Params,
+        plan: BatchPlan,
+        split: Split,
+        state: State,
+        clients: torch.Tensor,
+        local: LocalSGD,
+    ) -> Params:
         w = {n: t.clone() for n, t in start.items()}
         theta = {n: t.clone() for n, t in start.items()}
         inner = LocalSGD(lr=self.personal_lr, mu=self.lam)
@@ -91,14 +107,14 @@ class PFedMeServer:
 
     beta: float
 
-    def __call__(self, uploads, n_samples, clients) -> Mixing:
+    def __call__(self, uploads: Params, n_samples: torch.Tensor, clients: np.ndarray) -> Mixing:
         m = WeightedMean("samples")(uploads, n_samples, clients)
         return Mixing(to_global=m.to_global, beta=self.beta)
 
 
-_LAM = dict(ge=0, doc="lambda: strength of the Moreau envelope's pull")
-_K = dict(ge=1, doc="K steps solving the personalised problem")
-_ETA_P = dict(gt=0, doc="personal learning rate eta_p")
+_LAM: dict[str, Any] = dict(ge=0, doc="lambda: strength of the Moreau envelope's pull")
+_K: dict[str, Any] = dict(ge=1, doc="K steps solving the personalised problem")
+_ETA_P: dict[str, Any] = dict(gt=0, doc="personal learning rate eta_p")
 
 
 @register
@@ -111,7 +127,7 @@ class PFedMe(MethodOptions):
     personal_lr: float = option(0.01, **_ETA_P)
     beta: float = option(1.0, ge=0, doc="server mixing beta (1: plain average)")
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         return Algorithm(
             name=self.NAME,
             local=local_sgd(cfg),
@@ -140,7 +156,7 @@ class PFedMePlusMCSA(MethodOptions):
     by_data_size: bool = option(False, **_PLUS_BY_SIZE)
     component: str = option("tensor", **_COMPONENT)
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         return Algorithm(
             name=self.NAME,
             local=local_sgd(cfg),

@@ -36,10 +36,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+from torch import nn
 
 from fedlib.config.options import MethodOptions, option, register
+from fedlib.core.protocols import Executor, RunSpec
 from fedlib.core.stages import Algorithm, MethodState, Mixing, Params, WeightedMean, local_sgd
+from fedlib.core.state import State
+from fedlib.data.federated import BatchPlan, Split
 from fedlib.executors import LocalSGD
 
 
@@ -58,7 +63,18 @@ class ScaffoldClient:
 
     control_estimate: str = "update"  # or "gradient": (1 - momentum) times option II's (module docstring)
 
-    def __call__(self, executor, model, start, anchor, plan, split, state, clients, local: LocalSGD):
+    def __call__(
+        self,
+        executor: Executor,
+        model: nn.Module,
+        start: Params,
+        anchor: Params,
+        plan: BatchPlan,
+        split: Split,
+        state: State,
+        clients: torch.Tensor,
+        local: LocalSGD,
+    ) -> Params:
         names = [n for n, t in start.items() if t.is_floating_point()]
         n_clients = next(iter(state.client_params.values())).shape[0]
         cv = ControlVariates.of(
@@ -94,7 +110,7 @@ class ScaffoldServer:
 
     server_lr: float = 1.0
 
-    def __call__(self, uploads, n_samples, clients) -> Mixing:
+    def __call__(self, uploads: Params, n_samples: torch.Tensor, clients: np.ndarray) -> Mixing:
         m = WeightedMean("samples")(uploads, n_samples, clients)
         return Mixing(to_global=m.to_global, beta=self.server_lr)
 
@@ -111,7 +127,7 @@ class Scaffold(MethodOptions):
         "momentum m, the mean gradient (1 - m) (x - y_i) / (K eta_l), which option II estimates under plain SGD",
     )
 
-    def check_with(self, cfg) -> None:
+    def check_with(self, cfg: RunSpec) -> None:
         if self.control_estimate == "gradient" and not cfg.local.momentum:
             raise ValueError(
                 "RunConfig.control_estimate='gradient' is 'update' itself without momentum (momentum=0): set it "
@@ -119,7 +135,7 @@ class Scaffold(MethodOptions):
                 "gradient"
             )
 
-    def build(self, cfg) -> Algorithm:
+    def build(self, cfg: RunSpec) -> Algorithm:
         return Algorithm(
             name=self.NAME,
             local=local_sgd(cfg),

@@ -145,7 +145,7 @@ class ProgressBar(Callback):
 @dataclass
 class SelectionTrace(Callback):
     """'selected' (rounds x N, bool: uploaded in round t) for every run, and whatever the selection stage traces
-    (AdaFL: 'selection_scores', a^(t) used to draw round t)."""
+    (AdaFL: 'selection_scores', a^(t), from which round t drew its clients)."""
 
     n: int = 0
     rounds: int = 0
@@ -159,7 +159,8 @@ class SelectionTrace(Callback):
         self.selected[out.t - 1, out.selected] = True
 
     def traces(self, run: Run) -> dict:
-        return {"selected": self.selected, **run.alg.select.traces(self.rounds)}
+        select = run.alg.select
+        return {"selected": self.selected, **(select.traces(self.rounds) if select is not None else {})}
 
     def state_dict(self) -> dict:
         return {"selected": self.selected}
@@ -194,11 +195,15 @@ class AttentionTrace(Callback):
 
     key: ClassVar[str] = "attention"
 
-    def __init__(self, n_clients: int, rounds: int, windows: int = 10):
+    def __init__(self, n_clients: int, rounds: int, windows: int = 10) -> None:
         self.n, self.rounds, self.windows = n_clients, rounds, max(1, min(windows, rounds))
-        self.names, self.sum, self.count, self.skipped = None, None, None, None
+        # the layers' names and the sums and counts per window, allocated at the first personalised round
+        self.names: list[str] | None = None
+        self.sum: np.ndarray | None = None
+        self.count: np.ndarray | None = None
+        self.skipped: str | None = None  # why no trace is kept (too many clients), else None
 
-    def add(self, t: int, selected: np.ndarray, weights) -> None:
+    def add(self, t: int, selected: np.ndarray, weights: torch.Tensor | dict[str, torch.Tensor]) -> None:
         mats = weights if isinstance(weights, dict) else {"model": weights}
         if self.skipped is not None:
             return
@@ -214,6 +219,7 @@ class AttentionTrace(Callback):
             self.names = list(mats)
             self.sum = np.zeros((self.windows, len(self.names), self.n, self.n))
             self.count = np.zeros((self.windows, self.n, self.n))
+        assert self.sum is not None and self.count is not None  # allocated with the names
         w = (t - 1) * self.windows // self.rounds
         ix = np.ix_(selected, selected)
         for li, name in enumerate(self.names):
@@ -234,8 +240,8 @@ class AttentionTrace(Callback):
         self.names, self.sum, self.count = d.get("names"), d.get("sum"), d.get("count")
         self.skipped = d.get("skipped")
 
-    def traces(self, run: Run | None = None) -> dict:
-        if self.names is None:
+    def traces(self, run: Run | None = None) -> dict[str, Any]:
+        if self.names is None or self.sum is None or self.count is None:
             return {}
         with np.errstate(invalid="ignore"):
             mean = self.sum / self.count[:, None]

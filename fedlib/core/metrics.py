@@ -14,8 +14,12 @@ round at which the mean of the last 5 rounds exceeds the target), communication 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
+
+# a per-round sequence: a pandas Series (``RunResult.metrics`` columns), an array or a list of numbers
+Series = np.ndarray | Iterable[float]
 
 
 def weighted_mean(values: np.ndarray, n: np.ndarray) -> float:
@@ -31,19 +35,19 @@ def unweighted_mean(values: np.ndarray, n: np.ndarray | None = None) -> float:
     return float(values[keep].mean()) if keep.any() else math.nan
 
 
-def best(series) -> float:
+def best(series: Series) -> float:
     """Highest value over rounds: FedMCSA's BMTA when ``series`` is mean test accuracy."""
     s = np.asarray(series, dtype=float)
     return float(np.nanmax(s)) if s.size and not np.isnan(s).all() else math.nan
 
 
-def last_mean(series, last: int = 10) -> float:
+def last_mean(series: Series, last: int = 10) -> float:
     """Average of the last ``last`` values (AdaFL Tables 1-4, l = 10)."""
     s = np.asarray(series, dtype=float)
     return float(s[-last:].mean()) if s.size else math.nan
 
 
-def rounds_to_target(series, target: float, window: int = 5) -> int | None:
+def rounds_to_target(series: Series, target: float, window: int = 5) -> int | None:
     """First round (1-based) at which the mean of the last ``window`` rounds exceeds ``target``; None if never.
 
     AdaFL's stopping rule. Before ``window`` rounds exist there is no full window, so the
@@ -57,7 +61,7 @@ def rounds_to_target(series, target: float, window: int = 5) -> int | None:
     return int(hit[0] + window) if hit.size else None
 
 
-def communication_cost(uploads_per_round, upto: int | None = None) -> int:
+def communication_cost(uploads_per_round: Series, upto: int | None = None) -> int:
     """Model uploads summed over rounds 1..``upto`` (all when None): AdaFL's sum_t gamma^(t) M."""
     u = np.asarray(uploads_per_round)
     return int(u[:upto].sum() if upto is not None else u.sum())

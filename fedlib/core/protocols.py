@@ -12,7 +12,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedlib.executors.sgd import LocalSGD, RunsSGD
+
 if TYPE_CHECKING:
+    from fedlib.core.stages import Algorithm
     from fedlib.data.federated import BatchPlan, Split
 
 Params = dict[str, torch.Tensor]
@@ -30,7 +33,7 @@ class Executor(Protocol):
         params: Params,
         plan: BatchPlan,
         data: Split,
-        opt: object,
+        opt: LocalSGD | RunsSGD,
         anchor: Params | None = None,
         drift: Params | None = None,
         *,
@@ -72,3 +75,66 @@ class Selector(Protocol):
 
     def load_state_dict(self, d: dict) -> None:
         return None
+
+
+# -- what the core and the methods read of a run config ------------------------------------------------------------
+# ``fedlib.config.run.RunConfig`` sits above these layers (it validates against the methods' registry), so they
+# cannot name it; they name the parts of it they read, as read-only protocols that the run config satisfies.
+class LocalSpec(Protocol):
+    """The run config's local optimisation part (``RunConfig.local``) as the methods read it."""
+
+    @property
+    def lr(self) -> float: ...
+    @property
+    def momentum(self) -> float: ...
+    @property
+    def weight_decay(self) -> float: ...
+    @property
+    def batch_size(self) -> int: ...
+
+
+class SelectionSpec(Protocol):
+    """The run config's selection part (``RunConfig.selection``)."""
+
+    @property
+    def rule(self) -> str: ...
+    @property
+    def clients_per_round(self) -> int | None: ...
+    @property
+    def fraction(self) -> float | None: ...
+    @property
+    def fraction_schedule(self) -> tuple | None: ...
+    @property
+    def attn_decay(self) -> float: ...
+
+
+class ModelSpec(Protocol):
+    """The run config's model part (``RunConfig.model``): whether pFedLA's attention is there and kept local."""
+
+    @property
+    def attention(self) -> str: ...
+    @property
+    def attention_local(self) -> bool: ...
+
+
+class MethodSpec(Protocol):
+    """A method's options (``fedlib.config.options.MethodOptions``): whether it selects, and its ``Algorithm``."""
+
+    SELECTS: ClassVar[bool]
+
+    def build(self, cfg: RunSpec) -> Algorithm: ...
+
+
+class RunSpec(Protocol):
+    """What ``fedlib.config.run.RunConfig`` holds that the round's stages and the methods' ``build`` read."""
+
+    @property
+    def rounds(self) -> int: ...
+    @property
+    def local(self) -> LocalSpec: ...
+    @property
+    def selection(self) -> SelectionSpec: ...
+    @property
+    def model(self) -> ModelSpec: ...
+    @property
+    def method(self) -> MethodSpec: ...

@@ -23,12 +23,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import numpy as np
 import torch
 
-from fedlib.core.protocols import Params, Selector
+from fedlib.core.protocols import Params, RunSpec, Selector
+
+
+class CountSchedule(Protocol):
+    """K(t): how many clients upload in round t (``ConstantFraction``, ``StepFraction``)."""
+
+    def count(self, t: int, n_clients: int) -> int: ...
 
 
 def clients_for(fraction: float, n_clients: int) -> int:
@@ -69,7 +75,7 @@ class StepFraction:
     steps: int
     horizon: int
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not (0 < self.start <= 1 and 0 < self.end <= 1):
             raise ValueError(f"fraction_schedule: fractions must be in (0, 1], got start={self.start}, end={self.end}")
         if self.end < self.start:
@@ -89,7 +95,7 @@ class StepFraction:
         return clients_for(self.fraction(t), n_clients)
 
 
-def schedule_counts(schedule, rounds: int, n_clients: int) -> np.ndarray:
+def schedule_counts(schedule: CountSchedule, rounds: int, n_clients: int) -> np.ndarray:
     """K_t for t = 1..rounds: the uploads of every round (AdaFL's communication cost is their cumulative sum)."""
     return np.array([schedule.count(t, n_clients) for t in range(1, rounds + 1)], dtype=np.int64)
 
@@ -105,10 +111,10 @@ class UniformSelection(Selector):
 
     clients_per_round: int | None = None
     fraction: float | None = None
-    schedule: object | None = None
+    schedule: CountSchedule | None = None
 
     def count(self, n_clients: int, t: int = 1) -> int:
-        sched = self.schedule or ConstantFraction(self.fraction, self.clients_per_round)
+        sched: CountSchedule = self.schedule or ConstantFraction(self.fraction, self.clients_per_round)
         return sched.count(t, n_clients)
 
     def select(self, t: int, n_clients: int, rng: np.random.Generator) -> np.ndarray:
@@ -145,11 +151,11 @@ class AttentionSelection(Selector):
     decay: float = 0.9
     clients_per_round: int | None = None
     fraction: float | None = None
-    schedule: object | None = None
+    schedule: CountSchedule | None = None
     scores: np.ndarray = field(init=False)
-    history: list = field(default_factory=list, init=False)  # a^(t) at every round's selection
+    history: list[np.ndarray] = field(default_factory=list, init=False)  # a^(t) at every round's selection
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         n = np.asarray(self.n_samples, dtype=np.float64)
         if n.ndim != 1 or (n <= 0).any():
             raise ValueError("AttentionSelection.n_samples must be positive client data sizes")
@@ -158,7 +164,7 @@ class AttentionSelection(Selector):
         self.scores = n / n.sum()
 
     def count(self, n_clients: int, t: int = 1) -> int:
-        sched = self.schedule or ConstantFraction(self.fraction, self.clients_per_round)
+        sched: CountSchedule = self.schedule or ConstantFraction(self.fraction, self.clients_per_round)
         return sched.count(t, n_clients)
 
     def select(self, t: int, n_clients: int, rng: np.random.Generator) -> np.ndarray:
@@ -191,6 +197,7 @@ class AttentionSelection(Selector):
             diff = (up - ref).reshape(up.shape[0], -1).to(torch.float64)
             s = (diff * diff).sum(1)
             sq = s if sq is None else sq + s
+        assert sq is not None, "AttentionSelection.observe: no uploads"  # a round selects at least one client
         d = sq.sqrt().cpu().numpy()
         self.scores = attention_update(self.scores, np.asarray(selected), d, self.decay)
         return d
@@ -206,7 +213,7 @@ def attention_update(scores: np.ndarray, selected: np.ndarray, d: np.ndarray, de
     return a
 
 
-def build_selection(cfg, n_samples: np.ndarray | None = None):
+def build_selection(cfg: RunSpec, n_samples: np.ndarray | None = None) -> UniformSelection | AttentionSelection:
     """The selection stage a ``RunConfig`` names: ``selection`` x (``clients_per_round`` | ``fraction`` | ``fraction_schedule``)."""
     s, schedule = cfg.selection, None
     if s.fraction_schedule is not None:

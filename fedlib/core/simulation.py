@@ -31,10 +31,14 @@ def run_round(run: Run, t: int) -> Round:
     (``local``, with eta_t = eta * lr_decay^(t-1)) and steps with its lr."""
     run.lap("round")
     alg, state, data, dev, n = run.alg, run.state, run.data, run.data.train.x.device, run.data.n_clients
+    select, base, aggregate = alg.select, alg.local, alg.aggregate
+    if select is None or base is None:  # ``build_algorithm`` sets both; a hand-built Algorithm must too
+        raise ValueError(f"Algorithm {alg.name!r} needs a select and a local stage to run a round")
+    assert aggregate is not None  # Algorithm.__post_init__ refuses an Algorithm without one
     state.round = t
     scale = run.schedule.lr_scale(t)
-    local = alg.local if scale == 1 else dataclasses.replace(alg.local, lr=alg.local.lr * scale)
-    sel = np.asarray(alg.select.select(t, n, run.rng))
+    local = base if scale == 1 else dataclasses.replace(base, lr=base.lr * scale)
+    sel = np.asarray(select.select(t, n, run.rng))
     run.lap("selection")
     trainers = sel if alg.trains == "selected" else np.arange(n)
     tr = torch.as_tensor(trainers, device=dev)
@@ -52,7 +56,7 @@ def run_round(run: Run, t: int) -> Round:
     run.lap("training")
     pos = torch.as_tensor(np.searchsorted(trainers, sel), device=dev)  # the selected clients' uploads:
     up = {k: v[pos] for k, v in trained.items() if alg.shared(k) and v.is_floating_point()}  # shared tensors only
-    mixing = alg.aggregate(up, run.n_train[torch.as_tensor(sel)], sel)
+    mixing = aggregate(up, run.n_train[torch.as_tensor(sel)], sel)
     if mixing.to_global is not None:  # w <- (1 - beta) w + beta sum_k p_k w_k   (beta = 1: FedAvg; pFedMe's beta)
         mean = {k: v[0] for k, v in mix(mixing.to_global.to(dev).unsqueeze(0), up).items()}
         if alg.server_step is not None:  # a server optimiser (FedAvgM, FedAdam)
@@ -64,9 +68,9 @@ def run_round(run: Run, t: int) -> Round:
         for k, v in mix(moved(mixing.to_personal, dev), up).items():
             state.sent[k][sel_t] = v
         state.fresh[sel_t] = True
-    if alg.select.observes:  # AdaFL: d_i = ||w^(t+1) - w_i^(t)|| against what the server made of the uploads
+    if select.observes:  # AdaFL: d_i = ||w^(t+1) - w_i^(t)|| against what the server made of the uploads
         ref = {k: state.sent[k][sel_t] if mixing.to_personal is not None else state.global_params[k] for k in up}
-        alg.select.observe(sel, up, ref)
+        select.observe(sel, up, ref)
     run.lap("aggregation")
     return Round(t, sel, mixing, up)
 
@@ -95,7 +99,8 @@ def simulate(
     Divergence: the first round whose uploads or global model hold a NaN or inf, or whose evaluated test loss
     is not finite, is evaluated (its accuracies recorded as NaN: a non-finite model predicts nothing) and the
     run stops there; ``meta['diverged_at']`` names that round. So no best or final accuracy of a diverged run
-    comes from a NaN model (an lr of 1e4 on MNIST once "reached" 18% with NaN weights).
+    comes from a NaN model (a model whose weights overflowed can still score above chance: argmax of NaN logits is
+    class 0).
 
     ``client_init``: name -> (N, ...) each client's own initial value of these parameters (local ones: pFedLA's
     per-client attention, ``fedlib.models.local_attention.per_client_attention``), in place of ``model``'s.
@@ -149,4 +154,4 @@ def finite(*params: Params) -> bool:
 
 def _to(plan: BatchPlan, dev: torch.device) -> BatchPlan:
     f = lambda t: None if t is None else t.to(dev)
-    return BatchPlan(f(plan.index), f(plan.weight), f(plan.active))
+    return BatchPlan(plan.index.to(dev), f(plan.weight), f(plan.active))

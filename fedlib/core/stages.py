@@ -13,14 +13,23 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar
 
 import numpy as np
 import torch
+from torch import nn
 
-from fedlib.core.protocols import Params, Selector
+from fedlib.core.protocols import Executor, Params, RunSpec, Selector
 from fedlib.core.selection import UniformSelection  # noqa: F401  (re-exported: algorithms build it from here)
+from fedlib.data.federated import BatchPlan, Split
 from fedlib.executors.sgd import LocalSGD
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from fedlib.core.state import State
+
+_M = TypeVar("_M", bound="MethodState")
 
 
 # -- a method's own state between rounds ---------------------------------------------------------------
@@ -32,20 +41,22 @@ class MethodState(Mapping):
     ``personal()``: the models evaluated as the clients' personal ones, for methods that keep them apart."""
 
     KEY: ClassVar[str] = ""
+    # every subclass is a dataclass (declared so, for ``dataclasses.fields`` on the base's methods)
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {f"{f.name}.{n}": t for f in dataclasses.fields(self) for n, t in getattr(self, f.name).items()}
 
     @classmethod
-    def from_state_dict(cls, d: Mapping) -> "MethodState":
-        parts = {f.name: {} for f in dataclasses.fields(cls)}
+    def from_state_dict(cls: type[_M], d: Mapping[str, torch.Tensor]) -> _M:
+        parts: dict[str, Params] = {f.name: {} for f in dataclasses.fields(cls)}
         for k, t in d.items():
             name, _, param = k.partition(".")
             parts[name][param] = t
         return cls(**parts)
 
     @classmethod
-    def of(cls, state, init: Callable[[], "MethodState"] | None = None) -> "MethodState":
+    def of(cls: type[_M], state: State, init: Callable[[], _M] | None = None) -> _M:
         """The method's state in ``state.extra``: made by ``init()`` the first time, rebuilt from a snapshot's plain
         dict after a resumption."""
         cur = state.extra.get(cls.KEY)
@@ -64,7 +75,7 @@ class MethodState(Mapping):
     def __getitem__(self, key: str) -> torch.Tensor:
         return self.state_dict()[key]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self.state_dict())
 
     def __len__(self) -> int:
@@ -86,7 +97,7 @@ class Mixing:
     beta: float = 1.0  # new global = (1 - beta) old + beta (sum_k w_k P_k); pFedMe's server beta
 
 
-def mix(weights: torch.Tensor, uploads: Params) -> Params:
+def mix(weights: torch.Tensor | dict[str, torch.Tensor], uploads: Params) -> Params:
     """Apply a mixing matrix ``weights`` (R, K) (or one per name) to uploads (K, ...): out[n] (R, ...) = W @ P[n]."""
     out = {}
     for n, p in uploads.items():
@@ -130,17 +141,17 @@ class keep_local:
     """``shared`` from declared groups: a parameter travels unless its group (``groups[name]``, from
     ``fedlib.models.groups.param_groups``) is one of ``local`` (FedBN: ``("bn",)``, pFedLA: ``("attn",)``)."""
 
-    groups: dict
-    local: tuple
+    groups: dict[str, str]
+    local: tuple[str, ...]
 
     def __call__(self, name: str) -> bool:
         return self.groups.get(name, "") not in self.local
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(self.local)
 
 
-def local_sgd(cfg, **changes) -> LocalSGD:
+def local_sgd(cfg: RunSpec, **changes: float) -> LocalSGD:
     """The client optimiser of a run config's local part (``lr``, ``momentum``, ``weight_decay``), with ``changes``
     (a method's proximal ``mu``); the lr schedule is applied per round by the engine, in one place."""
     lo = cfg.local
@@ -148,6 +159,14 @@ def local_sgd(cfg, **changes) -> LocalSGD:
 
 
 # -- the composition ------------------------------------------------------------------------------
+# the signatures of the stages ``Algorithm`` holds (``State`` quoted: ``fedlib.core.state`` imports this module)
+Aggregate = Callable[[Params, torch.Tensor, np.ndarray], Mixing]  # (uploads, n_k of the uploaders, uploaders)
+# (executor, model, start, anchor, plan, split, state, clients, the round's optimiser) -> trained models
+LocalUpdate = Callable[[Executor, nn.Module, Params, Params, BatchPlan, Split, "State", torch.Tensor, LocalSGD], Params]
+ServerStep = Callable[[Params, Params, "State"], Params]  # (global, mean of the uploads, state) -> new global
+BeforeEval = Callable[[Executor, nn.Module, "State", Split, torch.Generator], None]
+
+
 @dataclass
 class Algorithm:
     """One FL method as a composition of stages.
@@ -183,22 +202,22 @@ class Algorithm:
     name: str
     select: Selector | None = None  # set by ``build_algorithm`` from the config's selection part
     local: LocalSGD | None = None  # the clients' optimiser before the lr schedule
-    aggregate: Callable[[Params, torch.Tensor, np.ndarray], Mixing] = None
+    aggregate: Aggregate | None = None  # required: ``__post_init__`` refuses None
     trains: str = "selected"
     start: str = "global"
     anchor: str = "start"
     evaluate: str = "global"
     shared: Callable[[str], bool] = field(default=all_shared)
-    local_update: Callable | None = None
+    local_update: LocalUpdate | None = None
     personal: type[MethodState] | None = None
     report_global: bool = False
     batches_per_step: int = 1
-    before_eval: Callable | None = None
-    local_groups: tuple = ()  # parameter groups the method keeps on the clients (FedBN: ("bn",))
-    server_step: Callable | None = None  # (global, mean of uploads, state) -> new global (FedAvgM, FedAdam)
+    before_eval: BeforeEval | None = None
+    local_groups: tuple[str, ...] = ()  # parameter groups the method keeps on the clients (FedBN: ("bn",))
+    server_step: ServerStep | None = None  # (global, mean of uploads, state) -> new global (FedAvgM, FedAdam)
     traces: tuple[str, ...] = ()  # records beyond 'selected' ("attention": FedMCSA's, HeurFedAMP's weights)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.aggregate is None:
             raise ValueError(f"Algorithm {self.name!r} needs an aggregate stage")
         for attr, allowed in (

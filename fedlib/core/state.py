@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from torch import nn
 from fedlib.core import metrics as M
 from fedlib.core.protocols import Executor
 from fedlib.core.stages import Algorithm, Mixing, Params
-from fedlib.data.federated import BatchPlan, FederatedData, sample_epochs, sample_steps
+from fedlib.data.federated import BatchPlan, FederatedData, Split, sample_epochs, sample_steps
 
 if TYPE_CHECKING:
     from fedlib.core.callbacks import Callback
@@ -50,7 +51,8 @@ class State:
     client_params: Params  # name -> (N, ...): each client's current model (Theta_i)
     sent: Params  # name -> (N, ...): the last personalised model the server sent (W_i)
     fresh: torch.Tensor  # (N,) bool: W_i arrived since the client last trained
-    extra: dict[str, Params] = field(default_factory=dict)  # the method's own state (stages.MethodState), by its KEY
+    # the method's own state (a stages.MethodState, or its flat name -> tensor dict from a snapshot), by its KEY
+    extra: dict[str, Mapping[str, torch.Tensor]] = field(default_factory=dict)
 
 
 @dataclass
@@ -63,16 +65,16 @@ class RunResult:
     client_acc: np.ndarray
     client_loss: np.ndarray
     client_n: np.ndarray
-    meta: dict = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
     config: object = None
     # per-round traces (rounds x N): 'selected' (bool: uploaded this round) for every run, 'selection_scores'
-    # (AdaFL's a^(t) used to draw round t) when the selection stage keeps scores; 'hybrid_weights' (N x slots x 3,
+    # (AdaFL's a^(t), from which round t drew its clients) when the selection stage keeps scores; 'hybrid_weights' (N x slots x 3,
     # final round) for pFedLA_h models; 'attention' (windows x layers x N x N) and 'attention_layers' for
     # aggregators that send personalised models (FedMCSA, HeurFedAMP; see ``AttentionTrace``)
-    traces: dict = field(default_factory=dict)
+    traces: dict[str, Any] = field(default_factory=dict)
     state: State | None = None  # the final state (in memory only, not stored)
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """Best/final/last-10 accuracies, uploads and time. A diverged run (``diverged_at``: its round, else None)
         reports its final and last-10 accuracies as NaN and its best over the rounds before it diverged."""
         m = self.metrics
@@ -155,7 +157,7 @@ class Schedule:
     batch_size: int = 20
     lr_decay: float = 1.0
 
-    def plan(self, layout, clients: torch.Tensor, batches_per_step: int, gen: torch.Generator) -> BatchPlan:
+    def plan(self, layout: Split, clients: torch.Tensor, batches_per_step: int, gen: torch.Generator) -> BatchPlan:
         if self.local_epochs is not None:
             return sample_epochs(layout, clients, self.local_epochs, self.batch_size, gen)
         assert self.local_steps is not None
@@ -199,7 +201,7 @@ class Run:
         for cb in self.callbacks:
             cb.on_stage(stage)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         st: dict[str, Any] = {f.name: getattr(self.state, f.name) for f in dataclasses.fields(State)}
         st["extra"] = {k: dict(v) for k, v in self.state.extra.items()}  # methods' states as plain name -> tensor
         return {
@@ -209,7 +211,7 @@ class Run:
             "eval_gen": self.eval_gen.get_state(),
         }
 
-    def load_state_dict(self, d: dict) -> None:
+    def load_state_dict(self, d: dict[str, Any]) -> None:
         dev = self.data.train.x.device
         for f in dataclasses.fields(State):
             setattr(self.state, f.name, moved(d["state"][f.name], dev))

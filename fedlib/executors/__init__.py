@@ -39,7 +39,7 @@ from fedlib.executors.stacked import PROCESS_CACHE_BYTES, StackedExecutor
 EXECUTORS = {"stacked": StackedExecutor, "loop": LoopExecutor}
 
 
-def make_executor(name: str, model: nn.Module, *, group_bytes: int | None = None):
+def make_executor(name: str, model: nn.Module, *, group_bytes: int | None = None) -> StackedExecutor | LoopExecutor:
     """``auto`` picks the stacked executor when it covers the model, else the loop. ``group_bytes``: the stacked
     executor's cache budget per client group (default ``PROCESS_CACHE_BYTES``; parallel workers pass their share)."""
     if name == "auto":

@@ -15,8 +15,8 @@ from torch import nn
 
 from fedlib.data.federated import BatchPlan, Split, gather_rows
 from fedlib.executors.kernels import register_fast_path
-from fedlib.executors.objectives import CrossEntropy, FedMixObjective, NaiveMixObjective
-from fedlib.executors.sgd import LocalSGD, Params, _fused_weight_step, _sgd_update
+from fedlib.executors.objectives import CrossEntropy, FedMixObjective, MixupObjective, NaiveMixObjective, Objective
+from fedlib.executors.sgd import LocalSGD, Params, RunsSGD, _fused_weight_step, _sgd_update
 from fedlib.models.registry import linear_chain
 
 
@@ -25,8 +25,8 @@ def class_softmax(z: torch.Tensor, log: bool = False) -> torch.Tensor:
 
     On the CPU it runs torch's kernel over the *first* dimension of a transposed copy, padded to a multiple of
     ``_LANES`` rows: that kernel vectorises across rows, where the last-dimension one spends a vector on each row of
-    10 classes (1200 clients x 20 rows x 10 classes, float32, on the 2-core CPU: 2.1 ms against 5.6 ms; it was about
-    half of every personalised Synthetic round, ``python -m benchmarks --e2e`` W3/W6). The padding keeps every row
+    10 classes (over twice as slow; without this a large share of every personalised Synthetic round, ``python -m
+    benchmarks --e2e``). The padding keeps every row
     in a full vector, away from the kernel's scalar tail (a different ``exp``), so a row's result never depends on
     its position or on the other rows: a batched run's evaluation (``fedlib.runs.batching``) equals its solo run's bit
     for bit. The classes are summed in another order than ``torch.softmax``'s, so results differ from it in the last
@@ -67,9 +67,8 @@ def chain_forward(
 
     ``by_class`` (no ``tangent``; a group of G models, as training has): the last layer's logits by class,
     (G, classes, N), as W h^T (evaluation takes every layer so: ``chain_logits_by_class``). The rows-first h W^T is
-    a matmul as thin as the classes; by class it runs 1.6-2.4x faster for 10 classes at every training shape timed
-    (one thread, 2026-11-24: MLR on Synthetic, 100 clients x 20 rows x 60 features, 147 against 90 us; W1's
-    20 x 20 x 100, 44 against 24 us; never slower), and the softmax over the classes vectorises along the rows
+    a matmul as thin as the classes; by class it runs well faster for 10 classes at every training shape timed
+    (never slower), and the softmax over the classes vectorises along the rows
     without a transposed copy (``chain_cross_entropy``).
     """
     W0 = params[f"{layers[0]}.weight"]
@@ -105,12 +104,11 @@ def chain_logits_by_class(layers: list[str], params: Params, x: torch.Tensor, by
     weights, ``x`` (G, N, *input), or (G, F, N) with ``by_feature``: the rows' flattened inputs feature by feature,
     as ``data.federated.Block.features`` keeps them), (classes, N) for one model (``params`` (out, in), ``x``
     (N, *input)). Each layer runs as W h^T, features by rows (evaluation: N in the thousands), where the rows-first
-    x W^T of ``chain_forward`` is a thin matmul, as wide as the layer's outputs (Synthetic's DNN over a block of
-    3 x 6,453 rows on the 2-core CPU: 0.76 ms against 1.70 ms; the same logits, summed in another order).
+    x W^T of ``chain_forward`` is a thin matmul, as wide as the layer's outputs (about twice as slow on the CPU; the
+    same logits, summed in another order).
     A group's layer is a matmul and then the bias added in place: ``baddbmm`` first copies the bias, broadcast along
-    the rows, into its output (W3's personal evaluation, one thread, 2026-11-28: 3.46 ms against 3.03 ms over its
-    blocks). The logits are those of ``baddbmm`` bit for bit over Synthetic's 60 features (W3's and W4's blocks, one
-    and two threads); over 784 (MNIST) they differ in the last bits, where the BLAS adds a preloaded bias part-way
+    the rows, into its output (slower over a personalised evaluation's blocks). The logits are those of ``baddbmm``
+    bit for bit over Synthetic's 60 features (one and two threads); over 784 (MNIST) they differ in the last bits, where the BLAS adds a preloaded bias part-way
     through a long sum (float32 evaluation of MNIST's Linear chains moves so; float64 logits of magnitude ~100 moved
     by ~1e-13)."""
     group = params[f"{layers[0]}.weight"].dim() == 3
@@ -127,23 +125,40 @@ def chain_logits_by_class(layers: list[str], params: Params, x: torch.Tensor, by
     return h
 
 
-def _group_state(layers, p: Params, opt: LocalSGD, anchor: Params | None, drift: Params | None):
+# one layer's (weight, bias) pair of momentum buffers, anchors or drifts; None where the term is off
+_Pair = tuple["torch.Tensor | None", "torch.Tensor | None"]
+# a client group's chain: weights, biases, and per layer its buffers, anchors and drifts (``_group_state``)
+_GroupState = tuple[list[torch.Tensor], list[torch.Tensor], list[_Pair], list[_Pair], list[_Pair]]
+
+
+def _group_state(
+    layers: list[str], p: Params, opt: LocalSGD | RunsSGD, anchor: Params | None, drift: Params | None
+) -> _GroupState:
     """Per layer: weight and bias (views of the group's rows), their momentum buffers, anchors and drifts."""
     W = [p[f"{n}.weight"] for n in layers]  # (G, out, in)
     b = [p[f"{n}.bias"] for n in layers]  # (G, out)
-    bufs = [(None, None)] * len(W)
+    bufs: list[_Pair] = [(None, None)] * len(W)
     if opt.momentum:
         bufs = [(torch.zeros_like(w), torch.zeros_like(c)) for w, c in zip(W, b)]
-    anchors = [(None, None)] * len(W)
+    anchors: list[_Pair] = [(None, None)] * len(W)
     if opt.mu:
+        assert anchor is not None  # ``_check``: a proximal term needs an anchor
         anchors = [(anchor[f"{n}.weight"], anchor[f"{n}.bias"]) for n in layers]
-    drifts = [(None, None)] * len(W)
+    drifts: list[_Pair] = [(None, None)] * len(W)
     if drift is not None:
         drifts = [(drift.get(f"{n}.weight"), drift.get(f"{n}.bias")) for n in layers]
     return W, b, bufs, anchors, drifts
 
 
-def _leading(k: int, G: int, W, b, bufs, anchors, drifts):
+def _leading(
+    k: int,
+    G: int,
+    W: list[torch.Tensor],
+    b: list[torch.Tensor],
+    bufs: list[_Pair],
+    anchors: list[_Pair],
+    drifts: list[_Pair],
+) -> _GroupState:
     """The group state of ``_group_state`` restricted to its first ``k`` clients (views; itself when k = G)."""
     if k == G:
         return W, b, bufs, anchors, drifts
@@ -153,7 +168,18 @@ def _leading(k: int, G: int, W, b, bufs, anchors, drifts):
 
 
 def _backward_step(
-    hs, dz, W, b, bufs, anchors, drifts, opt: LocalSGD, act, n: int, tangent: bool, by_class: bool = False
+    hs: list[torch.Tensor],
+    dz: torch.Tensor,
+    W: list[torch.Tensor],
+    b: list[torch.Tensor],
+    bufs: list[_Pair],
+    anchors: list[_Pair],
+    drifts: list[_Pair],
+    opt: LocalSGD | RunsSGD,
+    act: torch.Tensor | None,
+    n: int,
+    tangent: bool,
+    by_class: bool = False,
 ) -> None:
     """Back through the chain from the logits' gradient ``dz`` (mean over each client's rows already taken),
     updating every layer in place. ``by_class``: ``dz`` is (G, classes, N), as ``chain_forward(..., by_class=True)``
@@ -209,8 +235,8 @@ def trains_by_class(W: torch.Tensor) -> bool:
 
 def _repeated_steps(plan: BatchPlan) -> list[bool]:
     """Per step s: whether its rows are step s - 1's, for every client. pFedMe's K inner steps repeat a local step's
-    mini-batch (``BatchPlan.at_steps``), and gathering it once saves 4 of 5 gathers of rows read from memory (W4
-    of ``python -m benchmarks --e2e``, one thread: a gather ~37 us of a ~300 us training step). On the CPU only:
+    mini-batch (``BatchPlan.at_steps``), and gathering it once saves 4 of 5 gathers of rows read from memory (a gather is
+    a tenth or more of a small model's training step on the CPU, ``python -m benchmarks --e2e``). On the CPU only:
     elsewhere the gather is cheap and the comparison's answer would be a device sync."""
     if plan.steps < 2 or plan.index.device.type != "cpu":
         return [False] * plan.steps
@@ -223,14 +249,15 @@ def chain_cross_entropy(
     p: Params,
     plan: BatchPlan,
     data: Split,
-    opt: LocalSGD,
+    opt: LocalSGD | RunsSGD,
     anchor: Params | None,
     drift: Params | None,
-    objective,
-    clients,
+    objective: Objective,
+    clients: slice | torch.Tensor,
 ) -> None:
     """The mean cross-entropy: d/d logits = (softmax - onehot) / n, zero for padded rows."""
     layers = linear_chain(model)
+    assert layers is not None  # the chain paths are registered for models whose kernel is "chain"
     W, b, bufs, anchors, drifts = _group_state(layers, p, opt, anchor, drift)
     G, B = plan.index.shape[1], plan.index.shape[2]
     xdim = W[0].shape[2]
@@ -266,11 +293,11 @@ def chain_mean_mixup(
     p: Params,
     plan: BatchPlan,
     data: Split,
-    opt: LocalSGD,
+    opt: LocalSGD | RunsSGD,
     anchor: Params | None,
     drift: Params | None,
-    objective,
-    clients,
+    objective: Objective,
+    clients: slice | torch.Tensor,
 ) -> None:
     """FedMix / NaiveMix (``objectives.FedMixObjective``, ``NaiveMixObjective``): batched matmuls, no nested ``grad``.
 
@@ -286,8 +313,11 @@ def chain_mean_mixup(
     batch. NaiveMix is the primal pass alone, on (1 - lam) x_i + lam xbar_j with the soft label.
     """
     layers = linear_chain(model)
+    assert layers is not None  # the chain paths are registered for models whose kernel is "chain"
     W, b, bufs, anchors, drifts = _group_state(layers, p, opt, anchor, drift)
-    lam, taylor = objective.lam, isinstance(objective, FedMixObjective)
+    assert isinstance(objective, MixupObjective)  # registered for FedMixObjective and NaiveMixObjective only
+    fedmix = objective if isinstance(objective, FedMixObjective) else None  # the Taylor term's objective
+    lam, taylor = objective.lam, fedmix is not None
     G, B = plan.index.shape[1], plan.index.shape[2]
     dtype, xdim, dev = W[0].dtype, W[0].shape[2], W[0].device
     for s in range(plan.steps):
@@ -307,8 +337,8 @@ def chain_mean_mixup(
         onehot = F.one_hot(y, pr.shape[2]).to(dtype)
         du = pr - (1 - lam) * onehot - lam * ym
         scale, n_rows = _row_scale(plan, s, k, dtype, dev)
-        if taylor:
-            tl = lam * objective.tscale(n_rows)  # the Taylor term's factor: lam, or lam (1 - lam) / n_rows
+        if fedmix is not None:  # taylor
+            tl = lam * fedmix.tscale(n_rows)  # the Taylor term's factor: lam, or lam (1 - lam) / n_rows
             v = zl[:, B:]
             pv = pr * v
             du = du + tl * (pv - pr * pv.sum(2, keepdim=True))

@@ -15,27 +15,17 @@ from fedlib.data.federated import Split
 from fedlib.executors.chain import chain_logits_by_class, class_softmax
 from fedlib.models.registry import linear_chain
 
-# rows per forward pass when a model is not a Linear chain, one client's model or one global model: on the 2-core CPU
-# (idle), LeNet-BN + SE over the digits' test sets (10,000 / 2,007 / 9,001 rows) took 2.0 s whole, 1.41 s in chunks of
-# 1,024, 1.05 s in chunks of 256 (0.72 s with ``convnets.max_pool_2x2``), with bit-identical logits (``python -m
-# benchmarks.bench --e2e``, W5). A global conv model was still evaluated in the chains' chunks of 8,192 rows until
-# 2026-11-28: LeNet-BN over those test sets 634-664 ms against 244 ms in chunks of 256 (two threads, Intel machine),
-# the same numbers (README's measurement log)
-
-
-# rows per forward pass when a model is not a Linear chain, one client's model or one global model: on the 2-core CPU
-# (idle), LeNet-BN + SE over the digits' test sets (10,000 / 2,007 / 9,001 rows) took 2.0 s whole, 1.41 s in chunks of
-# 1,024, 1.05 s in chunks of 256 (0.72 s with ``convnets.max_pool_2x2``), with bit-identical logits (``python -m
-# benchmarks.bench --e2e``, W5). A global conv model was still evaluated in the chains' chunks of 8,192 rows until
-# 2026-11-28: LeNet-BN over those test sets 634-664 ms against 244 ms in chunks of 256 (two threads, Intel machine),
-# the same numbers (README's measurement log)
+# rows per forward pass when a model is not a Linear chain, one client's model or one global model: a conv model's
+# activations for a chunk of 256 rows stay in the CPU's caches, where a whole test set or chunks of 1,024 or of the
+# chains' 8,192 rows spill them and run about twice as slow, with bit-identical logits (``python -m benchmarks --e2e``;
+# docs/performance.md)
 CONV_ROWS = 256
 
 
 class _Reparametrized(nn.Module):
     """``fn(net)`` as ``forward``: ``functional_call`` of this module runs it with ``net``'s parameters and buffers
-    swapped for the given tensors once for the whole call, where a ``functional_call`` per chunk of rows swapped them
-    per chunk (LeNet-BN + SE's 34 tensors: ~0.25 ms a swap, 82 chunks: 20-30 ms of a pFedLA digits round)."""
+    swapped for the given tensors once for the whole call, where a ``functional_call`` per chunk of rows would swap
+    them per chunk (a pFedLA model's dozens of tensors, every chunk: a visible share of a round's evaluation)."""
 
     def __init__(self, net: nn.Module, fn):
         super().__init__()
@@ -100,9 +90,8 @@ def global_chain(
     """(correct, loss_sum), each (R, N) float64: one Linear-chain model per run (``params[name]``: (R, ...); R = 1
     for one run) on every row of ``split``, in chunks of ``chunk`` rows: each run's forward over the chunk with every
     layer as W h^T (``chain_logits_by_class``, the personal evaluation's forward), then one softmax and loss for all
-    runs (``_global_sums``). Against the rows-first layers with the last one by class (one thread, 2026-11-24, 25
-    calls of each interleaved, twice): the same numbers bit for bit, W1's DNN over MNIST's 15,008 test rows 7-9%
-    faster, Synthetic's MLR and DNN over 51,481 rows 1-3%, AdaFL's MLP over 10,000 rows 6-8% slower."""
+    runs (``_global_sums``). Against the rows-first layers with the last one by class: the same numbers bit for bit,
+    a little faster for the DNNs and MLRs over MNIST's and Synthetic's test rows, a little slower for AdaFL's MLP."""
     first = next(iter(params.values()))
     runs, dtype = first.shape[0], first.dtype
 
@@ -156,8 +145,8 @@ def personal_chain(
     if not split.blocks:  # no client has rows
         return correct, loss
     # the clients' models in block order, gathered once: each block's are then a slice (a gather per block and
-    # tensor was ~0.3 ms of W3's 8 ms evaluation, ``python -m benchmarks --e2e``); ``index_select``, as advanced
-    # indexing (``t[:, order]``) took 2.2-2.7x as long (100 DNN 60-20-10 clients, one thread, 2026-11-28)
+    # tensor is a measurable share of a personalised evaluation); ``index_select``, as advanced indexing
+    # (``t[:, order]``) takes over twice as long on the CPU
     ordered = {n: t.index_select(1, split.block_clients) for n, t in params.items()}
     start = 0
     for blk in split.blocks:
@@ -183,7 +172,6 @@ def personal_chain(
 def class_argmax(z: torch.Tensor, dim: int) -> torch.Tensor:
     """``z.argmax(dim)`` (the first maximum; a NaN counts as the maximum, the first NaN wins), as ``z.max(dim)``'s
     indices, which torch documents as the first maximal value's and computes with another kernel: over the inner
-    dimension of logits by class, one thread, 2026-11-24, argmax took 2.6 ms on Synthetic's (3, 10, 6,453) block,
-    a comparison against the maximum 0.60-0.79 ms and ``max`` 0.49-0.51 ms; on (100, 10, 20), 258, 111-115 and
-    23 us (``tests/test_metrics.py`` checks ties, NaNs and infinities against argmax)."""
+    dimension of logits by class, ``argmax`` is several times slower on the CPU than ``max`` (and than a comparison
+    against the maximum) (``tests/test_metrics.py`` checks ties, NaNs and infinities against argmax)."""
     return z.max(dim).indices

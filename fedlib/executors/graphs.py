@@ -1,4 +1,4 @@
-"""CUDA graphs for the stacked executor's client groups (issue 21, item 6).
+"""CUDA graphs for the stacked executor's client groups.
 
 On a GPU a local step of these small models is a few dozen short kernels, and the launches, not the arithmetic,
 bound a round (an AdaFL MNIST run: 2.5 minutes on an H100 for seconds of arithmetic). A CUDA graph records a
@@ -23,8 +23,7 @@ context, a ``RunsSGD``'s per-run columns) run eagerly.
 
 Opt-in: ``StackedExecutor(graphs=True)``, or ``FEDLIB_CUDA_GRAPHS=1`` in the environment for every executor a run
 makes (the CLI, ``run_grid``, ``python -m benchmarks``). Like the device, it is not part of a run's key. Off by
-default: what it saves on whole runs was not measured (the session that wrote it ran out of GPU time; README,
-"On a GPU").
+default: what it saves on whole runs has not been measured.
 """
 
 from __future__ import annotations
@@ -34,11 +33,13 @@ import os
 from collections import OrderedDict
 
 import torch
+from torch import nn
 
 from fedlib.data.federated import BatchPlan, ShrinkingPlan, Split
 from fedlib.executors.chain import chain_cross_entropy
-from fedlib.executors.objectives import CrossEntropy
-from fedlib.executors.sgd import LocalSGD, Params
+from fedlib.executors.kernels import FastPath
+from fedlib.executors.objectives import CrossEntropy, Objective
+from fedlib.executors.sgd import LocalSGD, Params, RunsSGD
 
 ENV = "FEDLIB_CUDA_GRAPHS"
 
@@ -72,7 +73,9 @@ class GroupGraphs:
         self.hits = self.recorded = self.eager = 0
 
     @staticmethod
-    def eligible(path, plan: BatchPlan, opt, objective, params: Params) -> bool:
+    def eligible(
+        path: FastPath, plan: BatchPlan, opt: LocalSGD | RunsSGD, objective: Objective, params: Params
+    ) -> bool:
         dev = next(iter(params.values())).device
         return (
             dev.type == "cuda"
@@ -98,7 +101,19 @@ class GroupGraphs:
             (data.x.data_ptr(), tuple(data.x.shape), data.x.dtype, data.y.data_ptr(), tuple(data.y.shape)),
         )
 
-    def run(self, path, model, p: Params, plan: BatchPlan, data: Split, opt, anchor, drift, objective, clients):
+    def run(
+        self,
+        path: FastPath,
+        model: nn.Module,
+        p: Params,
+        plan: BatchPlan,
+        data: Split,
+        opt: LocalSGD | RunsSGD,
+        anchor: Params | None,
+        drift: Params | None,
+        objective: Objective,
+        clients: slice | torch.Tensor,
+    ) -> None:
         """Train the group as ``path`` would (in place in ``p``): replayed, recorded then replayed, or eagerly."""
         key = self._key(path, model, p, plan, data, opt, anchor, drift)
         entry = self.graphs.get(key)
@@ -148,5 +163,6 @@ class GroupGraphs:
 
 def _copy_in(static: Params | None, given: Params | None) -> None:
     if static is not None:
+        assert given is not None  # a static copy is recorded for what the call was given
         for n, t in static.items():
             t.copy_(given[n])

@@ -73,16 +73,16 @@ VECTOR_ISAS = (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sve", 
 
 def cpu_name(cpuinfo: str | None = None) -> str:
     """This machine's CPU as a run's meta.json records it (``device_name``): the model and the widest vector
-    instructions its float32 kernels dispatch on, e.g. "AMD EPYC 7B13, avx2". Two CPUs that differ in these sum a
+    instructions its float32 kernels dispatch on, e.g. "<the model name>, avx2". Two CPUs that differ in these sum a
     matmul or convolution in another order, so a run trained again repeats its stored numbers to the last bit only on
     the same kind (``fedlib.experiments.verify``). From /proc/cpuinfo (``cpuinfo``: its text, for tests), else ``platform``'s
-    processor or machine name (runs stored before 2026-11-26 have only that: "x86_64")."""
+    processor or machine name (older stored runs have only that, e.g. "x86_64")."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
             cpuinfo = ""
-    fields = {}
+    fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
         key, sep, value = line.partition(":")
         if sep:

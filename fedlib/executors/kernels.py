@@ -16,13 +16,18 @@ from __future__ import annotations
 
 from typing import Callable
 
-FAST_PATHS: dict[tuple[str, type], Callable] = {}
+FAST_PATHS: dict[tuple[str, type], FastPath] = {}
 
 
-def register_fast_path(kernel: str, *objective_types: type):
+# a fast path: (model, params, plan, data, opt, anchor, drift, objective, clients) -> None, training the client
+# group's ``params`` in place (``chain.chain_cross_entropy``)
+FastPath = Callable[..., None]
+
+
+def register_fast_path(kernel: str, *objective_types: type) -> Callable[[FastPath], FastPath]:
     """Decorator: ``path`` trains a client group of a ``kernel`` model on any of ``objective_types``."""
 
-    def deco(path):
+    def deco(path: FastPath) -> FastPath:
         for t in objective_types:
             FAST_PATHS[(kernel, t)] = path
         return path
@@ -30,7 +35,7 @@ def register_fast_path(kernel: str, *objective_types: type):
     return deco
 
 
-def fast_path(kernel: str, objective) -> Callable | None:
+def fast_path(kernel: str, objective: object) -> FastPath | None:
     """The fast path registered for (kernel, type(objective)), None if there is none. The exact type: a subclass
     may change the loss, which a hand-written path would not see."""
     return FAST_PATHS.get((kernel, type(objective)))

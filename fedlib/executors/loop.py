@@ -4,6 +4,9 @@ executor for any model (BatchNorm included) and any objective."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import torch
 from torch import nn
 
@@ -41,7 +44,9 @@ class LoopExecutor:
 
     name = "loop"
 
-    def evaluate(self, model: nn.Module, params: Params, split: Split, per_client: bool):
+    def evaluate(
+        self, model: nn.Module, params: Params, split: Split, per_client: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(correct, loss sum, rows) per client of ``split`` (``fedlib.executors.evaluation.evaluate``)."""
         return evaluation.evaluate(model, params, split, per_client)
 
@@ -78,11 +83,12 @@ class LoopExecutor:
             data loss's: mu (w - anchor_i) and drift_i, each rounded as autograd rounded them when they were terms
             of the loss (bit for bit: (mu / 2) (2 (w - a)) is mu (w - a) exactly, and the data loss's gradient plus
             one term adds the same two numbers in either order; no method has both terms). Autograd through the
-            terms cost ~200 small operations a step for LeNet-BN + SE's 22 parameter tensors, forward and backward:
-            pFedMe's digits round (``python -m benchmarks --e2e`` W5's setting, SE) 2.27-2.51 s against 2.05 s now,
-            Ditto's 1.28-1.32 against 1.07-1.16 s (two threads, 2026-11-28, Intel machine; README's measurement log)."""
+            terms would cost a few small operations per parameter tensor a step, forward and backward: for a conv
+            model with dozens of tensors, a tenth or more of a pFedMe or Ditto round (``python -m benchmarks
+            --e2e``)."""
             mu = client_opt(opt, i).mu
             if mu:  # one call per operation for all tensors (torch.optim's foreach ops: the same arithmetic)
+                assert anchor is not None  # ``_check``: a proximal term needs an anchor
                 names = list(trainable)
                 pull = torch._foreach_sub([trainable[n].detach() for n in names], [anchor[n][i] for n in names])
                 torch._foreach_mul_(pull, mu)
@@ -127,12 +133,14 @@ def _opts(opt: LocalSGD | RunsSGD) -> list[LocalSGD]:
     return [opt] if isinstance(opt, LocalSGD) else [o for *_, o in opt.parts]
 
 
-def _add_grads(params: list[torch.Tensor], terms: list[torch.Tensor]) -> None:
+def _add_grads(params: list[torch.Tensor], terms: Sequence[torch.Tensor]) -> None:
     """p.grad += g for every pair (p.grad = g where the data loss did not reach p), as autograd accumulates a second
     term."""
     reached = [j for j, p in enumerate(params) if p.grad is not None]
     if reached:  # the foreach ops refuse empty lists
-        torch._foreach_add_([params[j].grad for j in reached], [terms[j] for j in reached])
+        grads = [params[j].grad for j in reached]  # not None: ``reached``
+        # mypy reads these grads as Optional and torch's foreach overloads take the terms for scalars
+        torch._foreach_add_(grads, [terms[j] for j in reached])  # type: ignore[arg-type,misc]
     for j, p in enumerate(params):
         if p.grad is None:
             p.grad = terms[j].clone()

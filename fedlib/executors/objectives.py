@@ -26,31 +26,48 @@ Interface (``Objective``):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Protocol
 
 import torch
 import torch.nn.functional as F
 
 from fedlib.data.federated import gather_rows
 
+Params = dict[str, torch.Tensor]
+Context = dict[str, torch.Tensor]  # what an objective reads at a step besides the batch (``Objective.context``)
+
+
+class Forward(Protocol):
+    """The model as an objective calls it: ``forward(params, x)`` -> logits, and ``input_grad(fn, z)`` -> (dfn/dz,
+    aux) for ``fn(z) -> (scalar, aux)`` (autograd on the loop executor, ``torch.func.grad`` on the vmap path)."""
+
+    def __call__(self, params: Params, x: torch.Tensor) -> torch.Tensor: ...
+
+    def input_grad(
+        self, fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]], z: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
 
 class Objective:
     """Base class of client objectives (see the module docstring)."""
 
-    def context(self, step: int, clients, dtype) -> dict[str, torch.Tensor]:
+    def context(self, step: int, clients: int | slice | torch.Tensor, dtype: torch.dtype) -> Context:
         return {}
 
     def loss(
-        self, forward, params, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None, ctx: dict[str, torch.Tensor]
+        self, forward: Forward, params: Params, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None, ctx: Context
     ) -> torch.Tensor:
         raise NotImplementedError
 
     @staticmethod
-    def rows(w: torch.Tensor | None, y: torch.Tensor):
+    def rows(w: torch.Tensor | None, y: torch.Tensor) -> int | torch.Tensor:
         """The number of rows that count: len(y) (w None) or max(sum w, 1) (a tensor)."""
         return len(y) if w is None else w.sum().clamp_min(1)
 
     @staticmethod
-    def reduce(per_sample: torch.Tensor, w: torch.Tensor | None, n_rows=None) -> torch.Tensor:
+    def reduce(
+        per_sample: torch.Tensor, w: torch.Tensor | None, n_rows: int | torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The mean over rows (w None) or the weighted mean sum(l w) / max(sum w, 1) (``n_rows``: that
         denominator, ``rows(w, y)``, when the caller has it already)."""
         if w is None:
@@ -61,7 +78,9 @@ class Objective:
 class CrossEntropy(Objective):
     """The mean cross-entropy of the batch: every executor's default objective (FedAvg's client)."""
 
-    def loss(self, forward, params, x, y, w, ctx):
+    def loss(
+        self, forward: Forward, params: Params, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None, ctx: Context
+    ) -> torch.Tensor:
         out = forward(params, x)
         if w is None:
             return F.cross_entropy(out, y)
@@ -84,7 +103,7 @@ class MixupObjective(Objective):
     means_y: torch.Tensor
     pair: torch.Tensor  # (steps, K, B) indices into the mean set
 
-    def context(self, step, clients, dtype):
+    def context(self, step: int, clients: int | slice | torch.Tensor, dtype: torch.dtype) -> Context:
         j = self.pair[step, clients]
         pick = lambda m: gather_rows(m, j).to(dtype)
         return {"xm": pick(self.means_x), "ym": pick(self.means_y)}
@@ -94,7 +113,9 @@ class MixupObjective(Objective):
 class NaiveMixObjective(MixupObjective):
     """l = (1 - lam) l(f(z), y_i) + lam l(f(z), ybar_j), z = (1 - lam) x_i + lam xbar_j: plain Mixup with a mean."""
 
-    def loss(self, forward, params, x, y, w, ctx):
+    def loss(
+        self, forward: Forward, params: Params, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None, ctx: Context
+    ) -> torch.Tensor:
         lam, ym = self.lam, ctx["ym"]
         out = forward(params, (1 - lam) * x + lam * ctx["xm"])
         per = (1 - lam) * F.cross_entropy(out, y, reduction="none") + lam * soft_cross_entropy(out, ym)
@@ -112,20 +133,24 @@ class FedMixObjective(MixupObjective):
 
     taylor_scale: str = "sample"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.taylor_scale not in ("sample", "batch"):
             raise ValueError(f"taylor_scale={self.taylor_scale!r} is not one of: sample, batch")
 
-    def tscale(self, n_rows):
+    def tscale(self, n_rows: int | torch.Tensor) -> float | torch.Tensor:
         """Factor t on the Taylor term: 1 or (1 - lam) / n_rows."""
         if self.taylor_scale == "sample":
             return 1.0
         return (1 - self.lam) / n_rows
 
-    def loss(self, forward, params, x, y, w, ctx):
+    def loss(
+        self, forward: Forward, params: Params, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None, ctx: Context
+    ) -> torch.Tensor:
         lam, xm, ym = self.lam, ctx["xm"], ctx["ym"]
 
-        def ce_sum(z):  # summed, so that its input gradient is each sample's own
+        def ce_sum(
+            z: torch.Tensor,
+        ) -> tuple[torch.Tensor, torch.Tensor]:  # summed, so that its input gradient is each sample's own
             logits = forward(params, z)
             return F.cross_entropy(logits, y, reduction="sum"), logits
 

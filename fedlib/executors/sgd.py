@@ -11,6 +11,7 @@ and ``_fused_weight_step`` are the stacked paths' update (private to this packag
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -38,8 +39,8 @@ class LocalSGD:
 
 @dataclass(frozen=True, eq=False)
 class RunsSGD:
-    """A ``LocalSGD`` per run, for one ``executor.train`` call over several runs' clients side by side (issue 21,
-    item 5: per-run hyperparameters). ``parts``: ``(start, stop, LocalSGD)`` over the client axis, in order, covering
+    """A ``LocalSGD`` per run, for one ``executor.train`` call over several runs' clients side by side (per-run
+    hyperparameters: a grid's runs batched as one call). ``parts``: ``(start, stop, LocalSGD)`` over the client axis, in order, covering
     it; client i of the call takes the ``LocalSGD`` of the part that holds it. Build it with ``RunsSGD.of``.
 
     The generic code asks ``momentum``, ``mu`` and ``weight_decay`` as "does any run need it" (momentum buffers and
@@ -54,9 +55,8 @@ class RunsSGD:
       operation for all runs. It adds in another order than the scalar update (``W.addcmul_(a, lr mu)`` rounds the
       product, where ``add_(alpha=)`` fuses it; the gradient matmul's ``-lr`` scales ``dz`` first), so float32
       results differ from the solo run's in the last bits (float64: < 1e-10, tested). On a GPU, where kernel
-      launches bound small runs, it keeps one launch per term whatever the number of runs (not measured: no GPU was
-      lent). On the 2-core CPU it is no faster than the slices: 12 runs of 100 Synthetic clients, 20 steps, one
-      call, 2026-11-24: MLR 95 ms per run, 98 per row (89.6 with one lr for all); DNN 60-20-10 157 and 158 (142)."""
+      launches bound small runs, it keeps one launch per term whatever the number of runs. On a CPU it is no faster
+      than the slices, so the CPU keeps the per-run update and its solo-run arithmetic."""
 
     parts: tuple[tuple[int, int, LocalSGD], ...]
     per_row: bool = False
@@ -95,7 +95,7 @@ class RunsSGD:
             self._cache[k] = tuple((slice(a, min(b, k)), o) for a, b, o in self.parts if a < k)
         return self._cache[k]
 
-    def column(self, value, like: torch.Tensor) -> torch.Tensor:
+    def column(self, value: Callable[[LocalSGD], float], like: torch.Tensor) -> torch.Tensor:
         """``value(opt)`` of every client, as a (k, 1, ...) column broadcasting over ``like`` (k rows), of its dtype
         and device; cached per term, dtype and device."""
         key = (value, like.dtype, like.device)
@@ -118,7 +118,7 @@ def _segments(per_client: list[LocalSGD], per_row: bool) -> "LocalSGD | RunsSGD"
     return parts[0][2] if len(parts) == 1 else RunsSGD(tuple(parts), per_row)
 
 
-def restrict(opt: "LocalSGD | RunsSGD", clients) -> "LocalSGD | RunsSGD":
+def restrict(opt: LocalSGD | RunsSGD, clients: slice | torch.Tensor) -> LocalSGD | RunsSGD:
     """``opt`` for the clients ``clients`` (a slice or an index tensor) of its call, in that order: a group of the
     stacked executor, or its clients sorted by step count."""
     if isinstance(opt, LocalSGD):
@@ -142,11 +142,12 @@ _LR_MU = lambda o: o.lr * o.mu  # noqa: E731
 _KEEP = lambda o: 1 - o.lr * (o.weight_decay + o.mu)  # noqa: E731
 
 
-def _cut(t: torch.Tensor | None, s: slice, use: bool = True) -> torch.Tensor | None:
+def _cut(t: torch.Tensor | None, s: slice, use: float = True) -> torch.Tensor | None:
+    """``t``'s rows ``s``; None where there is no ``t`` or its term is off (``use``: the term's coefficient)."""
     return None if t is None or not use else t[s]
 
 
-def _check(params: Params, plan: BatchPlan, anchor: Params | None, opt: LocalSGD) -> int:
+def _check(params: Params, plan: BatchPlan, anchor: Params | None, opt: LocalSGD | RunsSGD) -> int:
     k = plan.index.shape[1]
     for name, t in params.items():
         if t.shape[0] != k:
@@ -161,7 +162,7 @@ def _sgd_update(
     g: torch.Tensor,
     buf: torch.Tensor | None,
     a: torch.Tensor | None,
-    opt: LocalSGD,
+    opt: LocalSGD | RunsSGD,
     act: torch.Tensor | None,
     c: torch.Tensor | None = None,
 ) -> None:
@@ -182,6 +183,7 @@ def _sgd_update(
     if opt.weight_decay:
         g.add_(p, alpha=opt.weight_decay)
     if opt.mu:
+        assert a is not None  # ``_check``: a proximal term needs an anchor
         g.add_(p - a, alpha=opt.mu)
     if act is not None:
         m = act.view(-1, *([1] * (p.dim() - 1)))
@@ -201,7 +203,7 @@ def _fused_weight_step(
     hin: torch.Tensor,
     buf: torch.Tensor | None,
     a: torch.Tensor | None,
-    opt: LocalSGD,
+    opt: LocalSGD | RunsSGD,
     c: torch.Tensor | None = None,
 ) -> None:
     """The SGD step of ``_sgd_update`` for a weight whose loss gradient is ``dzT @ hin``, with the
@@ -227,6 +229,7 @@ def _fused_weight_step(
         if opt.weight_decay:
             buf.add_(W, alpha=opt.weight_decay)
         if opt.mu:
+            assert a is not None  # ``_check``: a proximal term needs an anchor
             buf.add_(W, alpha=opt.mu).sub_(a, alpha=opt.mu)
         W.sub_(buf, alpha=opt.lr)
         return
@@ -234,6 +237,7 @@ def _fused_weight_step(
     if shrink:
         W.mul_(1 - shrink)
     if opt.mu:
+        assert a is not None  # ``_check``: a proximal term needs an anchor
         W.add_(a, alpha=opt.lr * opt.mu)
     if c is not None:
         W.sub_(c, alpha=opt.lr)

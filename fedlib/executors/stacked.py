@@ -10,6 +10,7 @@ for any buffer-free model and any objective, followed by the same in-place SGD u
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -22,11 +23,10 @@ from fedlib.executors.objectives import CrossEntropy, Objective
 from fedlib.executors.sgd import LocalSGD, Params, RunsSGD, _check, _sgd_update, restrict
 from fedlib.models.registry import kernel_of, linear_chain
 
-# the cache one process's client groups may fill: half this machine's L3 for parameters and buffers (measured on
-# the 2-core AMD machine, 32 MiB of L3: 16 MiB; on the Intel one, 480 MiB: see ``StackedExecutor``); 16 MiB where
-# the machine does not say
+# the cache one process's client groups may fill: half this machine's L3 for parameters and buffers (see
+# ``StackedExecutor``); 16 MiB where the machine does not say
 PROCESS_CACHE_BYTES = (cache_bytes(3) or 32 << 20) // 2
-# a Linear chain's group: one step's mini-batch inputs within a core's own cache, its L2 (AMD: 1 MiB; Intel: 2 MiB)
+# a Linear chain's group: one step's mini-batch inputs within a core's own cache, its L2 (1 MiB where it is not said)
 CORE_CACHE_BYTES = cache_bytes(2) or 1 << 20
 
 STACKED_KERNELS = ("chain", "vmap")
@@ -54,40 +54,29 @@ class StackedExecutor:
     on a GPU, replay each client group's loop as a CUDA graph where it can (``executors.graphs``; None: as the
     ``FEDLIB_CUDA_GRAPHS`` environment variable says, off when unset).
 
-    On the 2-core AMD CPU (2 x 1 MiB L2, 32 MiB L3) groups of about 16 MiB of parameters and
-    update buffers ran fastest: smaller groups make the batched matmuls too thin, larger
-    ones spill the shared L3 (measured with ``python -m benchmarks``: case (c), groups of
-    10 MLPs 0.23 s/round, of 1 0.63 s, of 100 0.37 s). Hence the budget: half the L3, read from the
-    machine (``PROCESS_CACHE_BYTES``). On the 2-core Intel CPU (2 x 2 MiB L2, 480 MiB L3) the
-    16 MiB of the AMD machine was too small: AdaFL's MNIST round (``python -m benchmarks --e2e``, W2:
-    10 MLPs with momentum, 300 steps) took 0.57-0.59 s in one group of 10 against 0.79-0.83 s in the groups
-    of 5 that 16 MiB gave (two threads; 0.83-0.86 against 0.95-0.99 s with one; groups of 1, 2, 3:
-    1.73-1.77, 0.99-1.02, 1.06-1.07 s), and W1 (20 DNNs 784-100-10) 0.243 s in one group of 20
-    against 0.27-0.29 s in two of 10 (2026-11-28, idle machine). That budget is for one process.
-    Processes training side by side share the L3, so a grid run with ``jobs`` worker
-    processes gives each ``PROCESS_CACHE_BYTES / jobs`` (``make_executor(..., group_bytes=)``): AdaFL's
-    MLP with momentum, 50 clients, 60 steps of batch 10, two single-threaded processes at
-    once, took 1.02-1.04 s in groups of 7 (16 MiB) and 0.71-0.74 s in groups of 3 (8 MiB) on the AMD
-    CPU; on the Intel one W2 in each of two such processes took 1.35 s a round with 8 MiB (groups of 3
-    and 4) and 0.91-0.96 s with 120 MiB (one group of 10).
-    The grouping changes no result on one thread: each client's matmuls have the same shapes in any group
-    (on the AMD CPU groups of 3 and of 7 gave bit-identical float32 parameters after 20 steps; on the Intel one,
-    three rounds of W1, W2 and W3 in the groups of both budgets, every metric). With two threads W1's test loss
-    moved by 4e-9 (a reduction split between the threads as the group's size says); W2's metrics did not.
+    Groups of parameters and update buffers that fill about half the machine's L3 run fastest: smaller groups make
+    the batched matmuls too thin, larger ones spill the shared L3 (``python -m benchmarks``; docs/performance.md).
+    Hence the budget: half the L3, read from the machine (``PROCESS_CACHE_BYTES``), not a fixed size: a fixed one
+    tuned on a CPU with a small L3 cuts the groups needlessly thin on one with a large L3. That budget is for one
+    process. Processes training side by side share the L3, so a grid run with ``jobs`` worker processes gives each
+    ``PROCESS_CACHE_BYTES / jobs`` (``make_executor(..., group_bytes=)``): two processes each filling the whole budget
+    run markedly slower than with half of it each.
+    The grouping changes no result on one thread: each client's matmuls have the same shapes in any group (groups
+    of different sizes give bit-identical float32 parameters and metrics). With two threads a reduction may be split
+    between the threads as the group's size says, which can move a float32 loss in its last digits.
 
     Small Linear chains have a second bound: a group's mini-batch inputs of one step within a core's L2
-    (``CORE_CACHE_BYTES``, the L2 read from the machine). Twelve runs of 100 Synthetic clients batched as one call
-    (``fedlib.runs.batching``), 20 steps of B = 20, one thread, AMD, 2026-11-24: MLR in groups of 100 / 200 / 300 / 400 /
-    1,200 (the byte budget alone): 110 / 93-95 / 91 / 94 / 103-104 ms; DNN 60-20-10 in groups of 100 / 200 / 300 /
-    600 / 1,200: 174 / 156 / 170 / 185 / 186 ms. The bound gives 218 there (1 MiB over 20 rows of 60 float32
-    inputs), hence groups of 200; on the Intel CPU 436, groups of 400 (MLR in groups of 100 / 200 / 600 / 1,200:
-    54.5 / 46.8 / 41.4 / 35.0 ms with two threads, 2026-11-28). The MLP above is bounded by its parameters (groups of
-    5 with momentum and mu: 190 ms; 2, 3, 10: 203, 198, 231 ms).
+    (``CORE_CACHE_BYTES``, the L2 read from the machine). Many runs' Synthetic clients batched as one call
+    (``fedlib.runs.batching``) train fastest in groups whose inputs of a step fill the L2 (neither the byte budget
+    alone, which gives groups of all the clients, nor much smaller groups); models bounded by their parameters, as
+    an MLP with momentum and mu, keep the groups the L3 budget gives.
     """
 
     name = "stacked"
 
-    def evaluate(self, model: nn.Module, params: Params, split: Split, per_client: bool):
+    def evaluate(
+        self, model: nn.Module, params: Params, split: Split, per_client: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(correct, loss sum, rows) per client of ``split`` (``fedlib.executors.evaluation.evaluate``)."""
         return evaluation.evaluate(model, params, split, per_client)
 
@@ -128,7 +117,9 @@ class StackedExecutor:
             )
         return self.kernel
 
-    def group_size(self, model: nn.Module, k: int, plan: BatchPlan, opt: LocalSGD, device) -> int:
+    def group_size(
+        self, model: nn.Module, k: int, plan: BatchPlan | None, opt: LocalSGD | RunsSGD, device: torch.device | str
+    ) -> int:
         if self.max_group is not None:
             return max(1, min(k, self.max_group))
         if torch.device(device).type != "cpu":
@@ -137,7 +128,10 @@ class StackedExecutor:
         copies = 2 + (opt.momentum > 0) + (opt.mu > 0)  # params, grads/update, momentum, anchor
         g = max(1, min(k, self.group_bytes // max(1, per_client * copies)))
         if plan is not None and kernel_of(model) == "chain":
-            first = model.get_submodule(linear_chain(model)[0]).weight  # (out, in)
+            layers = linear_chain(model)
+            assert layers is not None  # a "chain" model is a Linear chain
+            first = model.get_submodule(layers[0]).weight  # (out, in)
+            assert isinstance(first, torch.Tensor)
             g = max(1, min(g, CORE_CACHE_BYTES // (plan.index.shape[2] * first.shape[1] * first.element_size())))
         n_groups = -(-k // g)
         return -(-k // n_groups)  # equal groups: 20 clients as 10 + 10, not 17 + 3 (a thin group is slow)
@@ -203,7 +197,8 @@ class StackedExecutor:
         index = plan.index[src_d, order_d[None, :]]
         weight = None if plan.weight is None else plan.weight[src_d, order_d[None, :]]
         pick = lambda d: None if d is None else {n: t[order_d] for n, t in d.items()}
-        out, anchor, drift = pick(params), pick(anchor), pick(drift)  # gathers: copies in the sorted order
+        out = {n: t[order_d] for n, t in params.items()}  # gathers: copies in the sorted order
+        anchor, drift = pick(anchor), pick(drift)
         opt = restrict(opt, order)
         k = len(order)
         g = self.group_size(model, k, plan, opt, index.device)
@@ -307,7 +302,7 @@ def _vmap_buffers_path(
         written back) on ``rows`` (|J|, b) with row weights ``w``."""
         take = lambda t: None if t is None else t[J]
         o = opt if isinstance(J, slice) else restrict(opt, J)  # a slice is the group's first k: the update cuts it
-        pp, bb = {n: take(p[n]) for n in names}, {n: take(p[n]) for n in bnames}
+        pp, bb = {n: p[n][J] for n in names}, {n: p[n][J] for n in bnames}
         mom = {n: take(None if bufs is None else bufs[n]) for n in names}
         x = gather_rows(data.x, rows).to(dtype)
         y = gather_rows(data.y, rows)
@@ -319,8 +314,9 @@ def _vmap_buffers_path(
         if not isinstance(J, slice):
             for n in names:
                 p[n][J] = pp[n]
-                if bufs is not None:
-                    bufs[n][J] = mom[n]
+                m = mom[n]
+                if bufs is not None and m is not None:  # mom holds bufs' rows where there are buffers
+                    bufs[n][J] = m
             for n in bnames:
                 p[n][J] = bb[n]
 
@@ -333,6 +329,7 @@ def _vmap_buffers_path(
         if not short:
             step(slice(0, k), rows, torch.ones(rows.shape, dtype=dtype, device=rows.device), ctx)
             continue
+        assert keep is not None  # short batches come from a plan's weights
         J = keep.all(1).nonzero().flatten()  # the full batches together
         if len(J):
             step(
