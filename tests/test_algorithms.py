@@ -110,8 +110,8 @@ def test_algorithm_contract_both_executors(name):
         **({"mu": 0.1} if "mu" in ALGORITHMS[name].option_names() else {}),
         # Per-FedAvg HF at its default delta = 1e-3 steps across this small DNN's ReLU kinks: (g(w + delta v) -
         # g(w - delta v)) / (2 delta) spikes, the test loss jumps to 9.8 in round 1, and the run amplifies the last
-        # bits in which the executors' float64 matmuls differ to 5.5e-10 by round 2 on an AMD EPYC without AVX-512
-        # (2026-11-25; < 1e-10 on the machines before). At delta = 0.1 the run is stable (1.92 -> 1.46) and the
+        # bits in which the executors' float64 matmuls differ, beyond 1e-10 by round 2 on a CPU without AVX-512.
+        # At delta = 0.1 the run is stable (1.92 -> 1.46) and the
         # executors agree to 1.5e-13 there. The estimate against the exact Hessian-vector product: test_perfedavg.
         **({"hf_delta": 0.1} if name == "perfedavg-hf" else {}),
     )

@@ -158,7 +158,7 @@ class _WithUnused(nn.Module):
 def test_loop_generic_terms_are_autograds_bit_for_bit(model_name, opt):
     """The loop executor adds mu (w - anchor_i) and drift_i to the data loss's gradient after backward: the same
     float32 parameters, bit for bit, as autograd through mu/2 ||w - anchor_i||^2 + <drift_i, w> added to the loss
-    (what it did until 2026-11-28), a parameter the data loss does not reach included."""
+    (the textbook form), a parameter the data loss does not reach included."""
     shape = (3, 28, 28) if model_name == "lenet-se" else (60,)
     g = torch.Generator().manual_seed(0)
     rows = (30, 21)
@@ -202,7 +202,7 @@ def test_loop_generic_terms_are_autograds_bit_for_bit(model_name, opt):
         assert not torch.equal(got["spare"], params["spare"])
 
 
-# -- client objectives: any objective on any executor (issue "Engine v2", item 3) ------------------------------
+# -- client objectives: any objective on any executor ----------------------------------------------------------
 class _SmoothedCE(Objective):
     """A method's own objective with no fast path: label-smoothed cross-entropy."""
 
@@ -266,7 +266,7 @@ def test_a_chains_group_keeps_one_steps_inputs_within_l2(monkeypatch, l2, l3, ml
     """Twelve batched Synthetic runs' 1,200 MLR clients go in groups whose one step's inputs fit in a core's L2, not
     in one (the byte budget alone): 1 MiB over 20 rows of 60 float32 inputs is 218 clients (2 MiB: 436), cut into
     equal groups. AdaFL's MLP stays bounded by its parameters, half the L3 (16 MiB: groups of 5 of 10 clients; 240
-    MiB: all 10 at once), and a GPU takes every client at once. The budgets as the AMD and the Intel machine's
+    MiB: all 10 at once), and a GPU takes every client at once. The budgets as two common CPUs'
     caches give them (``PROCESS_CACHE_BYTES``, ``CORE_CACHE_BYTES``)."""
     from fedlib.data.federated import BatchPlan
     from fedlib.executors import stacked
@@ -355,7 +355,7 @@ def test_repeated_steps_gather_their_rows_once(monkeypatch):
         assert _maxdiff(stacked, loop) < 1e-10
 
 
-# -- no padding waste: epoch plans of unequal clients (issue 21, item 2) -----------------------------------------
+# -- no padding waste: epoch plans of unequal clients ------------------------------------------------------------
 def _unequal(sizes=(3, 41, 17, 90, 1, 60, 8), dtype=torch.float64):
     """Clients of very unequal sizes (the smallest finish their epoch in one step, the largest in twelve)."""
     import numpy as np
@@ -455,7 +455,7 @@ def test_shrinking_stack_keeps_per_step_context(kernel, taylor):
     assert _maxdiff(stacked, loop) < 1e-10
 
 
-# -- every model stacked: BatchNorm nets with per-client buffers (issue 21, item 4) ------------------------------------
+# -- every model stacked: BatchNorm nets with per-client buffers -------------------------------------------------------
 def _bn_case(attention: str, sampler: str):
     """Four clients of LeNet-BN (float64) of 13, 40, 7 and 27 images: with B = 8, epoch plans have short last batches
     of 5, 7 and 3 rows (BatchNorm needs 2 or more)."""
@@ -513,7 +513,7 @@ def test_batchnorm_net_stays_on_the_loop_unless_asked():
         StackedExecutor().kernel_for(lenet)
 
 
-# -- per-run optimisers: several runs' clients side by side, each run its own LocalSGD (issue 21, item 5) -------------
+# -- per-run optimisers: several runs' clients side by side, each run its own LocalSGD --------------------------------
 RUNS = [(2, OPTS["sgd"]), (1, OPTS["all"]), (3, LocalSGD(lr=0.03, momentum=0.5, mu=0.1)), (1, OPTS["all"])]
 
 

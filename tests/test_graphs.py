@@ -103,7 +103,7 @@ def test_graphs_on_the_cpu_change_nothing():
 
 def test_keys_seen_once_are_remembered_up_to_a_bound():
     """A key is recorded at its second sighting, so keys are remembered; a decaying lr makes a new key every round,
-    and the set grew without bound (noticed in review, 2026-11-28). Now the ``SEEN`` most recent are kept. A first
+    so an unbounded set would grow without end: the ``SEEN`` most recent are kept. A first
     sighting runs eagerly, which needs no GPU."""
     data, model, p, plan = _group()
     graphs = GroupGraphs()
