@@ -7,7 +7,7 @@
 Each case trains every client of one round (R local steps on the same ``BatchPlan``) with
 both executors in this one process, alternating which goes first, and prints the median
 seconds per round, the median of the per-round ratios and their range. Cases (the targets
-set for the stacked executor on the 2-core CPU in brackets):
+set for the stacked executor on a 2-core CPU in brackets):
   (a) Synthetic(0.5, 0.5), N=100, DNN 60-20-10, R=20 steps of batch 20      [ratio >= 30]
   (b) MNIST-shaped, N=20, DNN 784-100-10, R=20, batch 20 (pFedMe sizes)    [ratio >= 8]
   (c) N=100, MLP 784-200-200-10, R=20, batch 10 (AdaFL's model, 600 rows) [ratio >= 4]
@@ -20,7 +20,7 @@ End to end (``--e2e [--only W1,..] [--rounds R] [--tiny]``): whole rounds (selec
 local training, aggregation, evaluation) of W1 FedAvg on MNIST Dir(0.1), W2 AdaFL's MNIST setting, W3 FedMCSA on
 Synthetic with the DNN, W4 pFedMe on Synthetic MLR, W5 FedBN+SE on the digits (LeNet-BN; also "W5s": the stacked
 executor with per-client BatchNorm buffers, opt-in) and W6 a 12-run FedMCSA grid one by one, each as
-``runner.train`` runs it with the round loop's stage clock on (``simulation.stage_timing``). Per workload: seconds
+``fedlib.runs.train.train`` runs it with the round loop's stage clock on (``StageClock``). Per workload: seconds
 per round (round 1 dropped), the round's FLOPs from the model's layer shapes (``sample_flops``) times the rows
 trained and evaluated, the time those take at the large-matmul rate, the ratio (1.0 = at the limit), and the share
 of each stage. Each workload is timed ``--repeats`` times (3 by default), one timing after another; its line is the
@@ -34,13 +34,13 @@ floor cannot be met with these kernels at these shapes, whatever the code around
 ceiling, the grid one by one (W6w) over its floor with the runs' training calls merged as ``fedlib.runs.batching`` merges
 them (``merged``): the speed-up batching would give if everything but the arithmetic vanished. ``W6l``: the same
 grid over the learning rate instead of sigma (3 seeds x 4 lr), batched vs one by one: its runs train as one call,
-each with its own lr (``executors.sgd.RunsSGD``). Last, issue 21's CPU targets (``W1t`` ..., ``e2e_targets``): each
+each with its own lr (``executors.sgd.RunsSGD``). Last, the CPU targets (``W1t`` ..., ``e2e_targets``): each
 one's measured value, met or missed, and, when missed, how close to its floor (W6: the ceiling) the round would have to
 come, or that even the floor misses it.
 
 A whole table (``--table EXPERIMENT``, ``bench_table``): the experiment's grid at the paper profile trained by the
 CLI from an empty store for ``--seconds``, then killed, and its time estimated from the rounds done
-(issue 21's GPU target: AdaFL's MNIST Table 1 and FedMCSA's Table 2 each in under 10 minutes on one GPU).
+(the GPU target: AdaFL's MNIST Table 1 and FedMCSA's Table 2 each in under 10 minutes on one GPU).
 On a GPU, ``FEDLIB_CUDA_GRAPHS=1`` replays the client groups' loops as CUDA graphs (``executors.graphs``) in every
 mode; the header says whether it is on.
 
@@ -113,8 +113,8 @@ def chain_flops(dims: list[int], clients: int, batch: int, steps: int) -> int:
 
 def sgemm_rate(device: str = "cpu", n: int = 2000, repeats: int = 7) -> float:
     """FLOP/s of an n x n x n float32 matmul on ``device``: the fastest of ``repeats`` after a warm-up. The
-    fastest, not the median: it stands for the most the machine gives, and a slow spell of the shared VM
-    (seen: one median of 113 GFLOP/s between runs of 180-200) only ever lowers it."""
+    fastest, not the median: it stands for the most the machine gives, and a slow spell of a shared machine only
+    ever lowers it (a median can fall well below the others in such a spell)."""
     a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times = []
@@ -177,7 +177,7 @@ def bench_case(
         device,
     )
     # The ratio is the median of per-repeat ratios: the two runs of a repeat are seconds apart, so
-    # a slow spell of this shared VM (loop times here vary 0.2-0.4 s between runs) hits both alike.
+    # a slow spell of a shared machine (whose loop times vary between runs) hits both alike.
     ratios = [lo / st for lo, st in zip(times["loop"], times["stacked"])]
     dims = [data.input_shape[0], *hidden, 10]
     flops = chain_flops(dims, n, batch, steps)
@@ -230,20 +230,20 @@ def bench_fedmix(repeats: int = 5, device: str = "cpu", clients: int = 10, steps
 
 
 # -- end to end: whole rounds (``--e2e``) -----------------------------------------------------------------------------
-# Each workload (issue 21) runs through ``simulate`` as ``runner.train`` runs it, with the round loop's stage clock on
-# (``simulation.stage_timing``). Round 1 warms up and is dropped; the rest are averaged. A round's FLOPs are counted
+# Each workload runs through ``simulate`` as ``fedlib.runs.train.train`` runs it, with the round loop's stage clock
+# on (``StageClock``). Round 1 warms up and is dropped; the rest are averaged. A round's FLOPs are counted
 # from the model's layer shapes (``sample_flops``) times the rows trained (read off every plan the executor gets,
 # padding not counted) and the rows evaluated; the limit is that many FLOPs at the large-matmul rate.
 STAGES = ("selection", "start", "plan", "training", "aggregation", "evaluation", "other")
 E2E_ROUNDS = {"W1": 5, "W2": 5, "W3": 21, "W4": 21, "W5": 3, "W6": 6}
 W6_LRS = (0.005, 0.01, 0.03, 0.05)  # W6l: W6's grid over lr, each seed's four runs at these
-# W5's target is "3x faster than today's loop" in issue 21: its loop round on the first --e2e run (2026-11-24, the
-# 2-core AMD EPYC, one thread), the README's 1.311 s
+# W5's target is "3x faster than the loop": its baseline, in seconds, is the loop executor's round on the first --e2e
+# run (one thread, a 2-core CPU; docs/measurements/)
 W5_BEFORE_S = 1.311
 
 
 def e2e_targets(results: dict) -> list[tuple[str, str, str, str]]:
-    """Issue 21's CPU targets against ``bench_e2e``'s results: (workload, target, measured, verdict) for each
+    """The CPU targets against ``bench_e2e``'s results: (workload, target, measured, verdict) for each
     workload that ran. The verdict is "met", or "missed" with the bound this machine's kernels set, the workload's
     floor (its matmuls and convolutions alone, ``_floor_line``): "out of reach" when even the floor misses the
     target, else how close to its floor the round would have to come (target over floor; 1.05x leaves nothing but
@@ -348,7 +348,7 @@ def sample_flops(model: nn.Module, input_shape: tuple) -> tuple[int, int]:
     return train.get_total_flops() // 2, forward.get_total_flops() // 2
 
 
-# -- the floor: a round's matmuls and convolutions alone, at the shapes the round ran them (issue 21) --------------
+# -- the floor: a round's matmuls and convolutions alone, at the shapes the round ran them -------------------------
 FLOOR_OPS = ("mm", "addmm", "bmm", "baddbmm", "baddbmm_", "convolution", "convolution_backward")
 
 
@@ -461,7 +461,7 @@ class _CountingExecutor:
 
 
 def _eval_rows(alg, data, cfg, model) -> int:
-    """Rows one evaluation passes through the model (as ``simulation._evaluate_round`` evaluates)."""
+    """Rows one evaluation passes through the model (as ``fedlib.core.callbacks._evaluate_round`` evaluates)."""
     per_client = alg.evaluate == "personal" or not all(alg.shared(n) for n in model.state_dict())
     rows = int(data.test.sizes.sum()) * (2 if alg.report_global else 1)
     if cfg.eval_train:
@@ -505,7 +505,7 @@ class StageClock(Callback):
 
 
 def time_run(cfg, device: str, executor=None, log: ArithmeticLog | None = None) -> dict:
-    """One run of ``cfg`` as ``runner.train`` trains it, with the stage clock on: seconds per stage per round
+    """One run of ``cfg`` as ``fedlib.runs.train.train`` trains it, with the stage clock on: seconds per stage per round
     (round 1 dropped), FLOPs per round, the executor's name. ``log``: the run's matmuls and convolutions logged
     (its timing is then not the run's)."""
     from fedlib.algorithms import build_algorithm
@@ -549,8 +549,8 @@ def bench_e2e(
 
     The matmul rate is measured again before each workload (``results["rates"]``, ``rate`` first), each line taking
     the highest so far, and at the end every workload's limit and ratio are those at the highest of all
-    (``at_rate``), which the targets are judged on: one measurement at the start, in a slow spell of the shared
-    VM (118 GFLOP/s where the run's others gave 190), made W1's ratio 1.6 and its target "met" (2026-11-29)."""
+    (``at_rate``), which the targets are judged on: one measurement at the start, taken in a slow spell of a
+    shared machine, would lower every limit and could make a missed target read "met"."""
     from fedlib.data import readers
     from fedlib.data.domains import DOMAINS
 
@@ -704,8 +704,8 @@ def _e2e_line(name: str, what: str, reps: list, rate: float, out, results: dict)
     """One printed line from ``reps``, the workload's timings (each a list of its runs' ``time_run`` results, whose
     rounds are summed: W6 is one round of every run of the grid): the median timing's seconds and stage shares (of
     an even count, the lower of the middle two: a timing that ran), then, of more than one, the range of all of
-    them. The machine moves by up to 30-40% between runs (README, measurement log), so one timing can meet a
-    target that the next one misses."""
+    them. A shared machine's speed moves between runs by more than some targets' margins (docs/performance.md), so
+    one timing can meet a target that the next one misses."""
     timings = []
     for runs in reps:
         total = {s: sum(r["stages"][s] for r in runs) for s in STAGES}
@@ -823,11 +823,11 @@ def main(argv=None):
     ap.add_argument("--profile", default="paper", help="--table: the profile of the experiment's grid")
     ap.add_argument("--log", default=None, help="--table: a file for the CLI's output (and its counts, LOG.json)")
     args = ap.parse_args(argv)
-    for name in ("repeats", "threads"):  # --repeats 0 ended in a StatisticsError traceback; --threads 0 ran
+    for name in ("repeats", "threads"):  # else --repeats 0: a StatisticsError traceback; --threads 0: the default
         value = getattr(args, name)
         if value is not None and value < 1:
             ap.error(f"--{name}={value}: at least 1")
-    if args.device == "cuda" and not torch.cuda.is_available():  # it was torch's "Found no NVIDIA driver" traceback
+    if args.device == "cuda" and not torch.cuda.is_available():  # else torch's "Found no NVIDIA driver" traceback
         ap.error("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -881,7 +881,7 @@ def main(argv=None):
             f"{max(rates) / 1e9:.0f} GFLOP/s; the targets below take the highest (a slow spell only ever lowers it)"
         )
         if targets:
-            print(f"issue 21's targets (set for the 2-core CPU){' (not this device)' if args.device != 'cpu' else ''}:")
+            print(f"the targets (set for a 2-core CPU){' (not this device)' if args.device != 'cpu' else ''}:")
             for name, target, measured, said in targets:
                 print(f"{name + 't':4}{target:44} {measured:>22}  {said}")
         return

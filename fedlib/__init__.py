@@ -2,7 +2,7 @@
 
 A federated round is a composition of stages (selection, start models, local update, aggregation, evaluation);
 all clients of a round train as one stacked model. Start with ``RunConfig`` and ``run`` (one run), ``run_grid``
-(a grid) or ``experiment`` (a named experiment of a paper); see README.md and notebooks/00_quickstart.ipynb.
+(a grid) or ``experiment`` (a named experiment of a paper); see docs/user-guide.md and notebooks/00_quickstart.ipynb.
 
 The package is in layers, each importing only those below it: ``config``, ``data`` and ``models`` at the bottom,
 then ``executors``, ``core`` (the round), ``algorithms``, ``runs`` (training configs, the store), ``papers`` and

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Issue 21, item 6: the GPU checks and timings, as one call on a lent GPU machine (its python3 holds torch; nothing
-# is installed). Writes at most 8 files under $OUT (the device tool's limit) and prints each step's tail.
+# The GPU checks and timings, as one call on a GPU machine whose python3 holds torch (nothing is installed). Writes
+# at most 8 files under $OUT and prints each step's tail.
 #   FEDLIB_DATA=<data root> OUT=<folder> bash scripts/device_check.sh [window seconds per table, default 90]
 # Steps, each under its own time limit, so that one that hangs leaves the others their time:
 #   1. tests/test_cuda.py: the GPU path against the CPU's (float64) and CUDA graphs against eager (bit for bit)
-#   2. python -m benchmarks --e2e --device cuda --repeats 1: W1-W6 eager (one timing each: the device's minutes
-#      are few)
+#   2. python -m benchmarks --e2e --device cuda --repeats 1: W1-W6 eager (one timing each, so that the check
+#      stays short)
 #   3. the same with FEDLIB_CUDA_GRAPHS=1 (only if step 1 passed)
 #   4. python -m benchmarks --table: windows of AdaFL's MNIST Table 1 and FedMCSA's Table 2 (whole-table estimates),
 #      with CUDA graphs where step 1 passed

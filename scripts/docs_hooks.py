@@ -1,6 +1,6 @@
 """mkdocs hooks (mkdocs.yml ``hooks:``): the site's pages are docs/, but its notebooks and figures live at the
-repository's top (notebooks/, figures/), where the README and GitHub link to them. This hook adds them to the
-site's files as if they sat in docs/notebooks/ and docs/figures/, so pages link to ``notebooks/<name>.ipynb`` and
+repository's top (notebooks/, figures/), where the repository's front page and GitHub link to them. This hook adds them
+to the site's files as if they sat in docs/notebooks/ and docs/figures/, so pages link to ``notebooks/<name>.ipynb`` and
 ``figures/<name>.png``, mkdocs-jupyter renders the notebooks with their stored outputs, and ``mkdocs build
 --strict`` checks every such link. Nothing is copied into docs/, so there is one copy of each file."""
 

@@ -1,6 +1,6 @@
-"""Write ``fedlib/round_seconds.json`` (``fedlib.runs.estimates.reference_times``: this version's seconds a round per kind
-of run, what ``make notebooks``' plan and a grid's balancing estimate runs from when the store holds none of their
-kind) from a store the quick profile filled from empty on the reference machine (the 2-core CPU):
+"""Write ``fedlib/runs/round_seconds.json`` (``fedlib.runs.estimates.reference_times``: this version's seconds a round
+per kind of run, what ``make notebooks``' plan and a grid's balancing estimate runs from when the store holds none of
+their kind) from a store the quick profile filled from empty on the reference machine (a 2-core CPU):
 
     FEDLIB_RESULTS=/tmp/quick FEDLIB_DATA=<root> make notebooks PROFILE=quick
     python scripts/reference_timings.py /tmp/quick

@@ -5,9 +5,9 @@
 
 By default every notebook runs at the paper profile, whose runs are in the committed store (``results/``): it draws
 them and trains only what is missing. Before anything runs the job prints, per notebook, its experiments' runs stored
-and to train (with an estimate from the seconds a round of runs of their kinds: ``runner.known_times``), and while
-a notebook runs it prints which cell is executing and how many of its runs are trained, with an ETA (``--plan``
-prints the plan and stops).
+and to train (with an estimate from the seconds a round of runs of their kinds: ``fedlib.runs.estimates.known_times``),
+and while a notebook runs it prints which cell is executing and how many of its runs are trained, with an ETA
+(``--plan`` prints the plan and stops).
 ``--stored-only`` passes ``STORED_ONLY=True``: nothing trains. The notebooks train the runs they miss side by side,
 one process per core (their ``JOBS = None``); ``--jobs N`` passes ``JOBS=N`` (``--jobs 1``: one at a time). With
 more than one process, the runs the plan counts train first, all notebooks' as one grid (``train_first``), and the
@@ -70,7 +70,8 @@ JOB_PARAMS = ("PROFILE", "STORED_ONLY", "BACKEND", "JOBS")
 
 def _check_parameters(names: set, notebooks: list[Path], pm) -> None:
     """Every ``-p`` name but ``JOB_PARAMS`` must be a parameter of at least one of ``notebooks`` (its ``parameters``
-    cell; papermill injects any name, so a misspelt one, ``-p SEED=1`` for ``SEEDS``, ran the defaults silently)."""
+    cell; papermill injects any name, so a misspelt one, ``-p SEED=1`` for ``SEEDS``, would run the defaults
+    silently)."""
     known = {p.name: set(pm.inspect_notebook(str(p))) for p in notebooks}
     stray = sorted(n for n in names if n not in JOB_PARAMS and not any(n in ps for ps in known.values()))
     if stray:
@@ -114,7 +115,7 @@ def choose_profile(explicit: str | None, env: str | None) -> tuple[str, str | No
 def failure(e: Exception, executed: Path) -> str:
     """One line for a notebook that failed: the cell and the error raised in it, and where the executed copy is (its
     traceback). A ``PapermillExecutionError``'s own text starts with an empty line, so "FAILED:
-    PapermillExecutionError:" said nothing."""
+    PapermillExecutionError:" alone would say nothing."""
     ename, evalue = getattr(e, "ename", None), getattr(e, "evalue", None)
     if ename is None:  # not an error raised in a cell (papermill's own, a kernel that died, ...)
         return f"{type(e).__name__}: {next(iter(str(e).strip().splitlines()), '')}"
@@ -157,8 +158,8 @@ class Plan:
         return self
 
     def estimate(self, known: dict) -> float | None:
-        """Seconds to train ``todo``, one after another, from the runs of the same kind (``resources.seconds_for``:
-        their median seconds a round, times the rounds; ``known``: ``runner.known_times``, the stored runs' and this
+        """Seconds to train ``todo``, one after another, from the runs of the same kind (``estimates.seconds_for``:
+        their median seconds a round, times the rounds; ``known``: ``estimates.known_times``, the stored runs' and this
         version's reference timings); None: a kind with no time known."""
         from fedlib.runs import estimates
 
@@ -187,10 +188,10 @@ def _present(dataset: str) -> bool:
 
 
 def _job_params(grid: list[dict], args) -> list[dict]:
-    """The job's own ``-p`` values checked before any kernel starts (a bad one failed every notebook, each in a cell):
-    ``STORED_ONLY`` one of True / False, and then the job's ``--stored-only`` (the plan, the skips and the progress
-    follow it; it was passed to the notebooks only); ``BACKEND`` and ``JOBS`` as ``fedlib.experiment`` checks them
-    (``runner.check_jobs``, ``runner.ray_backend``)."""
+    """The job's own ``-p`` values checked before any kernel starts (else a bad one fails every notebook, each in a
+    cell): ``STORED_ONLY`` one of True / False, and then the job's ``--stored-only`` (the plan, the skips and the
+    progress follow it, not the notebooks alone); ``BACKEND`` and ``JOBS`` as ``fedlib.experiment`` checks them
+    (``fedlib.runs.scheduling.check_jobs``, ``fedlib.runs.grids.ray_backend``)."""
     from fedlib.runs.grids import ray_backend
     from fedlib.runs.scheduling import check_jobs
 
@@ -229,14 +230,14 @@ def train_first(todo: list, jobs: int, store) -> None:
     """Train the runs every notebook misses as one grid on ``jobs`` processes, before the first notebook starts.
 
     Each notebook trains its own missing runs side by side, but a notebook of a few uneven runs keeps one process
-    busy while the others idle: ``make notebooks PROFILE=quick`` from an empty store, two processes, 2026-11-25:
-    AdaFL Tables 3-4 took 521 s against 790 s one at a time, the selection dynamics 112 s against 126 s. One grid of
-    all the notebooks' runs keeps every process busy until its last unit (``runner.run_configs`` starts the longest,
+    busy while the others idle (AdaFL Tables 3-4, the selection dynamics: their processes gain far less than twofold
+    over one at a time). One grid of all the notebooks' runs keeps every process busy until its last unit
+    (``fedlib.runs.grids.run_configs`` starts the longest,
     by the stored runs of their kind, so that short ones fill the end). A later stage's runs (FedMCSA
     Table 1's winners, which its grid's results decide) are not in the plan: their notebook trains them. With one
-    process this gains nothing and is skipped. A run that fails here is left to its notebook, which reports it.
-    Measured on one day, fresh clone, empty store, quick profile, two processes: 40 min 37 s against 43 min 19 s with
-    ``--no-train-first`` (2026-11-25, one run each: 6%, within this machine's run-to-run noise)."""
+    process this gains nothing and is skipped. A run that fails here is left to its notebook, which reports it. The
+    whole job gains little from it on two processes, within a machine's run-to-run noise (``--no-train-first`` to
+    compare; measured: docs/measurements/)."""
     if jobs < 2:
         return
     from fedlib.runs.grids import run_configs
@@ -317,13 +318,13 @@ def main(argv=None) -> int:
         "notebook misses train first, as one grid)",
     )
     args = ap.parse_args(argv)
-    # 0 made the progress thread re-read the running notebook without pause; nan passed "<= 0" (every comparison with
-    # it is false) and inf never printed: a finite number of seconds, more than 0 (written so that nan fails it)
+    # 0 would make the progress thread re-read the running notebook without pause, nan would pass "<= 0" (every
+    # comparison with it is false) and inf never print: a finite number of seconds, more than 0 (nan fails this)
     if not 0 < args.every < float("inf"):
         ap.error(f"--every={args.every:g}: seconds between progress lines, more than 0 (a finite number)")
-    if not Path(args.dir).is_dir():  # it ran nothing and exited 0
+    if not Path(args.dir).is_dir():  # else it would run nothing and exit 0
         ap.error(f"--dir {args.dir}: no such folder")
-    if Path(args.out).exists() and not Path(args.out).is_dir():  # it was a FileExistsError traceback
+    if Path(args.out).exists() and not Path(args.out).is_dir():  # else a FileExistsError traceback
         ap.error(f"--out {args.out}: not a folder")
 
     import papermill as pm
@@ -359,10 +360,10 @@ def main(argv=None) -> int:
         print(f"WARNING: {warning}")
     env = {"FEDLIB_PROFILE": profile}  # the kernel resolves the same profile as this job
     if not os.environ.get("OMP_NUM_THREADS"):
-        # one thread per kernel: these models' operations are small, and torch's threads spin on a busy CPU. On the
-        # 2-core machine at load 6, four pFedMe runs (Synthetic MLR, 10 rounds) took 36-77 s with torch's default two
-        # threads and 4.4 s with one (benchmarks.bench.time_grid, one after another); batched as one model 4.3-5.1 s
-        # and 3.6-3.9 s. OMP_NUM_THREADS set by the caller wins.
+        # one thread per kernel: these models' operations are small, and torch's threads spin on a busy CPU: on a
+        # loaded machine, small runs with torch's default threads take many times as long as with one, one after
+        # another or batched as one model (``benchmarks.bench.time_grid``; measured: docs/measurements/).
+        # OMP_NUM_THREADS set by the caller wins.
         env["OMP_NUM_THREADS"] = "1"
     if profile != "paper":  # every run of the job in the exploring store, a cell's ``fedlib.run(cfg)`` included
         env["FEDLIB_RESULTS"] = str(default_root(profile))  # FEDLIB_RESULTS if set, else results/_explore/
@@ -378,7 +379,7 @@ def main(argv=None) -> int:
             raise SystemExit(f"no numbered notebooks (00_name.ipynb, ...) in {args.dir}")
         notebooks = [p for p in every if not only or p.name.startswith(tuple(only))]
         unmatched = [s for s in only if not any(p.name.startswith(s) for p in every)]
-        if unmatched:  # it ran nothing and exited 0
+        if unmatched:  # else it would run nothing and exit 0
             raise SystemExit(
                 f"--only {','.join(unmatched)} matches no notebook in {args.dir} "
                 f"(they start {', '.join(sorted({p.name[:2] for p in every}))})"
@@ -434,7 +435,7 @@ def main(argv=None) -> int:
             )
         print()
         varied = sorted({k for p in grid for k in p} - set(JOB_PARAMS))
-        if varied:  # the plan reads the experiments' profiles alone: it said "4 to train" where 12 trained
+        if varied:  # the plan reads the experiments' profiles alone: its counts are the defaults'
             print(
                 f"  (the plan is for the notebooks' default parameters: -p {', '.join(varied)} runs each notebook "
                 f"{len(grid)} time(s), and each may draw and train other runs)"
@@ -488,7 +489,7 @@ def main(argv=None) -> int:
                         cwd=str(nb.parent),
                         kernel_name="python3",
                         progress_bar=False,
-                        # the kernel's own log said "running over TCP without encryption" at every start and
+                        # the kernel's own log would say "running over TCP without encryption" at every start and
                         # "KeyboardInterrupt caught in kernel" when jupyter_client interrupts it to shut it down;
                         # errors in cells and a dying kernel still come back as papermill's exceptions
                         extra_arguments=["--IPKernelApp.log_level=CRITICAL"],

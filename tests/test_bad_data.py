@@ -1,4 +1,4 @@
-"""Bad-input suite, data files (issue 20): damaged, tampered or malformed dataset files are refused at load,
+"""Bad-input suite, data files: damaged, tampered or malformed dataset files are refused at load,
 before any training, with an error naming the file and the expected layout; nothing read from a data folder
 runs code. Real files are copied (or decompressed) from the offline data into tmp_path, never modified in place.
 """

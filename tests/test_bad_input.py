@@ -1,4 +1,4 @@
-"""The bad-input suite (issue 20): configs, store damage, snapshots, divergence, signals, the CLI.
+"""The bad-input suite: configs, store damage, snapshots, divergence, signals, the CLI.
 
 Each case here was seen going wrong on the code before the fix (accepted, silently wrong, or a raw crash with no
 path); the data files' cases are in test_bad_data.py. The malicious-snapshot case is
@@ -122,10 +122,11 @@ BAD_SETTINGS = {
 
 @pytest.mark.parametrize("variable", sorted(BAD_SETTINGS))
 def test_a_bad_setting_is_refused_before_anything_trains(tmp_path, monkeypatch, variable):
-    """``FEDLIB_MALLOC=bogus`` was read by ``keep_freed_memory`` once a process, when the first run trained: a grid's
-    workers each failed with a traceback, and a process that had trained before never looked again.
-    ``FEDLIB_CUDA_GRAPHS`` is read where each executor is made (in every worker): refused first too.
-    ``FEDLIB_CHECKPOINT_SECONDS`` was refused by the library but ended the CLI in a traceback (2026-11-28)."""
+    """A bad setting is refused up front, in one line: ``keep_freed_memory`` reads ``FEDLIB_MALLOC`` once a
+    process, when the first run trains, so else a grid's workers would each fail with a traceback, and a process
+    that had trained before would never look again. ``FEDLIB_CUDA_GRAPHS`` is read where each executor is made (in
+    every worker): refused first too. ``FEDLIB_CHECKPOINT_SECONDS``: refused by the CLI in one line, not a
+    traceback."""
     value, says = BAD_SETTINGS[variable]
     monkeypatch.setenv(variable, value)
     monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("trained"))
@@ -229,7 +230,7 @@ def test_a_diverging_run_stops_and_says_so(tmp_path):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_finite_finds_every_nan_and_infinity(dtype):
-    """``simulation.finite`` (the divergence check after every round, from each tensor's amax and amin) is
+    """``fedlib.core.simulation.finite`` (the divergence check after every round, from each tensor's amax and amin) is
     ``torch.isfinite(v).all()`` over all tensors: a NaN or an infinity anywhere (the first value, the last, inside
     a vector and in its scalar tail) is found, finite extremes are not, integer tensors are skipped."""
     from fedlib.core.simulation import finite
@@ -317,7 +318,7 @@ def test_damaged_runs_do_not_break_status_or_the_experiment_summary(tmp_path, mo
 
     row = status("smoke", store=tmp_path).set_index("experiment").loc["quickstart"]
     assert row["damaged"] == 1 and row["stored"] == len(ex.configs) - 1 and row["to run"] == 1
-    # each stored run trained as one of a batch of 4 that took 4 h: an hour each (resources.run_seconds)
+    # each stored run trained as one of a batch of 4 that took 4 h: an hour each (estimates.run_seconds)
     monkeypatch.setattr(Store, "meta", lambda self, cfg: {"wall_seconds": 14_400.0, "batched": 4})
     row = status("smoke", store=tmp_path).set_index("experiment").loc["quickstart"]
     assert row["stored wall h"] == len(ex.configs) - 1
@@ -559,7 +560,7 @@ def test_cli_with_a_damaged_data_file_is_a_one_line_error(jobs, tmp_path):
 
 
 def test_cli_jobs_is_a_count_or_auto():
-    """``--jobs auto``: one process per core (``runner.default_jobs``); anything else but a count is refused."""
+    """``--jobs auto``: one process per core (``scheduling.default_jobs``); anything else but a count is refused."""
     for bad in ("0", "two", "-1"):
         out = _cli("fedmcsa_sigma", "--profile", "smoke", "--jobs", bad, "--dry-run")
         assert out.returncode == 2 and "Traceback" not in out.stderr
@@ -586,12 +587,10 @@ def test_cli_explicit_profile_beats_the_environment():
 @pytest.mark.parametrize("batch", [1, 2])
 def test_ctrl_c_of_a_grid_on_two_processes_stops_it_without_starting_another_run(tmp_path, batch):
     """Ctrl-C in a --jobs 2 grid's parent only (Jupyter's "interrupt the kernel" signals the kernel, not its
-    workers): the parent did not react while it waited for a unit (``as_completed``); when it did, the pool had
-    already handed a third run to a worker, which trained it to its end before the grid stopped. Now the two runs
-    going snapshot their round, the queued one does not start, and the parent returns within seconds.
-    ``batch=2``: two units of two runs as one model each; their workers ignored the parent's signal (a pool worker
-    ignores SIGINT, and the runs' threads cannot take it) and trained their units to the end while the parent
-    waited (2026-11-28). Now the four runs snapshot their round."""
+    workers): the parent reacts while it waits for a unit, and a worker checks stop before starting a unit, so the
+    two runs going snapshot their round, the queued one does not start, and the parent returns within seconds.
+    ``batch=2``: two units of two runs as one model each; a pool worker ignores SIGINT and the runs' threads cannot
+    take it, so the worker defers the parent's signal to its runs: the four runs snapshot their round."""
     script = (
         "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from fedlib import RunConfig, Store; from fedlib.runs.grids import run_configs\n"

@@ -1,4 +1,4 @@
-"""Grids as one model (``fedlib.runs.batching``, issue 21 item 5): runs trained together give their solo runs' numbers bit
+"""Grids as one model (``fedlib.runs.batching``): runs trained together give their solo runs' numbers bit
 for bit, for every registered method, in float32 and float64; their calls really merge; a run that fails or diverges
 leaves the others alone; a stop snapshots every run; ``run_configs`` batches by itself."""
 
@@ -198,9 +198,9 @@ def two_threads():
 
 
 def test_merged_calls_run_in_the_calling_thread_and_run_threads_start_no_openmp_team(two_threads):
-    """With two threads, the merged calls ran in whichever run thread arrived last, each run thread a GNU OpenMP
-    team of its own: more threads in teams than cores, so every parallel region slept and woke its workers, and
-    W6 batched took 0.50-0.70x the time of its runs one by one (``fedlib.runs.openmp``; 2026-11-28). Now the calling
+    """With two threads, merged calls run in whichever run thread arrives last would make each run thread a GNU
+    OpenMP team of its own: more threads in teams than cores, so every parallel region would sleep and wake its
+    workers, and batching would be slower than the runs one by one (``fedlib.runs.openmp``). So the calling
     thread runs every merged call with torch's threads, and a run thread computes on one (where the runtime lets
     ``fedlib.runs.openmp`` set it); a run's metadata still records the process's threads."""
     import threading

@@ -46,15 +46,15 @@ def test_bench_rejects_unknown_case(capsys):
 @pytest.mark.parametrize(
     "argv, says",
     [
-        (["--repeats", "0"], "--repeats=0: at least 1"),  # a StatisticsError traceback
-        (["--threads", "0"], "--threads=0: at least 1"),  # ran with torch's default
+        (["--repeats", "0"], "--repeats=0: at least 1"),  # not a StatisticsError traceback
+        (["--threads", "0"], "--threads=0: at least 1"),  # not a run on torch's default
         (["--e2e", "--repeats", "-1"], "--repeats=-1: at least 1"),
         (["--table", "nope"], "--table ['nope']: not an experiment"),
         (["--table", "fedmcsa_sigma", "--seconds", "0"], "--seconds > 0 and --jobs >= 1"),
         (["--table", "fedmcsa_sigma", "--jobs", "0"], "--seconds > 0 and --jobs >= 1"),
         pytest.param(
             ["--device", "cuda"],
-            "--device cuda: no CUDA device here",  # torch's "Found no NVIDIA driver" traceback
+            "--device cuda: no CUDA device here",  # not torch's "Found no NVIDIA driver" traceback
             marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here"),
         ),
     ],
@@ -66,7 +66,8 @@ def test_bench_refuses_bad_numbers_and_an_absent_device_in_one_line(argv, says, 
 
 
 def test_bench_refuses_a_bad_malloc_setting_in_one_line(monkeypatch, capsys):
-    """``keep_freed_memory`` reads ``FEDLIB_MALLOC`` once a process: a second call ignored a bad value."""
+    """``keep_freed_memory`` reads ``FEDLIB_MALLOC`` once a process, so a bad value is refused up front: a second call
+    would ignore it."""
     monkeypatch.setenv("FEDLIB_MALLOC", "bogus")
     with pytest.raises(SystemExit) as stop:
         main(["--only", "a"])
@@ -80,11 +81,11 @@ def test_fedmix_case_times_the_three_paths():
     assert {"loop", "vmap", "chain"} <= set(r) and all(r[k] > 0 for k in ("loop", "vmap", "chain"))
 
 
-# -- end to end (issue 21, item 1): the printed structure, not the timings ----------------------------------------
+# -- end to end: the printed structure, not the timings -----------------------------------------------------------
 def _printed_ratio(ratio: float, num: float, den: float) -> bool:
     """Whether ``ratio``, printed with one decimal, can be ``num / den`` for the values ``num`` and ``den`` printed
-    with four: an interval from the printing's rounding, not a tolerance. A relative tolerance failed on the tiny
-    workloads' millisecond rounds (CI, 2026-11-25: floor 0.0013 s over limit 0.0011 s printed as ratio 1.3, which
+    with four: an interval from the printing's rounding, not a tolerance. A relative tolerance would fail on the tiny
+    workloads' millisecond rounds (a floor 0.0013 s over a limit 0.0011 s may print as ratio 1.3, which
     0.00134 / 0.00106 gives; 5e-5 s of rounding is 4% of such a number, and the ratio's own 0.05 adds to it)."""
     h = 5e-5
     low, high = (num - h) / (den + h), (num + h) / max(den - h, 1e-12)
@@ -94,8 +95,8 @@ def _printed_ratio(ratio: float, num: float, den: float) -> bool:
 def test_e2e_prints_every_workload_with_its_breakdown(capsys):
     from benchmarks.bench import STAGES
 
-    assert _printed_ratio(1.3, 0.0013, 0.0011) and not _printed_ratio(2.6, 0.0013, 0.0011)  # CI's case; twice it
-    assert _printed_ratio(2.0, 0.4066, 0.1987) and not _printed_ratio(2.2, 0.4066, 0.1987)  # W1's row, 2026-11-25
+    assert _printed_ratio(1.3, 0.0013, 0.0011) and not _printed_ratio(2.6, 0.0013, 0.0011)  # a tiny case; twice it
+    assert _printed_ratio(2.0, 0.4066, 0.1987) and not _printed_ratio(2.2, 0.4066, 0.1987)  # a W1 row
 
     main(["--e2e", "--tiny", "--rounds", "2", "--only", "W3,W4,W6", "--repeats", "2"])
     out = capsys.readouterr().out.splitlines()
@@ -138,15 +139,15 @@ def test_e2e_prints_every_workload_with_its_breakdown(capsys):
         assert gflop == pytest.approx(float(rows[tag[:2]].split()[-(3 + len(STAGES))]), rel=0.01)
         sec = float(rows[tag[:2]].split()[-(4 + len(STAGES))])
         # printed to 2 decimals, from a round and a floor printed to 4: each rounding bounds the difference (the
-        # 2-decimal one alone failed the check when a loaded machine's round came out below its floor: 0.09 printed,
-        # 0.0933 recomputed, 2026-11-28)
+        # 2-decimal one alone is not enough when a loaded machine's round comes out below its floor: 0.09 printed,
+        # 0.0933 recomputed)
         assert float(tail.strip().rstrip("x")) == pytest.approx(
             sec / floor, rel=0.01 + 5e-5 / floor + 5e-5 / sec, abs=0.005
         )
     ceiling_line = next(line for line in out if line.startswith("W6c"))
     assert "ceiling" in ceiling_line and float(ceiling_line.split("x")[-2].split()[-1]) > 0
     # last, the targets of the workloads that ran, each met or missed
-    block = out[out.index(next(line for line in out if line.startswith("issue 21's targets"))) + 1 :]
+    block = out[out.index(next(line for line in out if line.startswith("the targets (set for a 2-core CPU)"))) + 1 :]
     assert [line.split()[0] for line in block] == ["W3t", "W4t", "W6t"]
     assert all(line.rstrip().endswith(("met", "of its floor)", "out of reach)")) for line in block)
 
@@ -193,7 +194,7 @@ def test_sample_flops_from_layer_shapes():
 
 
 def test_e2e_skips_workloads_whose_data_is_absent(capsys, tmp_path, monkeypatch):
-    """With an empty data root, W1/W2 (MNIST) and W5 (the digits) print a skip line; W5 used to raise
+    """With an empty data root, W1/W2 (MNIST) and W5 (the digits) print a skip line; W5 must not raise
     ``RunConfig.domains=() must be ...`` from its config, stopping the benchmark."""
     monkeypatch.setenv("FEDLIB_DATA", str(tmp_path))
     main(["--e2e", "--tiny", "--rounds", "2", "--only", "W1,W5"])
@@ -204,7 +205,7 @@ def test_e2e_skips_workloads_whose_data_is_absent(capsys, tmp_path, monkeypatch)
     assert "(mnist)" in skips[0] and "digits" in skips[1]
 
 
-# -- the floor (issue 21): a round's matmuls logged at their shapes and replayed alone ----------------------------
+# -- the floor: a round's matmuls logged at their shapes and replayed alone ---------------------------------------
 def test_arithmetic_log_sees_each_steps_matmuls():
     """A stacked step of a 2-layer chain (no momentum, no proximal term) is, by hand: two forward baddbmm (bias +
     x W^T, then the logits by class, bias + W h^T), one bmm for the hidden layer's input gradient, two weight
@@ -295,7 +296,7 @@ def test_table_window_of_a_whole_grid(tmp_path, capsys):
 
 
 def test_e2e_targets_say_met_missed_and_whether_the_floor_allows_it():
-    """Issue 21's targets from hand-made results: W1 met (ratio 1.9); W2 missed with a floor within reach (ratio
+    """The targets from hand-made results: W1 met (ratio 1.9); W2 missed with a floor within reach (ratio
     3.0, floor 0.15 s over a 0.1 s limit: 1.5, so the round must come within 2 / 1.5 = 1.33x of it); W3 missed, its
     floor of 21 ms out of reach; W4 at exactly 20 ms missed (the target is < 20 ms); W5 met at 1.311 / 3 s; W6
     missed, its ceiling 4.5x below the 5x."""

@@ -163,7 +163,7 @@ def test_forced_rerun_starts_from_scratch(tmp_path, monkeypatch):
 def test_grid_finishes_stopped_runs_first(tmp_path, monkeypatch, batch):
     """A grid whose second config was stopped part-way trains that one first (it continues from its snapshot).
     Batched (``batch`` > 1), the two share one unit, which lists the stopped run first: its runs start together in
-    threads, so which of them calls ``train`` first is a race (asserting that order failed in CI once, 2026-11-28)."""
+    threads, so which of them calls ``train`` first is a race (the test must not assert that order)."""
 
     a = RunConfig(n_clients=4, clients_per_round=2, rounds=4, local_steps=2, model="mlr")
     b = a.replace(seed=1)

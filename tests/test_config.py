@@ -65,7 +65,7 @@ def test_profile_resolution(monkeypatch):
     assert resolve_profile("paper") == "paper"
     monkeypatch.setenv("FEDLIB_PROFILE", "smoke")
     assert resolve_profile() == "smoke"  # CI forces smoke where nothing is named
-    # issue 20/22: an explicit profile beats the environment, and says so (it was silently overridden)
+    # an explicit profile beats the environment, and says so (not silently)
     with pytest.warns(UserWarning, match="profile='paper' given explicitly wins over FEDLIB_PROFILE='smoke'"):
         assert resolve_profile("paper") == "paper"
     monkeypatch.setenv("FEDLIB_PROFILE", "huge")

@@ -307,7 +307,7 @@ def test_a_model_that_does_not_take_the_data_is_refused_naming_both(change, mess
 
 
 def test_which_models_take_which_data_is_what_the_models_do():
-    """``resources.takes`` against a forward pass of each model at each data set's input shape."""
+    """``feasibility.takes`` against a forward pass of each model at each data set's input shape."""
     shapes = {feasibility.input_shape(d) for d in PARTITIONS}
     for name in MODELS:
         for shape in sorted(shapes):

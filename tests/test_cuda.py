@@ -115,9 +115,9 @@ GRAPH_CASES = [
 @pytest.mark.parametrize("name, dtype", GRAPH_CASES)
 def test_a_run_with_cuda_graphs_equals_it_without(name, dtype, monkeypatch):
     """Replays run the kernels the eager loop runs: a whole run's metrics equal its eager run's, and the run did
-    replay (recorded on a key's second sighting, replayed after). On an H100 (torch 2.11, 2026-11-28) the eight
-    float32 runs and float64 pFedMe were identical and float64 FedAvg differed by 8.9e-16 (cuBLAS may pick another
-    algorithm under capture): hence the tolerances, far below a last float32 bit of these metrics."""
+    replay (recorded on a key's second sighting, replayed after). Most runs come out identical, but cuBLAS may
+    pick another algorithm under capture, so float64 can differ in its last bits (measured: docs/measurements/):
+    hence the tolerances, far below a last float32 bit of these metrics."""
     from fedlib.executors import graphs
 
     made = []

@@ -266,7 +266,7 @@ def test_a_chains_group_keeps_one_steps_inputs_within_l2(monkeypatch, l2, l3, ml
     """Twelve batched Synthetic runs' 1,200 MLR clients go in groups whose one step's inputs fit in a core's L2, not
     in one (the byte budget alone): 1 MiB over 20 rows of 60 float32 inputs is 218 clients (2 MiB: 436), cut into
     equal groups. AdaFL's MLP stays bounded by its parameters, half the L3 (16 MiB: groups of 5 of 10 clients; 240
-    MiB: all 10 at once), and a GPU takes every client at once. The budgets as the AMD and the Intel machine's
+    MiB: all 10 at once), and a GPU takes every client at once. The budgets as two common CPUs'
     caches give them (``PROCESS_CACHE_BYTES``, ``CORE_CACHE_BYTES``)."""
     from fedlib.data.federated import BatchPlan
     from fedlib.executors import stacked

@@ -119,8 +119,8 @@ def test_cli_dotted_where_and_the_winners_step(monkeypatch, tmp_path, capsys):
 
 
 def test_cli_says_when_where_matches_nothing(capsys):
-    """A --where that keeps no config is an error listing the values present (issue 20: it printed "0 configs" and
-    exited 0)."""
+    """A --where that keeps no config is an error listing the values present (not "0 configs" and
+    exit status 0)."""
     from fedlib.experiments.cli import main
 
     with pytest.raises(SystemExit) as stop:

@@ -1,4 +1,4 @@
-"""FedMCSA's two authors'-code switches apart (issue 22, item 9): ``by_data_size`` reweights the attention rows by the
+"""FedMCSA's two authors'-code switches apart: ``by_data_size`` reweights the attention rows by the
 sampled clients' data-size shares while the proximal anchor stays on; ``mcsa_code`` keeps flipping both. Then the
 readings on Table 2's image data, and Table 2 on the partition of FedMCSA's own script (``label_stride=2``)."""
 

@@ -1,4 +1,4 @@
-"""Figures a reader can use (issue 22, item 7): the papers' names in legends, ticks and titles, percent on accuracy
+"""Figures a reader can use: the papers' names in legends, ticks and titles, percent on accuracy
 axes, legends below the panels, heat maps with labelled axes and a colour bar that says what its colour means, and a
 caption saying what points, bars and bands are."""
 

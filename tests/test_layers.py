@@ -258,7 +258,7 @@ def test_the_checks_have_teeth(tmp_path):
 
 def test_algorithms_use_only_public_executor_names():
     """Fast paths live inside the executors package; algorithms supply objectives and never reach into it
-    (algorithms/fedmix.py used to import ``_sgd_update`` and ``_fused_weight_step``)."""
+    (no import of private names such as ``_sgd_update`` or ``_fused_weight_step``)."""
     bad = []
     for path in sorted((ROOT / "algorithms").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

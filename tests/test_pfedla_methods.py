@@ -190,7 +190,7 @@ def test_client_init_of_a_shared_parameter_is_refused():
 
 
 def test_runs_with_per_client_attention_draw_it(monkeypatch):
-    """``runner.train`` hands ``simulate`` each client's own draw for ``attention_init='per_client'`` only."""
+    """``train.train`` hands ``simulate`` each client's own draw for ``attention_init='per_client'`` only."""
     from fedlib.runs import train as runner
 
     got = []

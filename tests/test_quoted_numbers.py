@@ -1,4 +1,4 @@
-"""Numbers that cannot drift (issue "Engine v2", item 7): the figures docs/reproduction.md's tables and the
+"""Numbers that cannot drift: the figures docs/reproduction.md's tables and the
 notebooks' *Reading* cells quote, recomputed from the committed store (results/, read only, paper profile) with
 the library's report functions, compared at the printed precision.
 
@@ -49,7 +49,7 @@ def _paper(name: str) -> fedlib.Experiment:
     return ex
 
 
-REPRODUCTION = ROOT / "docs" / "reproduction.md"  # the claims and status tables (the README's claims table is
+REPRODUCTION = ROOT / "docs" / "reproduction.md"  # the claims and status tables (README.md's claims table is
 # a short form of the first, checked against it in tests/test_readme.py)
 
 
@@ -256,7 +256,7 @@ def test_fedmcsa_minus_mcsa_evaluated_as_quoted(table2):
     minus = fedmcsa.minus_mcsa_table(ex.runs, cmps, ex.store)
     assert len(minus) == 2 * (3 * 2 + 2 * 2) and (minus.seeds == 3).all()
     # report_mean changes what is evaluated, not the training: the trained models' accuracies are those of the same
-    # runs without it, bit for bit where one training code made both (the runs on FedMCSA's partition, 2026-11-26);
+    # runs without it, bit for bit where one training code made both (the runs on FedMCSA's partition);
     # the older runs were trained by versions whose float32 training differs in the last bits (docs/measurements)
     moved = []
     for cfg in ex.runs:
@@ -554,8 +554,8 @@ def _table3_pairs(table3: pd.DataFrame, table1: pd.DataFrame) -> pd.DataFrame:
     ).set_index("A")
 
 
-# README quoted +3.2 until this test caught it: the store gives 3.146 (96.429 - 93.283 over seeds 0-2); the text had
-# rounded the difference of the two rounded means (96.43 - 93.28 = 3.15).
+# the gain is the difference of the unrounded means: the store gives 3.146 (96.429 - 93.283 over seeds 0-2), not the
+# difference of the two rounded means (96.43 - 93.28 = 3.15) or its rounding, +3.2
 def test_adafl_scaffold_gain_as_quoted(adafl_table3, adafl_table1):
     s = _table3_pairs(adafl_table3, adafl_table1[0]).loc["AdaFL+SCAFFOLD"]
     row = reproduction_row("AdaFL Tables 3-4")

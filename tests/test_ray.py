@@ -227,7 +227,7 @@ def test_units_fit_the_memory_ray_gives_a_task_on_the_smallest_node():
     big, small = 1e12, 2 * three / 0.5  # small: two slots of ``three`` bytes at a 0.5 share
     assert [len(u) for u in ray_backend._units(cfgs, 16, nodes(big, big), per_node)] == [3, 3, 2]  # 3 slots
     assert [len(u) for u in ray_backend._units(cfgs, 16, nodes(big, small), per_node)] == [3, 3, 2]
-    # at most 2 a unit; 2 + 2 + 2 + 2 on 3 slots would leave two idle while the fourth trains (runner._balance)
+    # at most 2 a unit; 2 + 2 + 2 + 2 on 3 slots would leave two idle while the fourth trains (scheduling._balance)
     assert [len(u) for u in ray_backend._units(cfgs, 2, nodes(big, big), per_node)] == [1, 1, 2, 2, 2]
     assert [len(u) for u in ray_backend._units(cfgs[:2], 16, nodes(big, big), {"n0": 1, "n1": 2})] == [1, 1]
     assert [len(u) for u in ray_backend._units(cfgs, 1, nodes(0, 0), per_node)] == [1] * 8
@@ -235,7 +235,7 @@ def test_units_fit_the_memory_ray_gives_a_task_on_the_smallest_node():
 
 def test_ray_tasks_go_longest_first_and_units_balance_in_estimated_seconds(tmp_path, monkeypatch):
     """As on the local backend: ``run_configs`` hands the cluster the runs stopped part-way first, then the longest
-    (``resources.seconds`` of the stored times), with those seconds; ``_units`` cuts where that ends the grid sooner
+    (``estimates.seconds`` of the stored times), with those seconds; ``_units`` cuts where that ends the grid sooner
     in seconds (two 10 s runs and two 1 s runs on 2 slots: 10 | 10 | 1 + 1, where rounds alone make 2 + 2)."""
 
     cfgs = expand(TINY, {"seed": [0, 1, 2, 3]})

@@ -81,9 +81,9 @@ def test_a_store_reads_other_stores_and_writes_only_its_own(tmp_path, monkeypatc
 
 
 def test_a_run_without_a_profile_reads_the_committed_runs_and_writes_apart(tmp_path, monkeypatch):
-    """``fedlib.run(cfg)`` with no store in a checkout, the README's first library example, stored its run in the
-    committed results/ (an untracked folder, and the test counting the committed runs then failed): it now returns
-    a committed run from results/ and trains anything else into results/_explore/ (git-ignored)."""
+    """``fedlib.run(cfg)`` with no store in a checkout (a first library example) returns a committed run from
+    results/ and trains anything else into results/_explore/ (git-ignored), never into the committed results/,
+    whose runs a test counts."""
     from fedlib.runs import store as store_module
 
     committed = tmp_path / "results"
@@ -109,8 +109,9 @@ def test_a_run_without_a_profile_reads_the_committed_runs_and_writes_apart(tmp_p
 
 
 def test_a_grid_in_dotted_names_tabulates_as_in_flat_names(tmp_path):
-    """The README's dotted grid printed ``lr`` as NaN wherever a run had the default lr (its column came from the
-    changed fields only, beside ``local.lr``): the varied fields are the flat names' columns, whichever way named."""
+    """A grid in dotted names must not print ``lr`` as NaN wherever a run has the default lr (as a column from the
+    changed fields only, beside ``local.lr``, would): the varied fields are the flat names' columns, whichever way
+    named."""
     base = TINY.replace(algorithm="fedprox", mu=0.1)
     store = Store(tmp_path)
     dotted = run_grid(base, {"method.mu": [0.01, 0.1], "local.lr": [0.01, 0.02]}, store, progress=False)
@@ -233,7 +234,7 @@ def test_jobs_none_is_a_process_per_core_within_the_units_and_the_memory(tmp_pat
     monkeypatch.setattr(hardware, "available_bytes", lambda device="cpu": 2.5 * largest / BATCH_MEMORY_SHARE)
     assert default_jobs(cfgs) == 2  # memory for two runs side by side
     monkeypatch.setattr(hardware, "available_bytes", lambda device="cpu": largest / 10)
-    assert default_jobs(cfgs) == 1  # not even one: one (resources.check refuses it before training)
+    assert default_jobs(cfgs) == 1  # not even one: one (feasibility.check refuses it before training)
     monkeypatch.setattr(hardware, "cores", lambda: 1)
     monkeypatch.setattr(hardware, "available_bytes", lambda device="cpu": 1 << 40)
     assert default_jobs(cfgs) == 1
@@ -274,9 +275,9 @@ def test_cores_are_the_affinity_capped_by_a_cgroup_quota(tmp_path, monkeypatch):
 
 
 def test_cache_bytes_read_from_sysfs(tmp_path):
-    """``resources.cache_bytes``: a level's data or unified cache from sysfs' index* entries (the stacked executor's
+    """``hardware.cache_bytes``: a level's data or unified cache from sysfs' index* entries (the stacked executor's
     client-group budgets: half the L3, one L2); instruction caches and unreadable entries left out; None where sysfs
-    says nothing. The entries of the 2-core Intel machine, and a 32 MiB L3 ("32M") as the AMD one has."""
+    says nothing. Entries as a 2-core CPU's sysfs lists them, and a 32 MiB L3 written "32M"."""
 
     def entry(i, level, kind, size):
         d = tmp_path / f"index{i}"
@@ -392,9 +393,9 @@ def _stored_at(root, cfg, wall: float, device: str = "cpu") -> Store:
 
 
 def test_known_times_layer_the_committed_store_the_reference_and_the_stores_own_runs(tmp_path, monkeypatch):
-    """``runner.known_times``, per kind, the last source that holds it: the committed store (any device, then the
+    """``estimates.known_times``, per kind, the last source that holds it: the committed store (any device, then the
     runs' device), the store (any device), this version's reference timings, the store's own runs on the device.
-    ``resources.stored_times(device=...)`` counts the runs of that device alone."""
+    ``estimates.stored_times(device=...)`` counts the runs of that device alone."""
     from fedlib.runs import estimates
 
     own, ref, same, other = (TINY.replace(algorithm=a) for a in ("fedavg", "fedprox", "local", "ditto"))
@@ -472,7 +473,7 @@ def test_the_shipped_reference_times_cover_every_kind_the_quick_profile_trains(t
 
 
 def test_a_grid_on_several_processes_starts_with_its_longest_runs(tmp_path, monkeypatch):
-    """jobs > 1: the runs stopped part-way first, then the longest by ``resources.seconds``, so that the short runs
+    """jobs > 1: the runs stopped part-way first, then the longest by ``estimates.seconds``, so that the short runs
     fill the end; the units are balanced in those seconds."""
 
     short = expand(TINY, {"seed": [0, 1]})
@@ -514,7 +515,7 @@ def test_parallel_failure_raises_and_keeps_finished_runs(tmp_path, monkeypatch):
 def test_parallel_workers_share_the_cache_budget(monkeypatch):
     """Each of ``jobs`` worker processes runs one thread and gives the stacked executor's client groups 1/jobs of
     the one-process cache budget (the processes share the L3): AdaFL's MLP groups shrink from 7 clients to 3. The
-    budget is the AMD machine's (16 MiB: half its L3), whatever this machine's caches are."""
+    budget is a 32 MiB L3's (16 MiB: half of it), whatever this machine's caches are."""
     import torch
 
     import fedlib.executors
@@ -530,7 +531,7 @@ def test_parallel_workers_share_the_cache_budget(monkeypatch):
     assert StackedExecutor().group_size(mlp, 50, None, opt, "cpu") == 7
     try:
         worker.worker_setup(2)
-        ex = make_executor("stacked", mlp, group_bytes=worker.group_bytes)  # what runner.train makes in a worker
+        ex = make_executor("stacked", mlp, group_bytes=worker.group_bytes)  # as train.train makes it in a worker
         assert torch.get_num_threads() == 1 and ex.group_bytes == 8 << 20
         assert ex.group_size(mlp, 50, None, opt, "cpu") == 3  # 8 MiB: 3 at most, 17 groups
         assert StackedExecutor().group_bytes == 16 << 20  # a value, not a class attribute changed at run time

@@ -60,8 +60,8 @@ def test_the_orphan_is_refused_by_name():
 
 @pytest.mark.skipif(not RESULTS.is_dir(), reason="no results/ beside the package")
 def test_the_user_guide_counts_the_runs_that_keep_their_key():
-    """The user guide (docs/user-guide.md, "The results store") quotes how many stored runs keep their key (the
-    README said 633 when the store held 695 of them)."""
+    """The user guide (docs/user-guide.md, "The results store") quotes how many stored runs keep their key, which must
+    be the store's count."""
     n = len(_stored()) - len(ORPHANS)
     guide = (RESULTS.parent / "docs" / "user-guide.md").read_text()
     assert f"Every one of the {n} stored runs keeps its key" in " ".join(guide.split())

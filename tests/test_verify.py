@@ -242,7 +242,7 @@ def test_a_run_that_cannot_train_again_is_reported_and_the_others_go_on(tmp_path
 
 
 def test_cpu_name_says_the_model_and_the_widest_vector_instructions():
-    """What a run's meta.json records as ``device_name`` on a CPU (``resources.cpu_name``): enough to tell whether
+    """What a run's meta.json records as ``device_name`` on a CPU (``hardware.cpu_name``): enough to tell whether
     a run trained again can repeat its stored numbers to the last bit."""
     from fedlib.executors.hardware import cpu_name
 

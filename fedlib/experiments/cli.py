@@ -14,12 +14,12 @@ one seed of every cell before the others. Stored runs are skipped and a run that
 snapshot (taken every 5 minutes), so the command resumes an interrupted grid. Runs are stored under
 ``FEDLIB_RESULTS``, else in results/ at the paper profile and in the git-ignored results/_explore/ at the others.
 ``--jobs N`` trains N configs at a time, one single-threaded process each (on a CPU: N = the cores; ``--jobs auto``:
-one per core, as many as the memory holds, ``runner.default_jobs``).
+one per core, as many as the memory holds, ``fedlib.runs.scheduling.default_jobs``).
 ``--batch N`` (default 16): configs that share data, model and method (seeds, lr, sigma, ... differ) train up to N
 at a time as one model (``fedlib.runs.batching``), each with its solo run's numbers; ``--batch 1`` trains one at a time.
 ``--backend ray`` trains each unit of runs (``--batch``) as a task on a Ray cluster: the one at ``--address
 HOST:PORT`` (else ``RAY_ADDRESS``; neither: a Ray instance started on this machine); this process stores the results
-(README, "More than one machine"; ``fedlib.runs.ray_backend``).
+(docs/cluster.md; ``fedlib.runs.ray_backend``).
 Several experiments run as one queue, in the order named, a config shared by two of them once. An experiment with
 a step (FedMCSA Table 1's winners) queues the experiment the step reads first, trains the queue so far, runs the
 step on the stored results, then queues its own configs.
@@ -234,7 +234,7 @@ def _main(ap, args, where, backend) -> int:
         missing += [m for m in absent if m not in missing]
         if missing and name == names[-1]:
             print(f"data absent, skipped: {', '.join(missing)} (see data/README.md)")
-    if missing and not seen:  # it printed "0 configs" and then failed on an empty table (a KeyError traceback)
+    if missing and not seen:  # else it would print "0 configs" and then fail on an empty table (a KeyError traceback)
         from fedlib.data.readers import data_root
 
         raise SystemExit(

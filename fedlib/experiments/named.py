@@ -36,8 +36,8 @@ class Experiment:
     out, ``seeds`` applied); ``configs``: the expanded configs (after ``where``); ``absent``: the data sets absent
     under the data root; ``inputs``: a step's output the grid took (FedMCSA Table 1: ``{'winners': ...}``) and
     ``after`` the experiment it was computed from. ``runs`` / ``missing_runs``: the configs with / without a stored
-    result; ``table``: one summary row per run (``runner.run_configs``), ``frame``: per-round results
-    (``runner.results_frame``), both over ``stored_runs()``: ``runs``, or, read with ``stored_only`` and none stored,
+    result; ``table``: one summary row per run (``grids.run_configs``), ``frame``: per-round results
+    (``grids.results_frame``), both over ``stored_runs()``: ``runs``, or, read with ``stored_only`` and none stored,
     a ``NothingStoredError`` that says so. ``store_for(cfg)``: where a setting is read or trained (``explore`` for one
     outside the grid)."""
 
@@ -64,8 +64,8 @@ class Experiment:
     def store_for(self, cfg: RunConfig) -> Store:
         """Where ``cfg`` is read or trained: ``store`` for the experiment's own configs, ``explore`` for any other
         setting (notebook 00's panel), which ``fedlib.experiment`` makes the exploring profiles' store
-        (``FEDLIB_RESULTS``, else the git-ignored results/_explore/) unless it was given a store: a setting tried
-        beside the paper profile's grid was stored among the committed paper runs."""
+        (``FEDLIB_RESULTS``, else the git-ignored results/_explore/) unless it was given a store, so that a setting
+        tried beside the paper profile's grid is not stored among the committed paper runs."""
         own = cfg.key() in {c.key() for c in self.configs}
         return self.store if own or self.explore is None else self.explore
 
@@ -89,7 +89,7 @@ class Experiment:
         batch: int = BATCH,
     ) -> "Experiment":
         """Train the configs not yet stored (``jobs`` at a time, up to ``batch`` runs as one model, or on a Ray
-        cluster: ``backend='ray'``, ``address``; see ``runner.run_configs``) and keep the summary table."""
+        cluster: ``backend='ray'``, ``address``; see ``grids.run_configs``) and keep the summary table."""
         self.__dict__["table"] = _table(
             self.configs, self.store, self.columns, progress=progress, jobs=jobs, backend=backend, address=address,
             batch=batch,
@@ -107,8 +107,8 @@ class Experiment:
 
     def stored_runs(self) -> list[RunConfig]:
         """``runs``, to draw: read with ``stored_only``, an experiment with configs and none of them stored has
-        nothing to draw, and says so (``NothingStoredError``, naming the store and how to train them); its table was
-        an empty frame without columns, and a notebook failed a cell later with a KeyError."""
+        nothing to draw, and says so (``NothingStoredError``, naming the store and how to train them), rather than
+        give an empty table without columns, on which a notebook would fail a cell later with a KeyError."""
         runs = self.runs
         if self.stored_only and self.configs and not runs:
             raise NothingStoredError(
@@ -146,7 +146,7 @@ class Experiment:
 
 
 def _table(cfgs: list[RunConfig], store: Store, columns, **kw) -> pd.DataFrame:
-    """``runner.run_configs`` (trains what is not stored) with ``columns`` read by flat name (``cfg.get``), so a name
+    """``grids.run_configs`` (trains what is not stored) with ``columns`` read by flat name (``cfg.get``), so a name
     that is also a typed part of the config (``model``) gives its flat value."""
     if not cfgs:
         return pd.DataFrame()
@@ -158,7 +158,8 @@ def _table(cfgs: list[RunConfig], store: Store, columns, **kw) -> pd.DataFrame:
 
 def _seeds(seeds) -> list:
     """``seeds`` as a list: an int is one seed (``-p SEEDS=0`` in a notebook); a string or another non-iterable is a
-    ValueError (``seeds=0`` was "'int' object is not iterable"; each seed's own value is checked by the config)."""
+    ValueError (so ``seeds=0`` is not "'int' object is not iterable"; each seed's own value is checked by the
+    config)."""
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         return [seeds]
     if isinstance(seeds, (str, bytes, dict)) or not hasattr(seeds, "__iter__"):
@@ -182,7 +183,7 @@ def _matches(cfg: RunConfig, where: dict) -> bool:
 def _check_inputs(name: str, inputs) -> dict:
     """``inputs`` as a dict: None or ``{keyword: the step's output}`` for an experiment with a step (``profiles.STEPS``:
     ``{'winners': {(dataset, model, row): RunConfig}}``, what ``fedmcsa.table1_winners`` returns); anything else is a
-    ValueError naming the argument and what it takes (a string of winners was an AttributeError in the grid)."""
+    ValueError naming the argument and what it takes (a string of winners would be an AttributeError in the grid)."""
     if inputs is None:
         return {}
     step = profiles.STEPS.get(name)
@@ -222,19 +223,19 @@ def experiment(
     batch: int = BATCH,
 ) -> Experiment:
     """Experiment ``name`` at ``profile`` (explicit beats env FEDLIB_PROFILE; default 'quick') over the data sets
-    present: trained where not stored (``jobs`` at a time; None: one process per core, ``runner.default_jobs``), or with
-    ``stored_only`` read from the store only (nothing trains; ``missing_runs`` lists the rest). ``seeds``: only these
-    seeds (every cell's); ``where``: ``{field: value or [values]}``, fields flat or dotted (``method.mu``); ``fields``:
-    values set in every cell (e.g. ``{'data_seed': 1}``; a list is an axis, as in grids). An experiment with a step
-    (``profiles.STEPS``: FedMCSA Table 1's winners) first gets the experiment the step reads (trained unless
+    present: trained where not stored (``jobs`` at a time; None: one process per core, ``scheduling.default_jobs``), or
+    with ``stored_only`` read from the store only (nothing trains; ``missing_runs`` lists the rest). ``seeds``: only
+    these seeds (every cell's); ``where``: ``{field: value or [values]}``, fields flat or dotted (``method.mu``);
+    ``fields``: values set in every cell (e.g. ``{'data_seed': 1}``; a list is an axis, as in grids). An experiment with
+    a step (``profiles.STEPS``: FedMCSA Table 1's winners) first gets the experiment the step reads (trained unless
     ``stored_only``), then runs the step on the store, unless ``inputs`` gives its output (``{'winners': ...}``).
     ``store``: a ``Store`` or its root (default: ``FEDLIB_RESULTS``, else results/ for the paper profile and
-    results/_explore/, git-ignored, for the others: ``store.default_root``); ``available``: the data sets to
-    count as present (default: what is under the data root, ``profiles.Available.scan()``). ``backend``: ``'local'``
-    (this machine, ``jobs`` processes) or ``'ray'`` (each unit of runs a task on the Ray cluster at ``address``, else
-    ``RAY_ADDRESS``, else a local Ray instance; or a ``ray_backend.RayBackend``); this process stores the results
-    either way. ``batch``: runs that share data, model and method train up to that many at a time as one model, each
-    with its solo run's numbers (``fedlib.runs.batching``; 1: one at a time)."""
+    results/_explore/, git-ignored, for the others: ``fedlib.runs.store.default_root``); ``available``: the data sets to
+    count as present (default: what is under the data root, ``fedlib.data.available.Available.scan()``). ``backend``:
+    ``'local'`` (this machine, ``jobs`` processes) or ``'ray'`` (each unit of runs a task on the Ray cluster at
+    ``address``, else ``RAY_ADDRESS``, else a local Ray instance; or a ``ray_backend.RayBackend``); this process stores
+    the results either way. ``batch``: runs that share data, model and method train up to that many at a time as one
+    model, each with its solo run's numbers (``fedlib.runs.batching``; 1: one at a time)."""
     profile = resolve_profile(profile)
     grids.ray_backend(backend, address, jobs)  # bad values fail here, before any training
     if name not in profiles.EXPERIMENTS:
@@ -291,7 +292,7 @@ def configs(name: str, profile: str | None = None, where: dict | None = None):
 def status(profile: str | None = None, where: dict | None = None, store: Store | str | None = None):
     """One row per experiment at ``profile``: configs, stored, damaged (left out, retrained by the next run), to run,
     how far the interrupted runs got (they continue from there), the stored runs' wall hours (a run trained as one
-    model with others counts its share: ``resources.run_seconds``), absent data."""
+    model with others counts its share: ``estimates.run_seconds``), absent data."""
     store, rows = Store.of(store, resolve_profile(profile)), []
     for name in sorted(profiles.EXPERIMENTS):
         ex = experiment(name, profile, where=where, stored_only=True, progress=False, store=store)

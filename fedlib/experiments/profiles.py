@@ -102,5 +102,5 @@ def available_cells(
     return keep, sorted(missing)
 
 
-# Kept for tests/test_fedmix.py (owned elsewhere), which reads AdaFL's labels from here; new code: fedlib.papers.adafl.
+# Kept for tests/test_fedmix.py, which reads AdaFL's labels from here; new code: fedlib.papers.adafl.
 adafl_label = adafl.label

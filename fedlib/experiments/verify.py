@@ -4,8 +4,8 @@ machine?
     python -m fedlib.experiments.verify fedmcsa_table2 --profile paper --where seed=0 --runs 2
     python -m fedlib.experiments.verify adafl_table1 --profile paper --where seed=0 --where fraction=0.1 --tolerance 0.5
 
-Each chosen run is trained again from scratch (``runner.train``, one process, nothing stored or changed) and set
-beside its stored result: the rounds evaluated, the round it diverged at (if it did), the largest per-round
+Each chosen run is trained again from scratch (``fedlib.runs.train.train``, one process, nothing stored or changed) and
+set beside its stored result: the rounds evaluated, the round it diverged at (if it did), the largest per-round
 difference of its accuracies, the largest relative difference of its test loss, its uploads, and the differences of
 the numbers the papers' tables report (best, final and last-10 mean accuracy). A run **agrees** when it evaluated
 the same rounds, diverged at the same round or not at all, uploaded as many models, and its best, final and
@@ -13,12 +13,12 @@ last-10 accuracies are within ``--tolerance`` points of the stored ones. The exi
 agree: a store edited by hand, its integrity digests rewritten to match, passes every check of ``fedlib.runs.store`` and
 fails here.
 
-"equal as stored" says whether every per-round accuracy and test loss came out as stored, at the 6 significant
-digits metrics.csv keeps (``store.as_stored``). It is reported, not required: training is repeatable to the last
-bit only with the same CPU kind, thread count and torch, since another CPU (AVX2 against AVX-512) or thread count
-sums in another order and hundreds of rounds carry a last-bit difference forward. The runs are taken in the
-experiment's order, the first ``--runs`` of those stored (``--where`` to choose); the line before each says how long
-it took and on which CPU it was stored (``resources.cpu_name``: runs stored before 2026-11-26 say only "x86_64").
+"equal as stored" says whether every per-round accuracy and test loss came out as stored, at the 6 significant digits
+metrics.csv keeps (``fedlib.runs.store.as_stored``). It is reported, not required: training is repeatable to the last
+bit only with the same CPU kind, thread count and torch, since another CPU (AVX2 against AVX-512) or thread count sums
+in another order and hundreds of rounds carry a last-bit difference forward. The runs are taken in the experiment's
+order, the first ``--runs`` of those stored (``--where`` to choose); the line before each says how long it took and on
+which CPU it was stored (``fedlib.executors.hardware.cpu_name``; the oldest stored runs say only "x86_64").
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def verify(
 ) -> pd.DataFrame:
     """Train each of ``cfgs`` (stored in ``store``) again and ``compare`` it with its stored result: one row a run,
     labelled by its ``columns`` (config fields, e.g. those its experiment's grid varies; default: its
-    ``RunConfig.label``) and its key. A run that cannot be trained again (a config today's rules refuse, too little
+    ``RunConfig.label``) and its key. A run that cannot be trained again (a config the current rules refuse, too little
     memory, ...) gets its error in an ``error`` column and does not agree; the others go on. Ctrl-C stops after the
     round going: the table holds the runs checked before it, with ``attrs["stopped"]``."""
     rows = []
@@ -153,9 +153,9 @@ def verify(
 
 
 def _train_as_stored(cfg: RunConfig, meta: dict, progress: bool) -> RunResult:
-    """``runner.train(cfg)`` with as many torch threads as the stored run had (``meta["threads"]``; a grid's runs
-    train on one thread each): the thread count decides how the CPU's matmuls sum, so on the same CPU kind the run
-    then repeats to the last bit."""
+    """``fedlib.runs.train.train(cfg)`` with as many torch threads as the stored run had (``meta["threads"]``; a
+    grid's runs train on one thread each): the thread count decides how the CPU's matmuls sum, so on the same CPU
+    kind the run then repeats to the last bit."""
     from fedlib.runs.train import train
 
     before, threads = torch.get_num_threads(), meta.get("threads")

@@ -8,7 +8,7 @@ each conv layer the paper marks. The attention is pFedLA's local part; nothing e
 
 Which parameters stay local is declared by module type (``fedlib.models.groups.param_groups``: backbone
 BatchNorm -> "bn", ``fedlib.models.local_attention.ATTENTION_MODULES`` -> "attn"). The state-dict names follow
-the older naming convention too (what ``stages.shared_except`` matches, for hand-built algorithms): BatchNorm
+a naming convention too (what ``stages.shared_except`` matches, for hand-built algorithms): BatchNorm
 layers of the backbone contain ``bn`` (``bn1``, ``blocks.4.dw_bn``), attention slots contain ``attn``
 (``attn1``, ``blocks.4.attn``), and no other name contains either.
 
@@ -66,12 +66,11 @@ def _hidden(model: str, hidden, n: int) -> tuple[int, ...]:
 
 def max_pool_2x2(x: torch.Tensor) -> torch.Tensor:
     """``F.max_pool2d(x, 2, 2)``. Without autograd on the CPU (evaluation) it is the maximum of row pairs, then of
-    column pairs: the same values (a maximum is exact; NaN propagates in both). Torch's pooling kernel took 40% of a
-    LeNet-BN evaluation over the digits' test sets (21 ms against 7 ms for 1,024 x 6 x 24 x 24 on the 2-core CPU);
-    the four strided views' three maxima then took 396 us for 256 x 6 x 24 x 24 where rows first take 275 us (two
-    threads; one: 680 against 495 us; 2026-11-28): the row pairs' maximum reads whole rows, vectorised, and halves
-    what the column pairs' strided one reads. Training keeps torch's kernel, whose gradient goes to one of tied
-    inputs."""
+    column pairs: the same values (a maximum is exact; NaN propagates in both). Torch's pooling kernel is a large
+    share of a LeNet-BN evaluation over the digits' test sets, several times the time of this form; and rows first
+    beats the four strided views' three maxima, with one thread or two: the row pairs' maximum reads whole rows,
+    vectorised, and halves what the column pairs' strided one reads (measured: docs/measurements/). Training keeps
+    torch's kernel, whose gradient goes to one of tied inputs."""
     if torch.is_grad_enabled() or x.device.type != "cpu":
         return F.max_pool2d(x, 2, 2)
     x = x[..., : x.shape[-2] // 2 * 2, : x.shape[-1] // 2 * 2]  # an odd last row/column is dropped, as there
@@ -81,8 +80,8 @@ def max_pool_2x2(x: torch.Tensor) -> torch.Tensor:
 
 def relu(x: torch.Tensor, six: bool = False) -> torch.Tensor:
     """``F.relu(x)`` (``F.relu6`` with ``six``), in place when no gradient is recorded (evaluation, where ``x`` is a
-    BatchNorm's fresh output): the same values, without a new tensor (256 x 6 x 24 x 24 on the 2-core CPU: 51 us
-    against 169 us, two threads, 2026-11-28). With autograd it is torch's out-of-place op, as before."""
+    BatchNorm's fresh output): the same values, without a new tensor, several times faster on a CPU (measured:
+    docs/measurements/). With autograd it is torch's out-of-place op."""
     inplace = not torch.is_grad_enabled()
     return F.relu6(x, inplace=inplace) if six else F.relu(x, inplace=inplace)
 

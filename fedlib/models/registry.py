@@ -12,7 +12,7 @@ Names follow the papers:
   keep local is ``param_groups`` (by module type); their state-dict names agree with it (backbone
   BatchNorm names contain ``bn``, attention names ``attn``; tested). ``hidden`` is the FC widths of LeNet (120, 84) and AlexNet (4096, 4096); MobileNetV2 takes none.
 
-Capabilities are declared, not guessed from names (issue "Engine v2", item 5):
+Capabilities are declared, not guessed from names:
 
 - ``kernel_of(model)``: the executor kernel a model supports, one of ``KERNELS``: "chain" (a
   Flatten/Linear/ReLU chain, ``linear_chain``: the stacked executor's hand-written batched
@@ -74,7 +74,7 @@ def fedmix_cnn(input_shape, n_classes, hidden=(512, 512)) -> nn.Module:
     """The CIFAR-10/100 CNN of FedMix (Yoon et al., ICLR 2021, appendix "experimental details": a
     modified VGG), which AdaFL uses for CIFAR-10 ("the same model architecture as given in [Yoon et
     al., 2021]"). Transcribed from the Flower baseline of the paper (adap/flower,
-    baselines/fedmix/fedmix/models.py ``CustomVGG``; the paper's own text was not reachable here):
+    baselines/fedmix/fedmix/models.py ``CustomVGG``; transcribed from that code, not from the paper's appendix):
 
         conv3x3(C->32, pad 1) ReLU
         conv3x3(32->64) ReLU, maxpool 2x2

@@ -1,9 +1,9 @@
-"""Grids as one model (issue 21, item 5): runs that share their data and model shape train together, as one stacked
-model with the runs' clients side by side on the client axis.
+"""Grids as one model: runs that share their data and model shape train together, as one stacked model with the
+runs' clients side by side on the client axis.
 
-Each run keeps its own round loop (``simulation.simulate`` in a thread of its own: its selection, batch plans,
-aggregation, lr schedule, random streams, snapshots and store entry are exactly its solo run's). What the runs share
-is the arithmetic: their executor is a ``GangExecutor``, whose ``train`` and ``evaluate`` calls wait at a barrier
+Each run keeps its own round loop (``fedlib.core.simulation.simulate`` in a thread of its own: its selection, batch
+plans, aggregation, lr schedule, random streams, snapshots and store entry are exactly its solo run's). What the runs
+share is the arithmetic: their executor is a ``GangExecutor``, whose ``train`` and ``evaluate`` calls wait at a barrier
 until every live run of the gang has made its next call, and then run as one call per kind, in the thread that called
 ``run_together`` (with torch's threads; each run thread computes its own part on one: ``fedlib.runs.openmp``):
 
@@ -14,13 +14,13 @@ until every live run of the gang has made its next call, and then run as one cal
   weight decay, mu): when they differ, the call takes a ``executors.sgd.RunsSGD``, whose update runs per run on
   the CPU (each run's slice, its solo arithmetic) and per row elsewhere. On the CPU, runs of different optimisers
   do not merge on plans with idle steps (epochs of unequal clients), whose shrinking stacks interleave the runs.
-- ``evaluate``: the runs' models stacked on a run axis, per block of clients (``metrics.personal_chain``; the
+- ``evaluate``: the runs' models stacked on a run axis, per block of clients (``evaluation.personal_chain``; the
   blocks' forwards run by run over the block's shared rows, one softmax and loss reduction for all runs) or per
-  chunk of rows for a global model (``metrics.global_chain``). Linear chains; other models are evaluated one run
+  chunk of rows for a global model (``evaluation.global_chain``). Linear chains; other models are evaluated one run
   at a time.
 
 No result depends on which calls merged: every client's matmuls have the shapes they have alone, and the merged
-arithmetic is the solo one slice by slice (on this CPU, float32 included: a batched matmul's slices do not depend on
+arithmetic is the solo one slice by slice (on the CPU, float32 included: a batched matmul's slices do not depend on
 how many there are, a softmax over the classes gives a client's rows the same values whatever the other clients
 and runs (by class, along the rows; ``executors.class_softmax`` where the logits come rows first), and losses are
 summed per run). ``tests/test_batching.py`` checks batched = solo exactly, in float32 and float64, for every method
@@ -72,9 +72,10 @@ class Gang:
     others go on).
 
     The threads take turns: one runs its own Python (selection, plans, aggregation) until its next call reaches
-    the barrier, then hands the turn to the next. With all twelve of W6's threads runnable at once, every
-    operation that released the GIL handed it to another thread: the batched grid took 0.84x the time of its
-    runs one by one (``python -m benchmarks --e2e``, W6x); taking turns, no two run threads want the GIL."""
+    the barrier, then hands the turn to the next. Were all the run threads runnable at once, every operation that
+    releases the GIL would hand it to another thread, and the batched grid would gain little or nothing over its
+    runs one by one (``python -m benchmarks --e2e``'s W6x line measures it); taking turns, no two run threads want
+    the GIL."""
 
     def __init__(self, executor, members: int, engine=None):
         self.executor = executor
@@ -230,10 +231,10 @@ def merged_train(executor, calls: list[_Call]) -> list:
 
 @torch.no_grad()
 def merged_evaluate(executor, calls: list[_Call]) -> list:
-    """``metrics.evaluate`` of every call, the runs' models stacked on a run axis: per block of clients
-    (``metrics.personal_chain``: each run's forward over the block's shared rows, then one softmax and reduction for
-    all runs), or per chunk of rows for one global model (``metrics.global_chain``: one batched forward for all
-    runs). ``metrics.evaluate`` runs the same functions with one run, so each run gets its solo values (a row's
+    """``evaluation.evaluate`` of every call, the runs' models stacked on a run axis: per block of clients
+    (``evaluation.personal_chain``: each run's forward over the block's shared rows, then one softmax and reduction
+    for all runs), or per chunk of rows for one global model (``evaluation.global_chain``: one batched forward for
+    all runs). ``evaluation.evaluate`` runs the same functions with one run, so each run gets its solo values (a row's
     logits and loss do not depend on the run axis)."""
     if len(calls) == 1:
         return [evaluation.evaluate(*calls[0].args)]
@@ -320,8 +321,7 @@ def run_together(fns: list, executor) -> tuple[list, Gang]:
 
     try:
         # the first Ctrl-C asks the runs to stop, also where SIGINT was ignored: a grid's pool worker, which its
-        # parent signals once (it trained its batched unit to the end while the parent waited: issue 21's GPU
-        # window of AdaFL Table 1, and a --jobs 2 --batch 2 grid on the CPU, 2026-11-28)
+        # parent signals once, stops its batched unit after the round instead of training it to its end
         with DeferredInterrupt() as ctrl_c:
             serve(ctrl_c)
     except KeyboardInterrupt:

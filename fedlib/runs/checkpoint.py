@@ -142,7 +142,7 @@ class Checkpoint:
     A snapshot records which run it belongs to (its file's name, ``key``: in a store, the config key; and the
     model's parameter names, dtypes and shapes) and only that run resumes it.
     The result's ``meta['resumed']`` lists the round and git commit of each resumption, since a resumed
-    run could mix code versions. ``Store.checkpoint(cfg)`` gives the one ``runner.run`` uses.
+    run could mix code versions. ``Store.checkpoint(cfg)`` gives the one ``fedlib.runs.train.run`` uses.
     """
 
     path: Path
@@ -177,8 +177,8 @@ class Checkpoint:
         ``params``: the run's ``param_shapes``, which the snapshot's must equal.
 
         Read with ``torch.load(weights_only=True)``: a snapshot is tensors and plain data, so a file planted in a
-        store cannot run code. One that is not such a snapshot (written by fedlib before snapshots were plain
-        data or recorded their run, or damaged), or is another run's (copied under this one's name, or of another
+        store cannot run code. One that is not such a snapshot (an older format, pickled or not naming its
+        run, or damaged), or is another run's (copied under this one's name, or of another
         model), is refused with a warning, and the run restarts from round 1."""
         if not self.path.exists():
             return None
@@ -239,7 +239,7 @@ class Checkpoint:
             p.unlink(missing_ok=True)
 
 
-# 1: pickled objects (before the engine redesign), refused; 2: tensors and plain data, refused (it does not say
+# 1: pickled objects, refused (loading one could run code); 2: tensors and plain data, refused (it does not say
 # which run it belongs to); 3: and its run's key and parameter shapes
 SNAPSHOT_FORMAT = 3
 

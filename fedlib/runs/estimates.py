@@ -17,15 +17,14 @@ from fedlib.runs.store import Store, committed_root
 
 
 def known_times(store: Store, device: str | None = None) -> dict:
-    """Seconds a round per kind of run (``resources.stored_times``), what the runs to train are estimated from
-    (``resources.seconds``; ``scripts/run_notebooks.py``'s plan too), for runs training on ``device`` (None: this
-    machine's, as ``device="auto"`` resolves). Each source overrides the ones before it, for the kinds it holds:
-    the checkout's committed store (runs timed on any device, then on ``device``), ``store`` (any device), this
-    version's reference timings (``resources.reference_times``: the quick profile on the 2-core CPU), and last
-    ``store``'s runs on ``device``, since they were timed on this machine, most likely by this version: the quick
-    profile's runs (the one grid of 164 that trained in 36 min on two processes, 2026-11-25, and notebook 12's 7
-    later ones) were estimated at 59 min (``span_seconds``) from the committed store's times, 40 min from the
-    median of both stores, and 36 min from that store's own."""
+    """Seconds a round per kind of run (``stored_times``), what the runs to train are estimated from (``seconds``;
+    ``scripts/run_notebooks.py``'s plan too), for runs training on ``device`` (None: this machine's, as
+    ``device="auto"`` resolves). Each source overrides the ones before it, for the kinds it holds: the checkout's
+    committed store (runs timed on any device, then on ``device``), ``store`` (any device), this version's reference
+    timings (``reference_times``: the quick profile on a 2-core CPU), and last ``store``'s runs on ``device``, since
+    they were timed on this machine, most likely by this version. That order is the estimates' accuracy: a grid's
+    time (``scheduling.span_seconds``) is foretold best from the user's own store and worst from the committed
+    store's times alone, which older versions on other machines took (measured: docs/measurements/)."""
     device = auto_device() if device is None else device
     committed, mine = estimates.timed_runs(committed_root()), estimates.timed_runs(store.root)  # each read once
     return {
@@ -38,9 +37,9 @@ def known_times(store: Store, device: str | None = None) -> dict:
 
 
 # what a round costs depends on these (n_clients last: ``seconds_for`` scales by it). domain_percent, the share of
-# each domain a client holds: 5x from 10% (None) to 100% (committed FedBN digits runs, 0.71 against 3.64 s a round);
-# the local epochs or steps: AdaFL's MNIST SCAFFOLD rows, E = 1 at the quick profile, 0.67 s a round, and E = 5 at
-# the paper's, 2.7-3.7 s (2026-11-26, a version as fast)
+# each domain a client holds: a round at 100% costs several times one at 10% (None; FedBN's digits runs); the local
+# epochs or steps: AdaFL's MNIST SCAFFOLD rows cost several times as much a round at E = 5 (the paper profile) as
+# at E = 1 (the quick one)
 KIND_FIELDS = (
     "dataset",
     "model",
@@ -59,21 +58,21 @@ def _kind(cfg) -> tuple:  # a RunConfig or a stored run's flat config.json: both
 
 def run_seconds(meta: dict) -> float:
     """A stored run's own wall seconds from its ``meta.json``: ``wall_seconds``, over ``batched`` where it trained
-    as one model with others (``runner.train_together``: each of the batch's runs stores the batch's time)."""
+    as one model with others (``fedlib.runs.train.train_together``: each of the batch's runs stores the batch's
+    time)."""
     return float(meta["wall_seconds"]) / int(meta.get("batched", 1))
 
 
 def stored_times(*roots, device: str | None = None) -> dict[tuple, float]:
     """Median wall seconds a round of the runs stored under ``roots`` (store folders), per kind of run
     (``KIND_FIELDS``): a run's time over its rounds, so that a kind's runs at every profile count, and one run timed
-    on a busy machine does not decide (the committed store's one quick-profile LeNet-BN run took 10 s a round, its
-    24 paper-profile runs 0.5-2.9 s). Reads each run's ``config.json`` and ``meta.json`` as JSON only; a damaged run
-    is skipped. A run trained as one model in a batch of n (``runner.train_together``; ``meta["batched"]``) stores
-    the batch's time: it counts its share, that time over n. On the CPU, where batching gains ~1.2x (the
-    benchmark's W6x), the share is near a solo run's time, and the batch's time n times it: the quick profile's
-    164 runs stored 8,382 s of wall time, 4,275 s in shares, and took ~4,400 s of two processes' time (2026-11-25).
-    ``device`` ("cpu", "cuda"): only the runs that trained there (``meta["device"]``): the committed store's 15 AdaFL
-    MNIST runs of 2026-11-23 trained on a GPU, at 0.4-0.8 s a round. (``timed_runs`` and ``median_times``: the
+    on a busy machine does not decide (the median outvotes it). Reads each run's ``config.json`` and ``meta.json``
+    as JSON only; a damaged run is skipped. A run trained as one model in a batch of n
+    (``fedlib.runs.train.train_together``; ``meta["batched"]``) stores the batch's time: it counts its share, that
+    time over n. On the CPU, where batching gains little (the benchmark's W6x line), the share is near a solo run's
+    time and the batch's time n times it: the shares, not the stored times, add up to what the grid took.
+    ``device`` ("cpu", "cuda"): only the runs that trained there (``meta["device"]``): the committed store holds
+    GPU runs too, whose rounds are several times shorter than the CPU's. (``timed_runs`` and ``median_times``: the
     same in two steps, for a caller that wants several devices' medians from one read.)"""
     return median_times(timed_runs(*roots), device)
 
@@ -109,11 +108,11 @@ REFERENCE_TIMES = Path(__file__).with_name("round_seconds.json")
 
 def reference_times(device: str, path: Path | None = None) -> dict[tuple, float]:
     """This version's seconds a round per kind of run (``KIND_FIELDS``) on the reference machine, for ``device``
-    (only "cpu" is recorded: the 2-core CPU the README's timings are from), read as JSON from ``path``
-    (``scripts/reference_timings.py`` writes it from a store the quick profile filled from empty). What a run's time
-    is estimated from where the user's own store holds no run of its kind (``runner.known_times``): the committed
-    store's runs were trained by older versions, up to 4x slower a round (Synthetic, AdaFL's MNIST MLP), and from
-    them ``scripts/run_notebooks.py --plan`` said 73 min for a quick profile that trained in 37 (2026-11-29). A
+    (only "cpu" is recorded: a 2-core CPU, the one docs/measurements/ describes), read as JSON from ``path``
+    (``scripts/reference_timings.py`` writes it from a store the quick profile filled from empty). What a run's time is
+    estimated from where the user's own store holds no run of its kind (``known_times``): the committed store's runs
+    were trained by older versions, several times slower a round for some kinds (Synthetic, AdaFL's MNIST MLP), so that
+    a plan from them alone (``scripts/run_notebooks.py --plan``) would foretell about twice the quick profile's time. A
     damaged file is skipped with a warning (an estimate is not worth stopping a job for); {} for another device."""
     path = REFERENCE_TIMES if path is None else Path(path)
     try:
@@ -176,10 +175,10 @@ def seconds_for(cfg, known: dict) -> float | None:
 
 def seconds(cfgs: list, known: dict) -> list[float]:
     """``seconds_for`` of each config; a kind not stored gets its rounds times the median seconds a round of the
-    kinds stored (one second a round when none is). What a round costs varies 100-fold across fedlib's kinds (a
-    Synthetic DNN round 0.02 s, a LeNet-BN digits round 0.5-2.9 s, an AdaFL MNIST MLP round 1.8 s: the committed
-    store, 2026-11-25), so a grid's rounds alone say little about its time: ``runner`` orders, balances and draws
-    the progress of a grid on several processes by these. They are relative: stored times come from whichever
+    kinds stored (one second a round when none is). What a round costs varies a hundredfold across fedlib's kinds
+    (a Synthetic DNN round against a LeNet-BN digits round or an AdaFL MNIST MLP round), so a grid's rounds alone
+    say little about its time: ``grids.run_configs``, ``scheduling`` and ``pool`` order, balance and draw the
+    progress of a grid on several processes by these. They are relative: stored times come from whichever
     version and machine trained them."""
     fallback = statistics.median(known.values()) if known else 1.0
     out = []

@@ -1,8 +1,8 @@
 """Memory a run will need, estimated from its config before anything is allocated, and refused when it cannot fit;
 and what the data set cannot give the config, refused before any data loads.
 
-A config such as ``n_clients=10**9``, ``hidden=(10**6,)`` or ``batch_size=10**7`` passes every per-field check and
-then fills the machine (21 of 23 GB) or hangs while generating data. ``check(cfg)`` estimates the run's peak memory
+A config such as ``n_clients=10**9``, ``hidden=(10**6,)`` or ``batch_size=10**7`` passes every per-field check, and
+unchecked would fill the machine's memory or hang while generating data. ``check(cfg)`` estimates the run's peak memory
 from the config alone and raises a ``ValueError`` with the estimate, its parts and the limit when it exceeds what is
 available. The estimate counts what the engine holds (``fedlib.core.state.State``: every client's model and the last
 one the server sent, plus the global model and a method's own state), what local training holds at once (the
@@ -12,13 +12,13 @@ client's accuracy and loss; AdaFL's scores; the attention trace, capped at ``ATT
 to catch orders of magnitude, not to predict to the megabyte: it errs high by design (factors below), and only the
 runs about to train are checked (a stored result is read on any machine). It also counts each round's mini-batch plan
 (``plan``: the row indices of every local step of every client training, and pFedMe's inner steps, which repeat a
-step's batch ``inner_steps`` times): ``local_steps=10**9`` passed every check and then failed allocating 80 GB for it.
+step's batch ``inner_steps`` times): else ``local_steps=10**9`` would pass every check and then fail allocating it.
 
 ``check`` also refuses, before any data loads, what the data set cannot give the config (``check_data``: a partition
 that needs more samples than the data set has, ``check_model``: a model that does not take its inputs) and, from the
 clients' sizes the partition will draw (``client_sizes``: the same draws, from the class counts alone), a client
-left with no sample or no training sample: these failed when the config's data loaded, naming the partitioner's
-arguments (``k=11: must be in [1, 10]``), after a grid had trained the configs before it.
+left with no sample or no training sample: else these would fail only when the config's data loaded, naming the
+partitioner's arguments (``k=11: must be in [1, 10]``), after a grid had trained the configs before it.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ IMAGE_SIDE_MIN = {"alexnet": 63}
 STATE_COPIES = 3  # client models, the models the server sent, and a method's per-client state (pFedMe, SCAFFOLD)
 TRAIN_COPIES = 4  # per trainer: parameters, gradients, momentum, the start point (anchor)
 ACTIVATION_COPIES = 3  # forward outputs kept for backward, their gradients, workspace
-ROW_BYTES = 2048  # one evaluated round's metrics row: a dict of ~17 Python numbers (fedlib.core.simulation.Evaluation)
+ROW_BYTES = 2048  # one evaluated round's metrics row: a dict of ~17 Python numbers (fedlib.core.callbacks.Evaluation)
 # a round's mini-batch plan (fedlib.data.federated), per (step, client, row): ``sample_steps``'s float64 draws, their
 # int64 rows, the sorted rows and those plus the offsets; ``sample_epochs``: per (epoch, client, row slot) the int64
 # index and its weight kept (lists, then concatenated), and one epoch's working tensors (keys, permutation, masks)
@@ -144,11 +144,11 @@ def estimate(cfg) -> dict[str, float]:
 
 
 def plan(cfg) -> float:
-    """Bytes of a round's mini-batch plan (``fedlib.core.simulation.Schedule.plan``), drawn for every client that trains
+    """Bytes of a round's mini-batch plan (``fedlib.core.state.Schedule.plan``), drawn for every client that trains
     that round (the method's ``trains``: the selected ones, or all N), and of pFedMe's inner steps: R local steps
     (times the batches a step takes, Per-FedAvg's 2 or 3) x clients x B rows, or E epochs of the largest client's
-    rows (``largest_client``); each local step of pFedMe repeats its batch K = ``inner_steps`` times. With
-    ``local_steps=10**9`` the plan once took 80 GB, with pFedMe's ``inner_steps=10**9`` 120 GB after 33 s."""
+    rows (``largest_client``); each local step of pFedMe repeats its batch K = ``inner_steps`` times. Unchecked,
+    ``local_steps=10**9`` or pFedMe's ``inner_steps=10**9`` would draw a plan of tens of GB before failing."""
     loc = cfg.local
     alg = cfg.method.build(cfg)
     n, s = cfg.data.n_clients, cfg.selection
@@ -180,7 +180,7 @@ def records(cfg) -> float:
     round (every ``eval_every`` and the last) every client's accuracy and loss (float64, kept in lists and then copied
     into arrays: 4 x 8 bytes a client) and the metrics row; AdaFL's selection scores (rounds x N float64, list and
     array); the attention trace, as if every method kept one of a model of 7 parameter tensors, up to its cap
-    (N = 100: 5.6 MB). ``rounds=10**9`` once passed every check and then failed allocating 93 GB for 'selected'."""
+    (N = 100: 5.6 MB). Unchecked, ``rounds=10**9`` would pass every other check and then fail allocating 'selected'."""
     n, rounds = cfg.data.n_clients, cfg.rounds
     evaluated = -(-rounds // cfg.eval_every) + 1
     total = rounds * n + evaluated * (4 * 8 * n + ROW_BYTES)
@@ -272,8 +272,8 @@ def takes(model: str, shape: tuple) -> bool:
 
 def check_model(cfg) -> None:
     """Raise ``ValueError`` naming the model, the data set and the models that take its inputs when the model does
-    not (LeNet on Synthetic failed with "not enough values to unpack", AlexNet on MNIST in a conv2d, after the data
-    had loaded)."""
+    not, before the data loads (else LeNet on Synthetic would fail with "not enough values to unpack", AlexNet on
+    MNIST in a conv2d, after the data had loaded)."""
     name, dataset = cfg.model.name, cfg.data.dataset
     shape = input_shape(dataset)
     if takes(name, shape):
@@ -332,8 +332,8 @@ def _client_sizes(dataset, partition_name, n, k, stride, shard_size, alpha, seed
 def check_clients(cfg) -> None:
     """Raise ``ValueError`` naming the fields when a client of ``cfg`` would hold no sample, no training sample
     (``int(train_frac * size)``, ``partition.split_train_test``'s rule) or, where its split is the test data
-    (``config.OWN_TEST``), no test sample: loading the data failed on the first ("every client needs at least one
-    training sample"); a run with no test data stored NaN metrics."""
+    (``config.OWN_TEST``), no test sample: else loading the data would fail on the first ("every client needs at
+    least one training sample"), and a run with no test data would store NaN metrics."""
     d = cfg.data
     try:
         sizes = client_sizes(cfg)

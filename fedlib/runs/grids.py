@@ -35,7 +35,7 @@ def expand(base: RunConfig, grid: dict | list[dict]) -> list[RunConfig]:
     out, seen = [], set()
     for i, g in enumerate(grids):
         keys = list(g)
-        for k in keys:  # an axis computed empty by mistake returned an empty table, silently
+        for k in keys:  # an axis computed empty by mistake would return an empty table, silently
             if isinstance(g[k], list) and not g[k]:
                 where = f"grid[{k!r}]" if isinstance(grid, dict) else f"grid[{i}][{k!r}]"
                 raise ValueError(f"{where} is an empty list: a grid axis needs at least one value")
@@ -64,7 +64,7 @@ def run_grid(
     ``address``, ``batch``: where and how the runs train (``run_configs``)."""
     cfgs = expand(base, grid)  # validates every config before any training starts
     # the varied fields by their flat names: with dotted ones (``local.lr``) the flat column (``lr``, from
-    # ``cfg.changed()``) was NaN wherever a run had the default value
+    # ``cfg.changed()``) would be NaN wherever a run had the default value
     varied = ["algorithm", "seed"] + [flat_name(k) for g in ([grid] if isinstance(grid, dict) else grid) for k in g]
     return run_configs(
         cfgs, store, progress, data_root, varied, jobs=jobs, backend=backend, address=address, batch=batch
@@ -111,13 +111,13 @@ def run_configs(
     differ) train up to ``batch`` at a time as one model (``train_together``), each stored under its own key with
     the metrics of its solo run; ``batch=1`` trains one at a time.
 
-    ``jobs`` > 1 trains that many configs at a time, each in its own process with one thread: the runs
-    are independent, and on a CPU several single-threaded small-model runs finish a grid sooner than one
-    run using every core (on the 2-core machine, two grids side by side with torch's default two threads
-    each trained pFedMe^+MCSA at 3.1 rounds/s, with one thread each at 8.7). Each run is stored as soon as
-    it finishes, whichever process trained it. Runs stopped part-way (a snapshot in the store) go first, then the
-    longest (``resources.seconds``: the stored runs of their kind), so that short runs fill the end.
-    ``jobs=None``: as many processes as ``default_jobs`` gives this machine (one per core, within its memory).
+    ``jobs`` > 1 trains that many configs at a time, each in its own process with one thread: the runs are independent,
+    and on a CPU several single-threaded small-model runs finish a grid sooner than one run using every core: torch's
+    threads spin on small matmuls, and processes with a thread per core each side by side train much slower
+    than with one thread each (measured: docs/measurements/). Each run is stored as soon as it finishes, whichever
+    process trained it. Runs stopped part-way (a snapshot in the store) go first, then the longest
+    (``estimates.seconds``: the stored runs of their kind), so that short runs fill the end. ``jobs=None``: as many
+    processes as ``default_jobs`` gives this machine (one per core, within its memory).
 
     ``backend='ray'`` (or a ``ray_backend.RayBackend``) trains the configs not stored on the Ray cluster at
     ``address`` (else ``RAY_ADDRESS``; neither: a local Ray instance), each unit of up to ``batch`` runs as a task,

@@ -3,16 +3,16 @@
 glibc serves every allocation above its mmap threshold (32 MiB at most) with a fresh ``mmap`` and gives it back
 to the kernel on ``free``. A stacked round allocates its clients' parameters anew every round (the executor's
 output; AdaFL's MLP for 100 clients: a 100 x 200 x 784 first-layer weight, 63 MB), so that tensor is faulted in
-page by page every round: 15,300 minor faults, which took 12-95 ms on this project's 2-core VM, where a copy of
-the same 63 MB into memory already touched takes 3 ms. With mmap switched off and the heap's top kept (trim
-threshold 1 GiB), a freed block is reused by a later round's allocation of the same size without faults (after
-the first one or two rounds, which grow the heap; ``tests/test_malloc.py`` counts the faults).
-Measured with ``python -m benchmarks --only c --repeats 9``, runs alternating with and without: stacked
-0.149-0.150 s a round against 0.161-0.197 s (ratios 4.4-4.6x against 4.0-4.1x); cases (a) and (b), whose tensors
-stay below the threshold, unchanged. The cost: a process's resident memory stays at its peak.
+page by page every round: 15,300 minor faults, which take several times as long as copying the same bytes into
+memory already touched. With mmap switched off and the heap's top kept (trim threshold 1 GiB), a freed block is
+reused by a later round's allocation of the same size without faults (after the first one or two rounds, which
+grow the heap; ``tests/test_malloc.py`` counts the faults). ``python -m benchmarks --only c --repeats 9``, runs
+alternating with and without, measures it: the stacked round is faster with it, and its spread narrower; cases (a)
+and (b), whose tensors stay below the threshold, do not change (measured: docs/measurements/). The cost: a
+process's resident memory stays at its peak.
 
-Called by ``runner.train`` for CPU runs and by the benchmark; ``FEDLIB_MALLOC=default`` leaves glibc as it is.
-No-op (returns False) off Linux/glibc (e.g. musl, macOS, Windows).
+Called by ``fedlib.runs.train.train`` for CPU runs and by the benchmark; ``FEDLIB_MALLOC=default`` leaves glibc as it
+is. No-op (returns False) off Linux/glibc (e.g. musl, macOS, Windows).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ _applied: bool | None = None
 
 def mode() -> str:
     """``FEDLIB_MALLOC``: "reuse" (the default) or "default"; anything else a ``ValueError`` naming the variable.
-    ``runner.run`` and ``run_configs`` ask before anything trains (the workers of a grid would each fail on it)."""
+    ``fedlib.runs.train.run`` and ``fedlib.runs.grids.run_configs`` ask before anything trains (the workers of a grid
+    would each fail on it)."""
     value = os.environ.get(ENV, "reuse")
     if value not in ("reuse", "default"):
         raise ValueError(f"{ENV}={value!r} is not one of: reuse, default (unset it for the default, reuse)")

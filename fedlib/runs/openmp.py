@@ -1,19 +1,19 @@
 """One OpenMP team per process: a batched grid's run threads compute with one thread each, the thread that runs the
 merged arithmetic with all of torch's threads.
 
-GNU OpenMP (torch's CPU wheels) gives every thread that starts a parallel region a team of its own. Once more
-threads belong to teams than the machine has cores, every team's idle workers stop spinning and sleep at once
-(libgomp's throttled spin count), so each parallel region then pays for waking them: on the 2-core CPU, with two
-threads, a 120,000-element ``add_`` took 6 us in the main thread and 67 us in a second thread beside it, and a
-client group's 20 local steps of Synthetic's MLR 2.5x the main thread's time (2026-11-28, Intel Xeon). A batched
-grid (``fedlib.runs.batching``) runs each run in a thread of its own, so with two threads its merged training was
-slower than the runs one by one (``python -m benchmarks --e2e --only W6 --threads 2``: W6x 0.50-0.70x).
+GNU OpenMP (torch's CPU wheels) gives every thread that starts a parallel region a team of its own. When more
+threads belong to teams than the machine has cores, every team's idle workers stop spinning and sleep (libgomp's
+throttled spin count), so each parallel region then pays for waking them: a small ``add_`` in a second thread
+beside the main one takes about ten times as long as in the main thread, and a client group's local steps of
+Synthetic's MLR more than twice as long (measured: docs/measurements/). A batched grid (``fedlib.runs.batching``)
+runs each run in a thread of its own, so with a team per thread its merged training would be slower than the runs
+one by one (``python -m benchmarks --e2e --only W6 --threads 2`` measures the two).
 
 ``single_threaded_here()`` sets the calling thread's OpenMP and MKL thread counts to 1 (both are per-thread
 settings; torch's ``set_num_threads`` is process-wide), so a run thread never starts a team;
 ``fedlib.runs.batching.run_together`` runs the merged calls in the thread that called it, the process's one team.
 Where the runtime is not GNU/LLVM OpenMP with MKL in torch (other builds, other platforms) the missing part is left
-as it is: threads then behave as before.
+as it is: threads then keep the runtime's own teams.
 """
 
 from __future__ import annotations

@@ -25,10 +25,10 @@ from fedlib.runs.train import run, train_together
 def _pool_worker_setup(jobs: int, rounds=None, stop=None) -> None:
     """``worker.worker_setup`` for a process of the local pool, which also follows its parent: Ctrl-C in the terminal
     reaches every process of the group, so an idle worker ignores it (the parent stops the grid) and a training one
-    snapshots at the end of its round and stops (``simulation.DeferredInterrupt``); and it stops when its parent
-    dies. ``rounds``: the queue its rounds go to (``worker.RoundReport``); ``stop``: set when the parent stops the grid.
-    The pool hands a worker its next unit before the parent can cancel it, so a worker checks ``stop`` before it
-    starts one (a Ctrl-C of a grid on two processes trained a third, queued run to its end)."""
+    snapshots at the end of its round and stops (``fedlib.runs.checkpoint.DeferredInterrupt``); and it stops when its
+    parent dies. ``rounds``: the queue its rounds go to (``worker.RoundReport``); ``stop``: set when the parent stops
+    the grid. The pool hands a worker its next unit before the parent can cancel it, so a worker checks ``stop``
+    before it starts a unit: a stopped grid starts no further run."""
     worker.worker_setup(jobs)
     worker.stop = stop
     if rounds is not None:
@@ -60,10 +60,10 @@ class _RoundsBar:
     its rounds when it ends (a resumed run trains fewer, a diverged one stops early) and deaf to its reports after;
     the postfix counts the runs stored.
 
-    With ``cost`` (each run's estimated seconds by key, ``resources.seconds``) a unit's round weighs its share of
-    the unit's estimate, and the bar shows the share of the work done and the time left. Counted in rounds, a grid
-    of LeNet-BN rounds (seconds each) and Synthetic ones (milliseconds) said "6:55:37 left" for a job of 37 minutes
-    (every notebook's runs at the quick profile, the longest first, 2026-11-25)."""
+    With ``cost`` (each run's estimated seconds by key, ``fedlib.runs.estimates.seconds``) a unit's round weighs its
+    share of the unit's estimate, and the bar shows the share of the work done and the time left. Counted in rounds
+    instead, a grid that mixes rounds of seconds (LeNet-BN) with rounds of milliseconds (Synthetic) and trains the
+    longest first would foretell many times the time it takes."""
 
     def __init__(self, units: list[list[RunConfig]], desc: str, progress: bool = True, cost: dict | None = None):
         self.units, self.stored = units, 0

@@ -2,15 +2,15 @@
 
 ``run_configs(cfgs, backend="ray", address=...)`` (and ``python -m fedlib.experiments ... --backend ray``) hands the
 configs not yet in the store to ``RayBackend.run``. Ray is imported only here, and only when this backend is used:
-fedlib without Ray keeps its local process pool (``runner.run_configs(jobs=N)``), the default.
+fedlib without Ray keeps its local process pool (``grids.run_configs(jobs=N)``), the default.
 
-Units: runs that share data, model and method (``runner.batch_key``) train up to ``batch`` at a time as one model in
-one task (``fedlib.runs.batching``: each run gets its solo run's numbers), as the local backend batches them; the grid is
-cut with ``runner.batches``, within the memory Ray gives a task on the smallest node, into units of equal size, cut
-further until every task slot has one (on a GPU, whose memory Ray does not report, the worker trains a unit too
-large for its share of the free GPU memory in parts, one after another). ``batch=1`` sends one run per task. A
-unit's runs come back together when its task ends; a run that fails inside a unit is reported alone, the unit's
-other runs are stored.
+Units: runs that share data, model and method (``scheduling.batch_key``) train up to ``batch`` at a time as one model in
+one task (``fedlib.runs.batching``: each run gets its solo run's numbers), as the local backend batches them; the grid
+is cut with ``scheduling.batches``, within the memory Ray gives a task on the smallest node, into units of equal size,
+cut further until every task slot has one (on a GPU, whose memory Ray does not report, the worker trains a unit too
+large for its share of the free GPU memory in parts, one after another). ``batch=1`` sends one run per task. A unit's
+runs come back together when its task ends; a run that fails inside a unit is reported alone, the unit's other runs are
+stored.
 
 What is sent where:
 
@@ -53,8 +53,9 @@ from fedlib.runs.scheduling import DEFAULT_GPU_SHARE
 
 RAY_VERSION = "2.60.0"  # the tested version (requirements.txt)
 # a Ray node's raylet waits about 25 s for its agent processes to start, then crashes ("Timed out waiting for file
-# .../dashboard_agent_listen_port_..."); on the shared, loaded 2-core machine here they took longer. These let it wait
-# 2 minutes (a local instance fedlib starts gets them; a `ray start` node takes them from its shell, see README)
+# .../dashboard_agent_listen_port_..."); on a small, loaded machine they can take longer. These let it wait
+# 2 minutes (a local instance fedlib starts gets them; a `ray start` node takes them from its shell, see
+# docs/cluster.md)
 SLOW_START = {"RAY_raylet_start_wait_time_s": "120", "RAY_agent_register_timeout_ms": "120000"}
 
 
@@ -139,8 +140,8 @@ def node_label() -> str:
 
 
 def _train_task(spec: dict) -> list:
-    """One unit of runs on a worker (the body of the Ray task): ``spec['configs']``, one run alone or several trained
-    as one model (``runner.train_unit``). Returns, per run in order, its result as values or the exception that
+    """One unit of runs on a worker (the body of the Ray task): ``spec['configs']``, one run alone or several trained as
+    one model (``fedlib.runs.train.train_unit``). Returns, per run in order, its result as values or the exception that
     ended it (a unit's other runs go on without it)."""
     import ray
 
@@ -221,7 +222,7 @@ def _portable(e: BaseException) -> BaseException:
 def _fit(cfgs: list, device: str, gpu_share: float) -> list:
     """A unit as the parts a worker trains one after another: itself, except on a GPU, whose memory the driver could
     not see (Ray reports none): there, parts within ``BATCH_MEMORY_SHARE`` of the task's share of the GPU's free
-    memory (``runner.batches``)."""
+    memory (``scheduling.batches``)."""
     from fedlib.executors import hardware
     from fedlib.runs.scheduling import BATCH_MEMORY_SHARE, batches
 
@@ -232,7 +233,7 @@ def _fit(cfgs: list, device: str, gpu_share: float) -> list:
 
 
 def _units(todo: list, batch: int, nodes: list, runs_per_node: dict, cost: dict | None = None) -> list:
-    """``todo`` cut into the tasks' units (``runner.batches``): at most ``batch`` runs each, within the memory Ray
+    """``todo`` cut into the tasks' units (``scheduling.batches``): at most ``batch`` runs each, within the memory Ray
     gives one task on its smallest node, of equal size, none above its share of the cluster's task slots, cut
     further where that ends the grid sooner (in estimated seconds with ``cost``, else in rounds)."""
     from fedlib.runs.scheduling import BATCH_MEMORY_SHARE, batches
@@ -284,10 +285,10 @@ class RayBackend:
         self, todo: list, store, progress: bool = True, data_root=None, batch: int = 1, cost: dict | None = None
     ) -> None:
         """Train ``todo`` (configs not in ``store``) on the cluster and store each result as it arrives. ``batch``:
-        runs that share data, model and method train up to that many as one model in one task (``runner.batches``,
+        runs that share data, model and method train up to that many as one model in one task (``scheduling.batches``,
         each unit within the memory of its node's share). The tasks are submitted in ``todo``'s order (Ray starts
-        them about in that order as slots free up: ``runner.run_configs`` puts the longest first); ``cost``: each
-        run's estimated seconds by key (``resources.seconds``), in which the units are balanced over the slots
+        them about in that order as slots free up: ``grids.run_configs`` puts the longest first); ``cost``: each
+        run's estimated seconds by key (``estimates.seconds``), in which the units are balanced over the slots
         (else in rounds)."""
         if not todo:
             return
@@ -341,7 +342,7 @@ class RayBackend:
                 "every": store.checkpoint(unit[0]).every_seconds,
                 "tracker": tracker,
             }
-            device = unit[0].device  # a unit's runs share their device (``runner.batch_key``)
+            device = unit[0].device  # a unit's runs share their device (``scheduling.batch_key``)
             gpus = {"cpu": 0, "cuda": gpu_share or DEFAULT_GPU_SHARE}.get(device, gpu_share)  # 'auto': the share
             spec["gpu_share"] = gpus
             opts = dict(num_cpus=self.num_cpus, num_gpus=gpus, max_retries=self.max_retries, retry_exceptions=False)

@@ -12,7 +12,7 @@ from fedlib.executors import hardware
 from fedlib.models.registry import MODELS
 from fedlib.runs import estimates, feasibility
 
-# -- grids as one model (issue 21 item 5; see ``fedlib.runs.batching``) ------------------------------------------------
+# -- grids as one model (see ``fedlib.runs.batching``) -----------------------------------------------------------------
 BATCH = 16  # runs trained together at most (a thread each); ``run_configs(batch=1)`` trains one at a time
 
 
@@ -37,12 +37,12 @@ def batches(
     cfgs: list[RunConfig], most: int = BATCH, jobs: int = 1, budget: float | None = None, cost: dict | None = None
 ) -> list[list[RunConfig]]:
     """``cfgs`` cut into units that train together (``batch_key``), in order of first appearance, each of at most
-    ``most`` runs whose estimated memory (``resources.estimate``; the data once) fits in ``budget`` bytes (default:
+    ``most`` runs whose estimated memory (``feasibility.estimate``; the data once) fits in ``budget`` bytes (default:
     ``BATCH_MEMORY_SHARE`` of what this machine has available, shared by ``jobs`` processes; a Ray cluster passes
     its nodes' own) and of at most ``ceil(len(cfgs) / jobs)`` runs, so that the ``jobs`` processes share the work; a
     group cut into k units is cut into k of equal size (20 runs at most 16: 10 + 10, not 16 + 4). With ``jobs`` > 1
     a unit is cut further where that ends the grid sooner (``_balance``; ``cost``: each run's estimated seconds by
-    key, ``resources.seconds``, else its rounds)."""
+    key, ``estimates.seconds``, else its rounds)."""
     groups: dict = {}
     for i, c in enumerate(cfgs):
         k = batch_key(c) if most > 1 else None
@@ -90,11 +90,11 @@ def _span(units: list[list[RunConfig]], jobs: int, cost: dict | None = None) -> 
 
 
 def _balance(units: list[list[RunConfig]], jobs: int, cost: dict | None = None) -> list[list[RunConfig]]:
-    """``units`` with a unit cut in two, in place, while that shortens the grid on ``jobs`` processes (``_span``,
-    in estimated seconds with ``cost``, else in rounds): three batches of three runs on two processes, the third
-    trained alone while the other process idles (AdaFL Tables 3-4, quick profile: 1.5x for two processes), become
-    2 + 1, 3, 3. A cut undoes some batching (on a GPU, its point), so it must shorten the span by ``BALANCE_GAIN``
-    at least. The order is kept (runs stopped part-way stay first)."""
+    """``units`` with a unit cut in two, in place, while that shortens the grid on ``jobs`` processes (``_span``, in
+    estimated seconds with ``cost``, else in rounds): three batches of three runs on two processes, the third trained
+    alone while the other process idles (AdaFL Tables 3-4 at the quick profile), become 2 + 1, 3, 3. A cut undoes some
+    batching (on a GPU, its point), so it must shorten the span by ``BALANCE_GAIN`` at least. The order is kept (runs
+    stopped part-way stay first)."""
     while True:
         cuts = []  # (span, i, units with unit i cut in two)
         for i, u in enumerate(units):
@@ -110,28 +110,29 @@ def _balance(units: list[list[RunConfig]], jobs: int, cost: dict | None = None) 
 
 def span_seconds(cfgs: list[RunConfig], jobs: int, known: dict, batch: int = BATCH) -> float:
     """Estimated wall seconds of ``run_configs(cfgs, jobs=jobs, batch=batch)``: the runs longest first, cut into
-    units and balanced as it cuts them, each unit costing its runs' ``resources.seconds`` (from ``known``,
-    ``known_times``) and each process taking the next unit as it gets free. Batching's own gain is not counted
-    (on the CPU ~1.2x, the benchmark's W6x); stored times are those of whichever version and machine made them."""
+    units and balanced as it cuts them, each unit costing its runs' ``estimates.seconds`` (from ``known``,
+    ``estimates.known_times``) and each process taking the next unit as it gets free. Batching's own gain is not counted
+    (small on the CPU: the benchmark's W6x line); stored times are those of whichever version and machine made them."""
     order, cost = _longest_first(cfgs, known)
     return _span(batches(order, batch, jobs, cost=cost), jobs, cost)
 
 
 def _longest_first(cfgs: list[RunConfig], known: dict, keep: int = 0) -> tuple[list[RunConfig], dict]:
     """``cfgs`` with all but the first ``keep`` (runs stopped part-way, which go first) sorted longest first, and
-    each run's estimated seconds by key (``resources.seconds`` from ``known``)."""
+    each run's estimated seconds by key (``estimates.seconds`` from ``known``)."""
     cost = dict(zip((c.key() for c in cfgs), estimates.seconds(cfgs, known)))
     return cfgs[:keep] + sorted(cfgs[keep:], key=lambda c: -cost[c.key()]), cost
 
 
 def default_jobs(cfgs: list[RunConfig], batch: int = BATCH) -> int:
     """The processes ``run_configs(jobs=None)`` trains the runs ``cfgs`` in: one per core this process may use
-    (``resources.cores``), no more than the units they make (``batches``), and no more than fit side by side in
+    (``hardware.cores``), no more than the units they make (``batches``), and no more than fit side by side in
     ``BATCH_MEMORY_SHARE`` of the memory available (each process loads its own data: the largest run's
-    ``resources.estimate`` each). On CUDA, also no more than 1 / ``ray_backend.DEFAULT_GPU_SHARE`` processes per
-    GPU, the share a run gets on a Ray cluster (not timed here: no GPU was lent; the batches, which merge runs' kernel
-    launches, shrink as processes are added). On the 2-core machine two processes trained pFedLA's five FedAvg digit
-    runs (quick profile) in 64 s against 109 s for one, with the same numbers (2026-11-25)."""
+    ``feasibility.estimate`` each). On CUDA, also no more than 1 / ``DEFAULT_GPU_SHARE`` processes per GPU, the
+    share a run gets on a Ray cluster (the batches, which merge runs' kernel launches, shrink as processes are
+    added). On a CPU, single-threaded processes side by side finish a grid of small models sooner than one process
+    with a thread per core, with the same numbers: torch's threads spin on small matmuls (measured:
+    docs/measurements/)."""
     from fedlib.runs.scheduling import DEFAULT_GPU_SHARE
 
     if not cfgs:

@@ -2,14 +2,14 @@
 
 Layout of ``<root>/<key>/``:
     config.json   the full RunConfig
-    metrics.csv   one row per evaluated round (``simulation.COLUMNS``), a tidy table
+    metrics.csv   one row per evaluated round (``fedlib.core.state.COLUMNS``), a tidy table
     clients.npz   per-client test accuracy (float32) and loss (float16) per evaluated round, client test sizes,
                   and the per-round traces (``trace_selected``, ``trace_selection_scores``; see ``RunResult.traces``)
     meta.json     package versions, git commit, device, wall time, date (and ``resumed``: where a run was continued;
                   ``diverged_at``: the round a diverged run stopped at)
     manifest.json written last: each file's size and SHA-256, and the number of metrics rows
 
-Runs in progress keep a snapshot in ``<root>/_partial/<key>.pt`` (``simulation.Checkpoint``; not
+Runs in progress keep a snapshot in ``<root>/_partial/<key>.pt`` (``fedlib.runs.checkpoint.Checkpoint``; not
 committed), removed once the run is stored.
 
 A run's folder is written in a temporary sibling and renamed into place, so a reader (or an
@@ -27,8 +27,8 @@ non-negative integer test sizes, every accuracy in [0, 1] and NaN only where a r
 test_acc / test_acc_mean the weighted / unweighted means of the per-client accuracies (to their stored rounding).
 So a truncated, edited, swapped or half-copied run is never shown as a result: ``load`` warns naming its path, key
 and what is wrong and returns None, ``has`` is False (the next grid retrains it) and ``save`` moves the damaged
-folder to ``_damaged/`` (kept for inspection) before storing the new one. Runs stored before manifests existed
-get every check but the hashes. Nothing is unpickled: JSON, CSV, and ``np.load(allow_pickle=False)``.
+folder to ``_damaged/`` (kept for inspection) before storing the new one. A run without a manifest (the oldest
+committed ones) gets every check but the hashes. Nothing is unpickled: JSON, CSV, and ``np.load(allow_pickle=False)``.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ METRICS_FORMAT = "%.6g"  # metrics.csv keeps 6 significant digits (``as_stored``
 MANIFEST_BYTES = 1 << 16  # a manifest names four files (~500 bytes): a larger one is not read whole
 CONFIG_BYTES = 1 << 16  # a config is ~1 KB: ``Store.configs`` reads no larger one whole (``read_run`` checks sizes
 # against the manifest)
-LATER_COLUMNS = ("gm_test_acc", "gm_test_acc_mean")  # metrics columns added after the first stored runs
+LATER_COLUMNS = ("gm_test_acc", "gm_test_acc_mean")  # metrics columns the oldest stored runs lack
 
 
 class DamagedRun(ValueError):
@@ -116,7 +116,7 @@ def expected_rounds(cfg: RunConfig, diverged_at: int | None = None) -> list[int]
 
 # Folder key -> the key its config.json hashes to now, for the one committed run whose config no longer hashes to its
 # folder: stored before domain_percent applied only to feature-shift data, its config says mnist with
-# domain_percent=0.1 (a field the run never read, refused by ``validate()`` today) and its key was computed by the
+# domain_percent=0.1 (a field the run never read, refused by ``validate()`` now) and its key was computed by the
 # schema of that time; adafl_fig3's FedAvg-0.1 cell reads it by that key (tests/test_store_keys.py ORPHANS). Pinned
 # as a pair, so that this config is accepted under this folder name only, and no other mismatch passes.
 LEGACY_KEYS = {"f3e86d78f34c24f9": "80b02409beb5ab9f"}
@@ -189,7 +189,7 @@ def read_run(folder: Path, key: str | None = None) -> RunResult:
     legacy = LEGACY_KEYS.get(key) == found
     if found != key and not legacy:
         raise bad(f"config.json is the config of key {found}, not of this folder's key")
-    # not ``validate()``: a run stored under today's rules would read as damaged (and be retrained, its folder set
+    # not ``validate()``: a run stored under its version's rules would read as damaged (and be retrained, its folder set
     # aside) once a later version tightens them; its key already ties config.json to the run. What reading needs:
     for field in ("rounds", "eval_every"):
         if not (type(v := cfg_dict.get(field)) is int and v >= 1):
@@ -232,7 +232,7 @@ def _check_accuracies(bad, metrics, acc, stored, n, diverged) -> None:
     """Accuracies are in [0, 1], NaN only where a run leaves them undefined (a client without test data; every
     accuracy of the round a diverged run stopped at; metrics columns a run does not compute, such as train_acc
     without ``eval_train``), and test_acc / test_acc_mean are the weighted / unweighted means of the per-client
-    accuracies (``simulation._evaluate_round``): what holds for every genuine run, manifest or not."""
+    accuracies (``fedlib.core.callbacks._evaluate_round``): what holds for every genuine run, manifest or not."""
     has = n > 0
     if acc.size and not 0 <= acc.min() <= acc.max() <= 1:  # a NaN fails this too: then see where each one is
         outside = ~((acc >= 0) & (acc <= 1))
@@ -240,7 +240,7 @@ def _check_accuracies(bad, metrics, acc, stored, n, diverged) -> None:
             raise bad("clients.npz acc holds values outside [0, 1] (or NaN for a client with test data)")
     cols = [i for i, c in enumerate(metrics.columns) if "acc" in c]
     try:
-        table = metrics.to_numpy(np.float64)  # the whole table at once: column by column took 4x as long
+        table = metrics.to_numpy(np.float64)  # the whole table at once: column by column takes several times as long
     except (ValueError, TypeError):
         raise bad("metrics.csv holds values that are not numbers") from None
     if ((table[:, cols] < 0) | (table[:, cols] > 1)).any():
@@ -251,8 +251,8 @@ def _check_accuracies(bad, metrics, acc, stored, n, diverged) -> None:
         a = acc if has.all() else np.where(has, acc, 0.0)
         w = n.astype(np.float64)
         means = {"test_acc": a @ w / w.sum(), "test_acc_mean": acc[:, has].mean(1)}
-    # the per-client accuracies were rounded to their stored dtype (float16 in runs stored before float32, float32
-    # since: each off by at most eps/2 of at most 1), the metrics to %.6g (relative 5e-6 of at most 1): a genuine
+    # the per-client accuracies were rounded to their stored dtype (float16 in the oldest stored runs, float32 in
+    # the others: each off by at most eps/2 of at most 1), the metrics to %.6g (relative 5e-6 of at most 1): a genuine
     # run's two differ by at most eps/2 + 5e-6; twice that is allowed (the committed runs use up to 0.24 of it), so
     # that no genuine run is ever read as damaged, and an edit of a tenth of a point (float16) is still caught
     tol = np.finfo(stored.dtype).eps + 1e-5
@@ -299,9 +299,9 @@ def default_root(profile: str | None = None) -> Path:
     exploring profiles (quick, smoke) and a run whose profile is not known (``fedlib.run(cfg)``, ``run_grid``),
     which also reads the committed runs (``default_reads``); an installed package (no checkout) writes to
     ./results, and ./results/_explore for the exploring profiles. Every entry point that knows the profile
-    (``fedlib.experiment``, the experiments CLI, the notebook job) asks here. Before, a notebook opened in
-    JupyterLab at the quick profile, and the README's first library example, stored their runs among the committed
-    paper runs, and the tests counting those failed afterwards."""
+    (``fedlib.experiment``, the experiments CLI, the notebook job) asks here, so that no exploring run (a
+    notebook opened at the quick profile, a first library example) is stored among the committed paper runs,
+    whose count the tests check."""
     env = os.environ.get("FEDLIB_RESULTS")
     if env:
         return Path(env)
@@ -342,8 +342,8 @@ class Store:
     @staticmethod
     def of(store: "Store | str | os.PathLike | None", profile: str | None = None) -> "Store":
         """``store`` as a ``Store``: itself, the store at that folder (a str or path), or the default one for
-        ``profile`` (None: ``default_root``). What every entry point's ``store`` argument takes (a folder passed to
-        ``fedlib.run`` once failed with "'str' object has no attribute 'load'")."""
+        ``profile`` (None: ``default_root``). What every entry point's ``store`` argument takes (so a folder passed to
+        ``fedlib.run`` works, and anything else is a TypeError naming it)."""
         if isinstance(store, Store):
             return store
         if store is None:
@@ -355,7 +355,7 @@ class Store:
     def ready(self) -> "Store":
         """The store, its folder made if needed; a ``StoreNotWritable`` (a ValueError) naming it if it cannot hold
         results (a file there, no permission). Asked before training, so that no run trains to find it cannot be
-        stored (a file given as the store failed with FileExistsError after training)."""
+        stored (a file given as the store would fail with FileExistsError after training)."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             probe = tempfile.NamedTemporaryFile(dir=self.root, prefix=".write-test-")

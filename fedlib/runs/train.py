@@ -148,16 +148,16 @@ def train(
 
 
 def configs_arg(cfgs, name: str = "cfgs") -> list[RunConfig]:
-    """``cfgs`` as a list of RunConfigs; anything else a TypeError naming ``name`` (a dict or a list of ints reached
-    an AttributeError deep inside)."""
+    """``cfgs`` as a list of RunConfigs; anything else a TypeError naming ``name`` (rather than an AttributeError
+    deep inside, which a dict or a list of ints would reach)."""
     if isinstance(cfgs, (str, bytes, dict, RunConfig)) or not hasattr(cfgs, "__iter__"):
         raise TypeError(f"{name} must be a list of RunConfig, got {type(cfgs).__name__}")
     return [config_arg(c, f"{name}[{i}]") for i, c in enumerate(cfgs)]
 
 
 def config_arg(cfg, name: str = "cfg") -> RunConfig:
-    """``cfg`` if it is a RunConfig, else a TypeError naming ``name`` (a dict reached "'dict' object has no attribute
-    'validate'")."""
+    """``cfg`` if it is a RunConfig, else a TypeError naming ``name`` (a dict would reach "'dict' object has no
+    attribute 'validate'")."""
     if not isinstance(cfg, RunConfig):
         raise TypeError(f"{name} must be a RunConfig (RunConfig.of(...)), got {type(cfg).__name__}: {cfg!r:.60}")
     return cfg

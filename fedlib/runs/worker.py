@@ -13,7 +13,7 @@ group_bytes: int | None = None  # this process's cache budget for client groups 
 
 
 class RoundReport:
-    """A pool worker's rounds trained, sent to the parent's bar (``_run_parallel``) as (unit, rounds): the workers
+    """A pool worker's rounds trained, sent to the parent's bar (``pool._run_parallel``) as (unit, rounds): the workers
     train with their own bars off, and the parent's would otherwise move only when a whole unit ends (hours, at the
     paper profile). At most one message every ``every`` seconds, so that rounds of milliseconds pay no pipe write
     each; batched runs tick from their own threads."""
