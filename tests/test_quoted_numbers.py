@@ -366,11 +366,11 @@ def test_fedmcsa_readings(readings):
     # the qualitative claims: reweighting changes nothing on MLR without the anchor; FedMCSA<sup>−MCSA</sup>'s MLR cell is far
     # from every reading, its DNN cell within 0.3 points of the paper's equations
     assert two.loc[("mlr", "off"), "reweighting off"] == two.loc[("mlr", "off"), "reweighting on"]
-    minus = [r for r in readings.reading.unique() if r.startswith("FedMCSA<sup>−MCSA</sup>")]
+    minus = [r for r in readings.reading.unique() if r.startswith("FedMCSA^-MCSA")]
     assert len(minus) == 3 and all(
         abs(ours.loc[(r, "mlr")].weighted - ref["table2", "mlr", "fedmcsa-mcsa"]) > 5 for r in minus
     )
-    dnn = ours.loc[("FedMCSA<sup>−MCSA</sup>, paper's equations", "dnn")].weighted - ref["table2", "dnn", "fedmcsa-mcsa"]
+    dnn = ours.loc[("FedMCSA^-MCSA, paper's equations", "dnn")].weighted - ref["table2", "dnn", "fedmcsa-mcsa"]
     assert abs(dnn) <= 0.3 and "(the DNN cell within 0.3 points)" in text
 
 
@@ -459,7 +459,7 @@ def test_fedmcsa_readings_plus_mcsa(readings):
     ours = readings.set_index(["reading", "model"])
     text = " ".join(text.split())  # the prose, line breaks as spaces
     w = lambda r, m: f2(ours.loc[(r, m), "weighted"])
-    fa, pf = "FedAvg<sup>+MCSA</sup>", "pFedMe<sup>+MCSA</sup>"  # the readings' names (the notebook prints them with <sup>)
+    fa, pf = "FedAvg^+MCSA", "pFedMe^+MCSA"  # the readings' names in the table (the prose writes them with <sup>)
     paper_, code_ = "paper's equations", "authors' code (reweighting)"
     assert w(f"{pf}, {paper_}", "mlr") == w(f"{pf}, {code_}", "mlr")
     ref = lambda m, a: plus.loc[(m, a), "paper Table 2"]
