@@ -194,7 +194,8 @@ class ModelConfig(Part):
         check_attention(self.name, self.attention, prefix="RunConfig.")
 
     def __eq__(self, other: object) -> bool:
-        # ``cfg.model == "dnn"`` (the flat config's spelling, in notebooks and user code) compares the name
+        # ``cfg.model == "dnn"`` (the flat config's spelling, in notebooks and user code) compares the name; the
+        # library writes ``cfg.model.name == "dnn"``
         if isinstance(other, str):
             return self.name == other
         return (
@@ -262,7 +263,8 @@ class SelectionConfig(Part):
                 )
 
     def __eq__(self, other: object) -> bool:
-        # ``cfg.selection == "attention"`` (the flat config's spelling) compares the rule
+        # ``cfg.selection == "attention"`` (the flat config's spelling, for users) compares the rule; the library
+        # writes ``cfg.selection.rule``
         if isinstance(other, str):
             return self.rule == other
         if type(other) is not SelectionConfig:
