@@ -73,3 +73,47 @@ def test_profile_resolution(monkeypatch):
         resolve_profile()
     with pytest.raises(ValueError, match="profile='bogus' is not one of: smoke, quick, paper"):
         resolve_profile("bogus")
+
+
+# the packages that read configs through the typed parts only (the others follow once they do)
+TYPED_READERS = ("config", "runs", "experiments")
+CONFIG_NAMES = ("cfg", "config", "base", "first", "c")  # what the library calls a RunConfig
+
+
+def test_library_reads_configs_through_the_typed_parts():
+    """Inside these packages a RunConfig's fields are read as ``cfg.local.lr``, ``cfg.data.dataset``,
+    ``cfg.method.NAME``, not by flat name (``cfg.lr``, ``cfg.get("dataset")``, ``cfg.algorithm``): the flat names are
+    for users and stored ``config.json`` files (``fedlib.config.legacy``). A ``get`` of a top-level field
+    (``rounds``) stays: it reads a RunConfig and a stored run's flat dict alike (``fedlib.runs.estimates``)."""
+    import ast
+    from pathlib import Path
+
+    from fedlib.config.parts import PARTS, TOP
+    from fedlib.config.run import flat_field_names
+
+    flat_only = (set(flat_field_names()) | {"algorithm"}) - set(TOP) - set(PARTS)
+    root = Path(__file__).resolve().parents[1] / "fedlib"
+    found = []
+    for package in TYPED_READERS:
+        for path in sorted((root / package).glob("*.py")):
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
+                    continue
+                if node.value.id not in CONFIG_NAMES:
+                    continue
+                if node.attr in flat_only:
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.value.id}.{node.attr}")
+            for node in ast.walk(tree):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "get"
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id in CONFIG_NAMES
+                    and node.args
+                    and isinstance(node.args[0], ast.Constant)
+                    and node.args[0].value in flat_only
+                ):
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.func.value.id}.get(...)")
+    assert not found, "flat names read inside the library (use the typed parts):\n" + "\n".join(found)

@@ -1,6 +1,6 @@
 """Typed option parts: small frozen dataclasses whose fields carry their own bounds.
 
-A config is made of parts (``fedlib.config.run``: data, model, local optimisation, selection) and
+A config is made of parts (``fedlib.config.parts``: data, model, local optimisation, selection) and
 one method's options (each algorithm module defines its class, see ``MethodOptions``). A field is
 declared with ``option(default, ...)``; its type comes from the annotation, its bounds and allowed
 values from the keywords, and ``Part.check()`` enforces all of them, naming the field and what is
@@ -8,7 +8,8 @@ allowed: wrong types (``"no"`` for a bool, ``2.0`` for an int), NaN and infiniti
 range, names not in ``choices``, and a value set where ``when`` says the field does not apply.
 ``check_magnitude`` bounds the float fields by what the run's tensors hold (``RunConfig.validate``: its dtype).
 
-This module imports nothing from fedlib, so models, data and algorithms can all depend on it.
+This module imports nothing from fedlib, so models, data and algorithms can all depend on it (the run config,
+``fedlib.config.run``, sits above them: it validates against their registries).
 """
 
 from __future__ import annotations
@@ -16,23 +17,24 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar, Mapping, Sequence, TypeVar
 
 _KINDS = ("bool", "int", "float", "str", "tuple")
+_M = TypeVar("_M", bound="MethodOptions")
 
 
 def option(
-    default,
+    default: Any,
     *,
     doc: str = "",
-    ge=None,
-    gt=None,
-    le=None,
-    lt=None,
-    choices=None,
-    when: Callable | None = None,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    choices: Sequence[Any] | None = None,
+    when: Callable[[Any], bool] | None = None,
     when_doc: str = "",
-):
+) -> Any:
     """A dataclass field with its checks: bounds ``ge``/``gt``/``le``/``lt``, allowed ``choices``, and
     ``when(part) -> bool`` (with ``when_doc``, e.g. "dataset='synthetic'"): where the field applies; a
     value other than the default where it does not apply is refused."""
@@ -40,9 +42,10 @@ def option(
     return dataclasses.field(default=default, metadata=meta)
 
 
-def _kinds(annotation) -> tuple[set, bool]:
+def _kinds(annotation: Any) -> tuple[set[str], bool]:
     """(kinds, None allowed) from an annotation string such as ``'int | None'``, or the type itself where a module
-    does not postpone its annotations (FedProx's ``mu: float`` read as no kind at all: ``mu='abc'`` was accepted)."""
+    does not postpone its annotations (``mu: float`` without ``from __future__ import annotations``: the class
+    ``float``, whose kind must be read off its name too, or ``mu='abc'`` would pass unchecked)."""
     if isinstance(annotation, type):
         annotation = annotation.__name__
     words = {w.strip() for w in str(annotation).replace("Optional[", "").replace("]", "").split("|")}
@@ -50,7 +53,7 @@ def _kinds(annotation) -> tuple[set, bool]:
     return kinds, "None" in words
 
 
-def _type_ok(v, kinds: set) -> bool:
+def _type_ok(v: Any, kinds: set[str]) -> bool:
     if isinstance(v, bool):
         return "bool" in kinds
     if isinstance(v, int):
@@ -101,8 +104,9 @@ def check_magnitude(
 ) -> None:
     """Raise ValueError naming ``{where}.{field}`` when a number in one of ``part``'s float fields lies beyond
     ``largest`` in magnitude (``why``: what sets it, e.g. the largest float32). A value may be finite as a Python
-    number and still not fit the tensors it is fed into: ``lr=1e39`` overflowed a float32 step after training had
-    started (and an int such as ``10**400`` overflows any float)."""
+    number and still not fit the tensors it is fed into: ``lr=1e39`` is a finite float but an infinite float32 step,
+    found only once training runs (and an int such as ``10**400`` overflows any float); checked here, it is refused
+    before any data is loaded."""
     for f in dataclasses.fields(part):
         v = getattr(part, f.name)
         if "float" not in _kinds(f.type)[0] or isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -113,7 +117,7 @@ def check_magnitude(
             )
 
 
-def _check_bounds(name: str, v, m: dict) -> None:
+def _check_bounds(name: str, v: Any, m: Mapping[str, Any]) -> None:
     """Bounds in the words users read: ``must be a number >= 0``, ``must be > 0``, ``must be in [0, 1)``."""
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         return
@@ -134,10 +138,10 @@ def _check_bounds(name: str, v, m: dict) -> None:
 
 
 # -- method options ---------------------------------------------------------------------------------------
-METHODS: dict[str, type] = {}
+METHODS: dict[str, type[MethodOptions]] = {}
 
 
-def register(cls):
+def register(cls: type[_M]) -> type[_M]:
     """Class decorator: register a ``MethodOptions`` subclass under its ``NAME`` (where the method is defined)."""
     if not (isinstance(cls, type) and issubclass(cls, MethodOptions)) or not getattr(cls, "NAME", None):
         raise TypeError(f"register: {cls!r} must be a MethodOptions subclass with a NAME")
@@ -169,13 +173,13 @@ class MethodOptions(Part):
         """The method's own option names (what ``method.<name>`` may set)."""
         return tuple(f.name for f in dataclasses.fields(cls))
 
-    def build(self, cfg):
+    def build(self, cfg: Any) -> Any:
         """The method's ``fedlib.core.stages.Algorithm`` for run config ``cfg`` (its selection is set by the engine)."""
         raise NotImplementedError
 
-    def check(self, where: str | None = None, rename=None) -> None:
+    def check(self, where: str | None = None, rename: Callable[[str], str] | None = None) -> None:
         super().check(where or f"method[{self.NAME}]", rename)
 
-    def check_with(self, cfg) -> None:
+    def check_with(self, cfg: Any) -> None:
         """Checks of the method's options against the rest of run config ``cfg`` (``RunConfig.validate``); none by
         default."""

@@ -119,7 +119,7 @@ class Experiment:
         return runs
 
     def summary(self) -> str:
-        sets = sorted({c.get("dataset") for c in self.configs})
+        sets = sorted({c.data.dataset for c in self.configs})
         lines = [
             f"{self.name}, profile {self.profile}: {len(self.configs)} configs, {len(self.runs)} with results"
             f"{' (stored only: nothing trains)' if self.stored_only else ''}; data sets: {', '.join(sets) or '-'}"

@@ -87,10 +87,10 @@ def available_cells(
     available = available if available is not None else Available.scan()
     keep, missing = [], set()
     for cell in grid:
-        d = cell.get("dataset", base.get("dataset"))
+        d = cell.get("dataset", base.data.dataset)
         if d in domains.DOMAINS:
             present = available.domains_of(d)
-            doms = cell.get("domains", base.get("domains") if d == base.get("dataset") else None) or domains.DOMAINS[d]
+            doms = cell.get("domains", base.data.domains if d == base.data.dataset else None) or domains.DOMAINS[d]
             if set(doms) <= set(present) and present:
                 keep.append(cell)
             else:

@@ -29,7 +29,7 @@ def batch_key(cfg: RunConfig) -> tuple | None:
     if MODELS[cfg.model.name].kernel not in ("chain", "vmap") or cfg.executor == "loop":
         return None
     loc = cfg.local
-    return (cfg.data, cfg.model, cfg.dtype, cfg.resolved_device(), cfg.executor, cfg.algorithm,
+    return (cfg.data, cfg.model, cfg.dtype, cfg.resolved_device(), cfg.executor, cfg.method.NAME,
             loc.local_steps, loc.local_epochs, loc.batch_size)  # fmt: skip
 
 

@@ -123,10 +123,11 @@ def train(
     )
     t0 = time.perf_counter()
     tick = together.tick if together is not None else worker.rounds.tick if worker.rounds is not None else None
-    schedule = Schedule(cfg.local_steps, cfg.local_epochs, cfg.batch_size, cfg.lr_decay)
+    loc = cfg.local
+    schedule = Schedule(loc.local_steps, loc.local_epochs, loc.batch_size, loc.lr_decay)
     with run_callbacks(cfg.rounds, checkpoint=checkpoint, stop=together.stop if together is not None else None,
                        on_round=tick, eval_every=cfg.eval_every, eval_train=cfg.eval_train, progress=progress,
-                       desc=f"{cfg.algorithm} {cfg.dataset}/{m.name}", extra=callbacks) as cbs:  # fmt: skip
+                       desc=f"{cfg.method.NAME} {cfg.data.dataset}/{m.name}", extra=callbacks) as cbs:  # fmt: skip
         result = simulate(algorithm, data, model, executor, schedule, rounds=cfg.rounds, seed=cfg.seed,
                           callbacks=cbs, client_init=client_init)  # fmt: skip
     resumed, simulated = result.meta.get("resumed", []), dict(result.meta)  # simulate's meta
