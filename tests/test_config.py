@@ -76,7 +76,7 @@ def test_profile_resolution(monkeypatch):
 
 
 # the packages that read configs through the typed parts only (the others follow once they do)
-TYPED_READERS = ("config", "runs", "experiments")
+TYPED_READERS = ("config", "core", "algorithms", "data", "runs", "experiments")
 CONFIG_NAMES = ("cfg", "config", "base", "first", "c")  # what the library calls a RunConfig
 
 
@@ -95,7 +95,7 @@ def test_library_reads_configs_through_the_typed_parts():
     root = Path(__file__).resolve().parents[1] / "fedlib"
     found = []
     for package in TYPED_READERS:
-        for path in sorted((root / package).glob("*.py")):
+        for path in sorted((root / package).rglob("*.py")):
             tree = ast.parse(path.read_text())
             for node in ast.walk(tree):
                 if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):

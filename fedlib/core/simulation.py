@@ -31,13 +31,13 @@ def run_round(run: Run, t: int) -> Round:
     (``local``, with eta_t = eta * lr_decay^(t-1)) and steps with its lr."""
     run.lap("round")
     alg, state, data, dev, n = run.alg, run.state, run.data, run.data.train.x.device, run.data.n_clients
-    select, base, aggregate = alg.select, alg.local, alg.aggregate
-    if select is None or base is None:  # ``build_algorithm`` sets both; a hand-built Algorithm must too
+    select, unscheduled, aggregate = alg.select, alg.local, alg.aggregate
+    if select is None or unscheduled is None:  # ``build_algorithm`` sets both; a hand-built Algorithm must too
         raise ValueError(f"Algorithm {alg.name!r} needs a select and a local stage to run a round")
     assert aggregate is not None  # Algorithm.__post_init__ refuses an Algorithm without one
     state.round = t
     scale = run.schedule.lr_scale(t)
-    local = base if scale == 1 else dataclasses.replace(base, lr=base.lr * scale)
+    local = unscheduled if scale == 1 else dataclasses.replace(unscheduled, lr=unscheduled.lr * scale)
     sel = np.asarray(select.select(t, n, run.rng))
     run.lap("selection")
     trainers = sel if alg.trains == "selected" else np.arange(n)

@@ -116,22 +116,22 @@ def partition_summary(cfg, root=None):
 
 
 def _load(cfg, root):
-    root = str(readers.data_root(root))
-    if cfg.dataset in domains.DOMAINS:  # feature-shift data: one client per domain
-        return _load_domains_cached(cfg.dataset, cfg.domains, cfg.domain_percent, cfg.data_seed, root)
+    root, d = str(readers.data_root(root)), cfg.data
+    if d.dataset in domains.DOMAINS:  # feature-shift data: one client per domain
+        return _load_domains_cached(d.dataset, d.domains, d.domain_percent, d.data_seed, root)
     return _load_cached(
-        cfg.dataset,
-        cfg.partition,
-        cfg.n_clients,
-        cfg.synthetic_alpha,
-        cfg.synthetic_beta,
-        cfg.labels_per_client,
-        cfg.label_stride,
-        cfg.shard_size,
-        cfg.dirichlet_alpha,
-        cfg.train_frac,
-        cfg.normalize,
-        cfg.data_seed,
+        d.dataset,
+        d.partition,
+        d.n_clients,
+        d.synthetic_alpha,
+        d.synthetic_beta,
+        d.labels_per_client,
+        d.label_stride,
+        d.shard_size,
+        d.dirichlet_alpha,
+        d.train_frac,
+        d.normalize,
+        d.data_seed,
         root,
     )
 
