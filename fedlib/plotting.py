@@ -1,5 +1,5 @@
-"""Plots the papers share (seaborn/matplotlib), and where figures go. Each paper's own figures live in its module
-(``fedlib.papers.fedmcsa``, ``.adafl``, ``.pfedla``).
+"""Plots the papers share (seaborn/matplotlib), and where figures go. Each paper's own figures live in its package's
+``figures`` module (``fedlib.papers.fedmcsa.figures``, ``.adafl.figures``, ``.pfedla.figures``).
 
 Figures are saved as ``figures/<name>.<profile>.png``: a smoke run in CI never overwrites the committed paper-profile
 figures; a parametrised run adds its parameters to the name, and a figure drawn without a data set the committed
@@ -33,8 +33,9 @@ def figures_dir() -> Path:
 def figure_name(name: str, profile: str, partial: bool = False) -> str:
     """``<name>.<profile>.png``, or ``<name>_<tag>.<profile>.png`` in a parametrised run (``FEDLIB_FIGURE_TAG``, set
     by ``scripts/run_notebooks.py -p NAME=V1,V2``), so a grid never overwrites the default run's figures. ``partial``
-    (drawn without a data set the committed figures have): ``<name>.<profile>.partial.png``, git-ignored: ``make
-    notebooks`` on a machine without MNIST replaced the committed Figure 3 of FedMCSA with its Synthetic panel alone."""
+    (drawn without a data set the committed figures have): ``<name>.<profile>.partial.png``, git-ignored, so that
+    running the notebooks where MNIST is absent never replaces a committed figure (FedMCSA's Figure 3, say) with a
+    figure of its Synthetic panel alone."""
     tag = os.environ.get("FEDLIB_FIGURE_TAG", "")
     return f"{name}{'_' + tag if tag else ''}.{profile}{'.partial' if partial else ''}.png"
 

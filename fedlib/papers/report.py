@@ -1,7 +1,8 @@
 """Paper-vs-ours tables shared by the papers: our best mean test accuracy (mean ± std over seeds) beside the
-published number. Each paper's own reports live in its module: ``fedlib.papers.fedmcsa`` (Table 1's tuning),
-``fedlib.papers.adafl`` (best / last-10 / rounds and cost to a target), ``fedlib.papers.pfedla`` (per-domain
-accuracy, arrows, paired gains)."""
+published number. Each paper's own tables live in its package: ``fedlib.papers.fedmcsa.tables`` and
+``.tuning`` (both readings, both partitions, Table 1's tuning), ``fedlib.papers.adafl.tables`` (best / last-10 /
+rounds and cost to a target), ``fedlib.papers.pfedla.tables`` (per-domain accuracy, arrows, paired gains). Like
+them, these functions read runs already stored and run nothing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""pFedLA: its experiment grids, published numbers, reports and figures.
+"""pFedLA: its experiment grids, published numbers, tables and figures.
 
 Liang, Tian, Yang, Zhang, "Personalized Federated Learning with Local Attention" (pFedLA): client-local attention
 modules (SE, ECA, CA and their learned hybrid) after each conv layer, on top of any FL method (FedAvg, FedProx,
@@ -9,759 +9,91 @@ and 11).
 The server averages the base layers as each method does, weighted by the clients' training sizes (FedAvg's
 n_k / n), where pFedLA's Sec. 3 and Algorithm 1 take the plain mean 1/N over the clients: on the digits at the
 paper's 10% every domain has 743 training images, so the two are the same; at Figure 4(c)'s 100% the weights are
-0.336 / 0.329 / 0.336 for MNIST / USPS / MNIST-M; on Office-31 (no stored run) they would be 0.685 / 0.121 / 0.194.
+0.336 / 0.329 / 0.336 for MNIST / USPS / MNIST-M; on Office-31 they would be 0.685 / 0.121 / 0.194.
 The paper repeats each configuration five times (Sec. 4.1): Table 1 here takes 5 seeds, Figure 4's analyses and the
-Office grids 3 (fewer runs on the CPU; the paper shows those figures without a spread). Published numbers: ``fedlib/paper_data/pfedla.csv``
-(``published()``); Tables 2 and 4 (parameter counts) live in ``fedlib.papers.pfedla.params`` and are re-exported
-here (``parameter_table``, ``readings``, ``overhead_table``).
+Office grids 3 (the paper shows those figures without a spread). Published numbers:
+``fedlib/papers/paper_data/pfedla.csv`` (``published()``).
 
-Every grid here is a pure function of ``(profile, available)`` (``fedlib.data.available.Available``): the digit grids run
-on the domains present (offline MNIST, USPS, MNIST-M), the Office grids only where all of a data set's domains are.
+The package keeps apart what runs from what reads and what draws, so that a grid never depends on the store and a
+figure never runs an experiment:
+
+- ``grids``: the experiment grids, pure functions of ``(profile, available)``, with ``EXPERIMENTS``;
+- ``tables``: the store read into per-domain accuracies, paper-vs-ours frames and paired gains;
+- ``figures``: the matplotlib drawing;
+- ``params``: Tables 2 and 4, the parameter counts, recomputed from the nets.
+
+Every public name of these modules is re-exported here (from ``params``: ``parameter_table``, ``readings``,
+``overhead_table``), so ``from fedlib.papers import pfedla; pfedla.X`` reaches it without knowing which module
+holds it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import numpy as np
-import pandas as pd
-
-from fedlib.config.run import RunConfig
-from fedlib.papers import paper_data
-from fedlib.papers.pfedla.params import overhead_table, parameter_table, readings  # noqa: F401  (Tables 2 and 4, re-exported)
-
-if TYPE_CHECKING:
-    from fedlib.data.available import Available
-
-
-def published() -> pd.DataFrame:
-    """pFedLA Tables 1, 3 (accuracy per domain and average, method x attention) and 5/11 (the hybrid's weights)."""
-    return paper_data.load("pfedla")
-
-
-def _available(available: "Available | None") -> "Available":
-    from fedlib.data.available import Available
-
-    return available if available is not None else Available.scan()
-
-
-# -- grids ------------------------------------------------------------------------------------------------------------
-# pFedLA (Sec. 4.1 and Appendix): digits, one client per domain (FedBN's protocol: 743 training images each, 28x28x3),
-# LeNet with BN (Table 7), SGD lr 0.01, T = 100, E = 1, all clients every round. The paper gives no batch size nor the
-# baselines' knobs; ours: B = 32 (FedBN's code), FedProx mu = 0.01 (FedBN's code), pFedMe lambda = 15, eta_p = 0.01,
-# K = 5 (pFedMe's Synthetic settings: its README's), Ditto lambda = 0.1. Offline only MNIST, USPS and MNIST-M exist: the grid then runs on
-# those three and says so; with SVHN and SynthDigits present it is the paper's five-domain setting. The paper profile
-# evaluates every 10 rounds (and at T): the three test sets hold 21,008 images, and testing every round would cost
-# about three times the training.
-METHODS = {
-    "fedavg": {},
-    "fedprox": {"mu": 0.01},
-    "fedbn": {},
-    "pfedme": {"lam": 15.0, "inner_steps": 5},
-    "ditto": {"lam": 0.1},
-}
-ATTENTIONS = ["none", "se", "eca", "ca", "hybrid"]
-DIGITS5 = ("mnist", "svhn", "usps", "synthdigits", "mnist_m")
-
-
-def digits_domains(available: "Available | None" = None) -> tuple:
-    """The paper's five digit domains when all are present, else the present ones (offline: MNIST, USPS, MNIST-M)."""
-    present = _available(available).domains_of("digits")
-    return DIGITS5 if set(DIGITS5) <= set(present) else tuple(d for d in DIGITS5 if d in present)
-
-
-def digits_base(domains: tuple, rounds: int) -> RunConfig:
-    """The digits setting on ``domains`` (one client each) at ``rounds`` rounds."""
-    return RunConfig.of(
-        dataset="digits",
-        partition="domains",
-        domains=domains,
-        n_clients=max(1, len(domains)),
-        model="lenet",
-        lr=0.01,
-        local_epochs=1,
-        local_steps=None,
-        batch_size=32,
-        clients_per_round=None,
-        rounds=rounds,
-    )
-
-
-def method_cells(methods, attentions, seeds, extra, **data) -> list[dict]:
-    """pFedLA's Table 1/3 grid: every method (with its knobs, ``METHODS``) x every attention kind."""
-    return [{**data, "algorithm": m, **METHODS[m], "attention": attentions, "seed": seeds, **extra} for m in methods]
-
-
-def fig4_cells(seeds, extra, percents, **data) -> list[dict]:
-    """pFedLA Figure 4's grid: (a) FedBN x attention type, (b) FedProx without attention and with local / non-local
-    SE, (c) FedBN and FedBN+SE over the local data sizes ``percents``. (c) leaves out the default size (digits 10%,
-    Office 100%): those runs are (a)'s, not repeated under another key."""
-    return [
-        {**data, "algorithm": "fedbn", "attention": ATTENTIONS, "seed": seeds, **extra},
-        {
-            **data,
-            "algorithm": "fedprox",
-            "mu": 0.01,
-            "attention": "se",
-            "attention_local": [True, False],
-            "seed": seeds,
-            **extra,
-        },
-        {**data, "algorithm": "fedprox", "mu": 0.01, "seed": seeds, **extra},
-        {**data, "algorithm": "fedbn", "attention": ["none", "se"], "seed": seeds, **extra, "domain_percent": percents},
-    ]
-
-
-def table1(profile: str, available: "Available | None" = None):
-    """Table 1 on the digit domains present: 5 methods x {base, SE, ECA, CA, hybrid}."""
-    doms = digits_domains(available)
-    rounds, seeds, methods, attns, extra = {
-        "smoke": (2, [0], ["fedavg", "fedbn", "ditto"], ["none", "se", "hybrid"], {"domain_percent": 0.02}),
-        "quick": (30, [0], list(METHODS), ATTENTIONS, {"eval_every": 5}),
-        "paper": (100, [0, 1, 2, 3, 4], list(METHODS), ATTENTIONS, {"eval_every": 10}),
-    }[profile]
-    return digits_base(doms, rounds), (method_cells(methods, attns, seeds, extra) if len(doms) >= 2 else [])
-
-
-def fig4(profile: str, available: "Available | None" = None):
-    """Figure 4 on the digits substitute (the smoke profile's default size is 2%, so its (c) adds 4%)."""
-    doms = digits_domains(available)
-    rounds, seeds, percents, extra = {
-        "smoke": (2, [0], [0.02, 0.04], {"domain_percent": 0.02}),
-        "quick": (30, [0], [0.3], {"eval_every": 5}),
-        "paper": (100, [0, 1, 2], [0.2, 0.4, 0.6, 0.8, 1.0], {"eval_every": 10}),
-    }[profile]
-    return digits_base(doms, rounds), (fig4_cells(seeds, extra, percents) if len(doms) >= 2 else [])
-
-
-# Each client's attention drawn on its own (an ablation, not in the paper's tables): Algorithm 1 (line 9) initialises
-# every client's W_{i,la} at random, where Table 1's cells start every client from the seed's one model, attention
-# included (``attention_init='shared'``). Every method of Table 1 with SE, whose one-unit slot in LeNet can start
-# dead (``local_attention.SE``): from one draw, on every client of that seed at once; FedBN with the hybrid too, the
-# other kind that holds SE (notebook 31: no change there, so not run on the other methods). Table 1's seeds.
-INIT_ATTENTIONS = {"fedbn": ["se", "hybrid"], "fedavg": ["se"], "fedprox": ["se"], "pfedme": ["se"], "ditto": ["se"]}
-
-
-def attention_init(profile: str, available: "Available | None" = None):
-    """Table 1's methods + SE (FedBN + hybrid too) on the digits with each client's attention drawn on its own
-    (``per_client``)."""
-    base, cells = table1(profile, available)  # no cells below two digit domains, as Table 1
-    return base, [
-        {**c, "attention": INIT_ATTENTIONS[c["algorithm"]], "attention_init": "per_client"}
-        for c in cells
-        if c["algorithm"] in INIT_ATTENTIONS
-    ]
-
-
-# pFedLA on Office-31, Office-Home, DomainNet (Sec. 4.3, Appendix): AlexNet with BN (Table 8), SGD lr 0.01, T = 200,
-# E = 1, every domain's full training split (domain_percent None = 100%), batch 32 (ours; the paper gives none).
-# Cells exist only for the data sets present (all their domains), so offline both grids are empty.
-OFFICE_SETS = ("office31", "officehome", "domainnet")
-
-
-def _office(profile: str, available: "Available | None"):
-    from fedlib.data.domains import DOMAINS
-
-    available = _available(available)
-    rounds, seeds, extra = {
-        "smoke": (1, [0], {"domain_percent": 0.05}),
-        "quick": (10, [0], {"eval_every": 5}),
-        "paper": (200, [0, 1, 2], {"eval_every": 10}),
-    }[profile]
-    sets = [d for d in OFFICE_SETS if available.domains_of(d) and set(DOMAINS[d]) <= set(available.domains_of(d))]
-    base = RunConfig.of(
-        dataset="office31",
-        partition="domains",
-        n_clients=3,
-        model="alexnet",
-        lr=0.01,
-        local_epochs=1,
-        local_steps=None,
-        batch_size=32,
-        clients_per_round=None,
-        rounds=rounds,
-    )
-    data = lambda d: {"dataset": d, "n_clients": len(DOMAINS[d])}
-    return base, sets, seeds, extra, data
-
-
-def office_table3(profile: str, available: "Available | None" = None):
-    """Table 3 on Office-31 / Office-Home / DomainNet, each where all its domains are present."""
-    base, sets, seeds, extra, data = _office(profile, available)
-    return base, [c for d in sets for c in method_cells(list(METHODS), ATTENTIONS, seeds, extra, **data(d))]
-
-
-def office_fig4(profile: str, available: "Available | None" = None):
-    """Figure 4 on Office-31, data size 10%-80% beside (a)'s 100%."""
-    base, sets, seeds, extra, data = _office(profile, available)
-    if "office31" not in sets:
-        return base, []
-    percents = {"smoke": [0.1], "quick": [0.3], "paper": [0.1, 0.2, 0.4, 0.6, 0.8]}[profile]
-    return base, fig4_cells(seeds, extra, percents, **data("office31"))
-
-
-EXPERIMENTS = {
-    "pfedla_table1": table1,
-    "pfedla_fig4": fig4,
-    "pfedla_attention_init": attention_init,
-    "pfedla_office_table3": office_table3,
-    "pfedla_office_fig4": office_fig4,
-}
-
-
-# -- reports: per-domain accuracy, ours beside the paper's, with the arrows against each base method -----------------
-def _runs(cfgs, store=None):
-    """For each stored run of ``cfgs``: (config, evaluated rounds, {domain: accuracy curve in %}, whether it
-    diverged), the domains in the config's client order and ``'avg'``, the plain mean over them (the paper's
-    Average)."""
-    from fedlib.data.domains import domain_names
-    from fedlib.runs.store import Store
-
-    for cfg, res in Store.of(store).stored(cfgs):
-        acc = res.client_acc * 100  # (evaluated rounds, N)
-        per = {d: acc[:, i] for i, d in enumerate(domain_names(cfg.get("dataset"), cfg.get("domains")))}
-        per["avg"] = acc.mean(1)
-        yield cfg, res.metrics["round"].to_numpy(), per, res.meta.get("diverged_at") is not None
-
-
-def frame(cfgs, store=None) -> pd.DataFrame:
-    """One row per stored run and domain: algorithm, attention, attention_local, domain_percent, seed, domain,
-    ``final`` (the last evaluated round's accuracy, %), ``best`` (over evaluated rounds) and ``last3`` (the mean
-    of the last three evaluations: rounds 80-100 at the paper profile, a check on how much the paper's unstated
-    choice of the reported round matters). Each client is one domain, in the config's domain order;
-    ``domain='avg'`` is the plain mean over the domains (the paper's Average). A diverged run's numbers are all NaN
-    (its best would be the best before its models became non-finite): ``paper_vs_ours`` counts it out of ``runs``."""
-    rows = []
-    for cfg, _, per, diverged in _runs(cfgs, store):
-        for d, curve in per.items():
-            rows.append(
-                {
-                    **{k: cfg.get(k) for k in ("algorithm", "attention", "attention_local", "domain_percent", "seed")},
-                    "domain": d,
-                    "final": float(curve[-1]),
-                    "best": np.nan if diverged else float(np.nanmax(curve)),
-                    "last3": float(curve[-3:].mean()),
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def curves(cfgs, store=None) -> pd.DataFrame:
-    """pFedLA Figure 3's data: one row per stored run, evaluated round and domain (plus ``domain='avg'``, the
-    plain mean over the domains): algorithm, attention, attention_local, seed, round, domain, ``acc`` (%).
-    The rounds are the run's evaluated ones (every 10th at the paper profile)."""
-    rows = []
-    for cfg, rounds, per, _ in _runs(cfgs, store):
-        fields = {k: cfg.get(k) for k in ("algorithm", "attention", "attention_local", "seed")}
-        for d, curve in per.items():
-            rows.extend({**fields, "round": int(rnd), "domain": d, "acc": float(v)} for rnd, v in zip(rounds, curve))
-    return pd.DataFrame(rows)
-
-
-def paper_vs_ours(
-    frame: pd.DataFrame, dataset: str = "digits", table: str = "table1", metric: str = "final"
-) -> pd.DataFrame:
-    """Wide table: one row per (algorithm, attention), per domain the paper's number, ours (mean over seeds of
-    ``metric``) and an arrow against the same method without attention (paper's arrow from the paper's numbers,
-    ours from ours). The paper's average is over its domains (five digit domains), ours over the domains run, so
-    only the per-domain columns compare like with like when fewer domains are run."""
-    ref = published()
-    ref = ref[(ref.table == table) & (ref.dataset == dataset)].rename(columns={"method": "algorithm"})
-    local = frame[frame.attention_local] if "attention_local" in frame else frame
-    ours = local.groupby(["algorithm", "attention", "domain"])[metric].agg(["mean", "count"]).reset_index()
-    out = ours.merge(
-        ref[["algorithm", "attention", "domain", "value"]], on=["algorithm", "attention", "domain"], how="left"
-    ).rename(columns={"mean": "ours", "value": "paper", "count": "runs"})
-    base = out[out.attention == "none"].set_index(["algorithm", "domain"])
-    arrow = lambda v, b: "" if pd.isna(v) or pd.isna(b) else ("↑" if v > b else "↓" if v < b else "=")
-    out["ours_arrow"] = [
-        arrow(r.ours, base.ours.get((r.algorithm, r.domain))) if r.attention != "none" else "" for r in out.itertuples()
-    ]
-    out["paper_arrow"] = [
-        arrow(r.paper, base.paper.get((r.algorithm, r.domain))) if r.attention != "none" else ""
-        for r in out.itertuples()
-    ]
-    out["diff"] = out.ours - out.paper
-    order = {a: i for i, a in enumerate(["none", "se", "eca", "ca", "hybrid"])}
-    out = out.sort_values(["algorithm", "attention"], key=lambda s: s.map(order) if s.name == "attention" else s)
-    return out[
-        ["algorithm", "attention", "domain", "paper", "paper_arrow", "ours", "ours_arrow", "diff", "runs"]
-    ].round(2)
-
-
-# Student's t 97.5% quantiles for 1..30 degrees of freedom (two-sided 95% intervals; beyond 30: 1.96)
-_T975 = (
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
+from fedlib.papers.pfedla import params
+from fedlib.papers.pfedla.figures import (
+    ATTENTION_STYLES,
+    METHOD_ORDER,
+    plot_fig3,
+    plot_fig4,
+    plot_gain_intervals,
+    plot_gains,
+    plot_hybrid_weights,
+    plot_init_effect,
+    plot_table1,
 )
+from fedlib.papers.pfedla.grids import (
+    ATTENTIONS,
+    DIGITS5,
+    EXPERIMENTS,
+    INIT_ATTENTIONS,
+    METHODS,
+    OFFICE_SETS,
+    attention_init,
+    digits_base,
+    digits_domains,
+    fig4,
+    fig4_cells,
+    method_cells,
+    office_fig4,
+    office_table3,
+    table1,
+)
+from fedlib.papers.pfedla.params import overhead_table, parameter_table, readings
+from fedlib.papers.pfedla.tables import curves, frame, gains, init_effect, paper_vs_ours, published
 
-
-def _paired(d: pd.Series) -> tuple[int, float, float, float]:
-    """Seeds, mean and 95% confidence interval (Student's t) of paired differences ``d``."""
-    n, m = len(d), float(d.mean())
-    half = _T975[min(n - 1, 30) - 1] * float(d.std(ddof=1)) / np.sqrt(n) if n > 1 else np.nan
-    return n, m, m - half, m + half
-
-
-def _order_domains(out: pd.DataFrame, domains) -> pd.DataFrame:
-    """Rows of ``out`` by domain in the order of ``domains`` (the average last), then by algorithm."""
-    order = {d: i for i, d in enumerate(dict.fromkeys(list(domains[domains != "avg"]) + ["avg"]))}
-    out = out.sort_values(
-        ["domain", "algorithm"], key=lambda s: s.map(order) if s.name == "domain" else s, kind="stable"
-    )
-    return out.reset_index(drop=True)
-
-
-def init_effect(per_client: pd.DataFrame, shared: pd.DataFrame, metric: str = "final") -> pd.DataFrame:
-    """What drawing each client's attention on its own changes (``attention_init='per_client'``, the ablation
-    ``pfedla_attention_init``), paired by seed: ``per_client`` and ``shared`` are ``frame`` rows of the same cells
-    (Table 1's are 'shared'). One row per (algorithm, attention, domain): ``shared`` and ``per_client`` (means over
-    the seeds both have, points of ``metric``), ``change`` (their paired mean difference) with its 95% interval
-    ``low``..``high``, ``seeds`` and ``sign`` ('↑'/'↓' where the interval excludes 0). The pairs share the data, the
-    batches and the backbone's initial weights: only the attention's initial weights differ."""
-    if metric not in ("final", "last3", "best"):
-        raise ValueError(f"metric={metric!r} is not one of: final, last3, best")
-    key = ["algorithm", "attention", "domain", "seed"]
-    both = (
-        per_client.set_index(key)[metric]
-        .to_frame("per_client")
-        .join(shared.set_index(key)[metric].rename("shared"), how="inner")
-    )
-    rows = []
-    for (alg, att, dom), g in both.groupby(level=[0, 1, 2], sort=False):
-        n, m, low, high = _paired(g.per_client - g.shared)
-        rows.append(
-            {
-                "algorithm": alg,
-                "attention": att,
-                "domain": dom,
-                "shared": float(g.shared.mean()),
-                "per_client": float(g.per_client.mean()),
-                "change": m,
-                "low": low,
-                "high": high,
-                "seeds": n,
-                "sign": "↑" if low > 0 else "↓" if high < 0 else "",
-            }
-        )
-    out = _order_domains(pd.DataFrame(rows), per_client.domain) if rows else pd.DataFrame(rows)
-    return out.round({c: 2 for c in ("shared", "per_client", "change", "low", "high")})
-
-
-def gains(frame: pd.DataFrame, metric: str = "final", dataset: str = "digits", table: str = "table1") -> pd.DataFrame:
-    """What attention adds to each FL method, paired by seed: one row per (algorithm, attention, domain) with
-    ``gain`` = mean over seeds of (with attention - the same method without, same seed), in points of ``metric``,
-    its 95% confidence interval ``low``..``high`` (Student's t over the seeds' paired differences; seeds share
-    the data, the batches and the base network's initial weights, so pairing removes most of the seed noise),
-    ``seeds``, ``sign``: '↑'/'↓' where the interval excludes 0, '' where it does not, and ``paper_gain``, the
-    paper's number minus its base, with ``paper_in_ci``: whether our interval contains it (our runs cannot tell
-    the paper's gain from ours). Seeds present for only one of the pair are left out. Rows come in the frame's
-    domain order (the average last). On ``domain='avg'`` the paper's gain is over its five digit domains, ours
-    over the domains run: not like with like when fewer are run."""
-    if metric not in ("final", "last3", "best"):
-        raise ValueError(f"metric={metric!r} is not one of: final, last3, best")
-    local = frame[frame.attention_local] if "attention_local" in frame else frame
-    wide = local.pivot_table(index=["algorithm", "domain", "seed"], columns="attention", values=metric)
-    if "none" not in wide:
-        raise ValueError("pfedla.gains needs the base runs (attention='none') beside the attention runs")
-    ref = published()
-    ref = ref[(ref.table == table) & (ref.dataset == dataset)].set_index(["method", "attention", "domain"]).value
-    rows = []
-    for att in [a for a in ("se", "eca", "ca", "hybrid") if a in wide]:
-        diff = (wide[att] - wide["none"]).dropna()
-        for (alg, dom), d in diff.groupby(level=[0, 1]):
-            n, m, low, high = _paired(d)
-            paper = ref.get((alg, att, dom), np.nan) - ref.get((alg, "none", dom), np.nan)
-            rows.append(
-                {
-                    "algorithm": alg,
-                    "attention": att,
-                    "domain": dom,
-                    "gain": m,
-                    "low": low,
-                    "high": high,
-                    "seeds": n,
-                    "sign": "↑" if low > 0 else "↓" if high < 0 else "",
-                    "paper_gain": paper,
-                    "paper_in_ci": bool(low <= paper <= high) if not np.isnan(paper) else None,
-                }
-            )
-    out = _order_domains(pd.DataFrame(rows), local.domain)
-    return out.round({"gain": 2, "low": 2, "high": 2, "paper_gain": 2})
-
-
-# -- figures ---------------------------------------------------------------------------------------------------------
-# Figures say the papers' names (FedAvg, SE, MNIST-M: ``fedlib.plotting``), show accuracies with a % sign, keep
-# legends below the panels and say in a caption what points, bars and bands are.
-METHOD_ORDER = list(METHODS)  # the paper's order of the FL methods (Table 1's rows)
-ATTENTION_STYLES = {  # none: the base method, grey; one colour and marker per attention kind
-    "none": {"color": "0.35", "marker": "o"},
-    "se": {"color": "#1f77b4", "marker": "s"},
-    "eca": {"color": "#d62728", "marker": "^"},
-    "ca": {"color": "#2ca02c", "marker": "D"},
-    "hybrid": {"color": "#9467bd", "marker": "v"},
-}
-
-
-def _domain_order(domains) -> list:
-    """Domains in the paper's order (digits: MNIST, SVHN, USPS, SynthDigits, MNIST-M), others after, the average
-    last."""
-    known = [d for d in DIGITS5 if d in set(domains)]
-    rest = [d for d in dict.fromkeys(domains) if d not in known and d != "avg"]
-    return known + rest + (["avg"] if "avg" in set(domains) else [])
-
-
-def _method_order(methods) -> list:
-    return [m for m in METHOD_ORDER if m in set(methods)] + sorted(set(methods) - set(METHOD_ORDER))
-
-
-def _row_label(algorithm: str, attention: str) -> str:
-    """'FedAvg + SE', 'Ditto + hybrid'."""
-    from fedlib.plotting import attention_name, method_name
-
-    return f"{method_name(algorithm)} + {attention_name(attention)}"
-
-
-def plot_table1(frame: pd.DataFrame, title: str = ""):
-    """pFedLA Table 1 as points: one panel per domain and one for the plain average over the domains run, the FL
-    methods along x, per method the base (grey) and each attention kind (its own colour and marker), mean over the
-    seeds of the last round's accuracy with ± 1 std over the seeds. Each panel's y range is its own (the domains
-    differ by 25 points; the attention kinds by one or two). ``frame``: ``pfedla.frame`` rows (local attention)."""
-    from fedlib.plotting import attention_name, caption, domain_name, grid_axes, method_name, percent_points_axis
-
-    local = frame[frame.attention_local] if "attention_local" in frame else frame
-    domains = _domain_order(local.domain)
-    methods = _method_order(local.algorithm)
-    attentions = [a for a in ATTENTION_STYLES if a in set(local.attention)]
-    fig, axes = grid_axes(len(domains), ncols=2, width=5.6, height=3.4)
-    stats = local.groupby(["domain", "algorithm", "attention"]).final.agg(["mean", "std", "count"])
-    width = 0.8 / max(1, len(attentions))
-    handles = {}
-    for ax, dom in zip(axes, domains):
-        for k, att in enumerate(attentions):
-            xs, ms, sds = [], [], []
-            for i, m in enumerate(methods):
-                if (dom, m, att) in stats.index:
-                    r = stats.loc[(dom, m, att)]
-                    xs.append(i + (k - (len(attentions) - 1) / 2) * width)
-                    ms.append(r["mean"])
-                    sds.append(0.0 if np.isnan(r["std"]) else r["std"])
-            st = ATTENTION_STYLES[att]
-            h = ax.errorbar(xs, ms, yerr=sds, fmt=st["marker"], color=st["color"], ms=5, capsize=2, lw=1)
-            handles[att] = h
-        for i in range(1, len(methods)):
-            ax.axvline(i - 0.5, color="0.85", lw=0.8)
-        ax.set_xticks(range(len(methods)), [method_name(m) for m in methods])
-        ax.set_xlim(-0.5, len(methods) - 0.5)
-        ax.set_title(f"average over the {len(domains) - 1} domains" if dom == "avg" else domain_name(dom))
-        ax.set_ylabel("last-round test accuracy")
-        percent_points_axis(ax)
-        ax.grid(axis="y", alpha=0.3)
-    seeds = int(stats["count"].max()) if len(stats) else 0
-    names = {"none": "base method (no attention)", "hybrid": "+ hybrid (pFedLA_h)"}
-    labels = [names.get(a, f"+ {attention_name(a)} (pFedLA_s)") for a in attentions]
-    fig.suptitle(title)
-    fig.tight_layout()
-    leg = fig.legend([handles[a] for a in attentions], labels, loc="upper center", bbox_to_anchor=(0.5, 0.0),
-                     ncol=len(labels), frameon=False)  # fmt: skip
-    caption(
-        fig,
-        f"points: mean over {seeds} seeds of the last round's accuracy; error bars: ± 1 std over the seeds "
-        f"(n = {seeds}); the average is the plain mean over the domains run (the paper's over its five).",
-        below=leg,
-    )
-    return fig
-
-
-def plot_hybrid_weights(weights, clients, title: str = "", mechanisms=("SE", "ECA", "CA"), seeds: int | None = None):
-    """pFedLA Table 5/11 as a heat map: each client's learned softmax weights per attention slot and mechanism
-    (columns grouped by slot, each group summing to 1). ``weights``: (N, slots, 3); ``clients``: the N row labels
-    (domains); ``seeds``: over how many runs ``weights`` is the mean (for the caption)."""
-    import matplotlib.pyplot as plt
-
-    from fedlib.plotting import caption, domain_name, label_cells
-
-    w = np.asarray(weights, dtype=float)
-    n, slots, k = w.shape
-    fig, ax = plt.subplots(figsize=(0.95 * slots * k + 3.2, 0.55 * n + 1.8))
-    d = max(0.01, float(np.abs(w - 1 / 3).max()))  # a diverging scale centred on the initial 1/3
-    im = ax.imshow(w.reshape(n, slots * k), cmap="RdBu_r", vmin=1 / 3 - d, vmax=1 / 3 + d, aspect="auto")
-    label_cells(ax, w.reshape(n, slots * k), "{:.3f}", fontsize=9, image=im)
-    ax.set_xticks(range(slots * k), [m for _ in range(slots) for m in mechanisms])
-    for s in range(1, slots):
-        ax.axvline(s * k - 0.5, color="k", lw=1.5)
-    for s in range(slots):  # the slot's name under its three columns
-        ax.text((s + 0.5) * k - 0.5, -0.16, f"attention layer {s + 1}", transform=ax.get_xaxis_transform(),
-                ha="center", va="top")  # fmt: skip
-    ax.set_yticks(range(n), [domain_name(c) for c in clients])
-    ax.set_ylabel("client (its domain)")
-    cb = fig.colorbar(im, ax=ax, label="learned weight\n(1/3 each at the start)")
-    cb.ax.axhline(1 / 3, color="k", lw=0.8)
-    ax.set_title(title)
-    fig.tight_layout()
-    runs = f"mean over {seeds} seeds of each client's final weights" if seeds else "each client's final weights"
-    caption(fig, f"{runs}; the three weights of a layer sum to 1; red: above the initial 1/3, blue: below.")
-    return fig
-
-
-def plot_fig4(avg: pd.DataFrame, default_percent: float, title: str = ""):
-    """pFedLA Figure 4's three panels from per-run average accuracies (``frame`` rows with domain == 'avg'):
-    (a) FedBN by attention type at the default data size, (b) FedProx without attention, with local SE and with
-    non-local SE, (c) FedBN and FedBN+SE over the local data size (``domain_percent``; runs at the default size have
-    it unset). Bars and points: mean over the seeds, error bars and band: ± 1 std over them. (a) and (b) in the
-    first row, (c) under them."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from fedlib.plotting import caption, draw_lines, percent_points_axis
-
-    avg = avg.assign(domain_percent=avg.domain_percent.fillna(default_percent))
-    a = avg[(avg.algorithm == "fedbn") & (avg.domain_percent == default_percent)]
-    b = avg[avg.algorithm == "fedprox"]
-    b = b.assign(
-        setting=[
-            "none" if r.attention == "none" else ("local SE" if r.attention_local else "non-local SE")
-            for r in b.itertuples()
-        ]
-    )
-    c = avg[(avg.algorithm == "fedbn") & avg.attention.isin(["none", "se"])]
-    fig = plt.figure(figsize=(11, 7.4))  # (a) and (b) side by side, (c) below them, as wide as both
-    grid = fig.add_gridspec(2, 2)
-    axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])]
-    order_a = ["none", "se", "eca", "ca", "hybrid"]
-    sns.barplot(data=a, x="attention", y="final", order=order_a, errorbar="sd", ax=axes[0], color="#1f77b4")
-    axes[0].set_xticks(range(5), ["FedBN", "+ SE", "+ ECA", "+ CA", "+ hybrid"])
-    axes[0].set_title("(a) FedBN + attention type")
-    order_b = ["none", "local SE", "non-local SE"]
-    sns.barplot(data=b, x="setting", y="final", order=order_b, errorbar="sd", ax=axes[1], color="#1f77b4")
-    axes[1].set_xticks(range(3), ["FedProx", "+ local SE\n(pFedLA)", "+ non-local SE\n(sent to server)"])
-    axes[1].set_title("(b) FedProx: local vs non-local SE")
-    names = {"none": "FedBN", "se": "FedBN + SE"}
-    handles, labels, _, _ = draw_lines(axes[2], c, "domain_percent", "final", "attention", ["none", "se"],
-                                       names=lambda v: names.get(v, str(v)), lw=1.5)  # fmt: skip
-    axes[2].set_title("(c) local data size")
-    axes[2].set_xlabel("local data size (share of each domain's training pool)")
-    percent_points_axis(axes[2], "x") if c.domain_percent.max() > 1 else axes[2].xaxis.set_major_formatter(
-        plt.FuncFormatter(lambda v, _: f"{v:.0%}")
-    )
-    if len(c):
-        axes[2].set_xticks(sorted(c.domain_percent.unique()))  # the sizes run, 10% included
-    axes[2].legend(handles, labels, loc="lower right", frameon=False)
-    for ax in axes[:2]:
-        ax.set_xlabel("")
-    # (a) and (b) differ by a point or two near 85%: bars from 0 would hide them, so the y range spans the runs
-    # (every seed, so the error bars fit) and each bar is labelled with its mean
-    for ax, runs in ((axes[0], a), (axes[1], b)):
-        if len(runs):
-            lo, hi = runs.final.min(), runs.final.max()
-            ax.set_ylim(max(0.0, lo - max(2.0, 0.5 * (hi - lo))), min(100.0, hi + max(1.0, 0.25 * (hi - lo))))
-            ax.bar_label(ax.containers[0], fmt="%.2f", fontsize=9, label_type="center", color="white")
-    for ax in axes:
-        ax.set_ylabel("average accuracy over domains")
-        percent_points_axis(ax)
-        ax.grid(alpha=0.3)
-    seeds = (
-        int(avg.groupby(["algorithm", "attention", "attention_local", "domain_percent"]).size().max())
-        if len(avg)
-        else 0
-    )
-    fig.suptitle(title)
-    fig.tight_layout()
-    caption(
-        fig,
-        f"bars and points: mean over {seeds} seeds of the last round's accuracy, averaged over the domains; error "
-        f"bars and band: ± 1 std over the seeds (n = {seeds}). (a) and (b) do not start at 0. (c)'s "
-        f"{default_percent:.0%} is (a)'s runs.",
-    )
-    return fig, (a, b, c)
-
-
-def plot_fig3(curves: pd.DataFrame, title: str = ""):
-    """pFedLA Figure 3 from ``curves`` rows: one panel per domain and one for the average over the domains (two
-    per row), accuracy over rounds, one colour and marker per FL method, dashed without attention and solid with
-    SE, mean over the seeds. No bands: ten overlapping ± 1 std bands hide the curves; the caption gives the seeds'
-    spread at the last round instead."""
-    from matplotlib.lines import Line2D
-
-    from fedlib.plotting import COLORS, MARKERS, domain_name, finish, grid_axes, method_name, percent_points_axis
-
-    domains = _domain_order(curves.domain)
-    methods = _method_order(curves.algorithm)
-    fig, axes = grid_axes(len(domains), ncols=2, width=5.6, height=3.5, sharex=True)
-    dashes = {"se": "-", "none": "--"}
-    for k, (ax, d) in enumerate(zip(axes, domains)):
-        sub = curves[curves.domain == d]
-        for i, m in enumerate(methods):
-            for att in ("none", "se"):
-                g = sub[(sub.algorithm == m) & (sub.attention == att)].groupby("round").acc.mean()
-                if len(g):
-                    ax.plot(g.index, g.values, color=COLORS[i], ls=dashes[att], marker=MARKERS[i], ms=4,
-                            mfc="white" if att == "none" else COLORS[i], lw=1.3,
-                            label=f"{method_name(m)}{' + SE' if att == 'se' else ''}")  # fmt: skip
-        name = f"average over the {len(domains) - 1} domains" if d == "avg" else domain_name(d)
-        ax.set_title(f"({chr(ord('a') + k)}) {name}")
-        ax.set_ylabel("test accuracy")
-        percent_points_axis(ax)
-        ax.grid(alpha=0.3)
-    for ax in axes[-2:]:
-        ax.set_xlabel("round")
-        ax.xaxis.set_tick_params(labelbottom=True)
-    handles = [Line2D([], [], color=COLORS[i], marker=MARKERS[i], lw=1.3) for i in range(len(methods))]
-    handles += [Line2D([], [], color="k", ls="-", lw=1.3), Line2D([], [], color="k", ls="--", marker="o",
-                                                                    mfc="white", lw=1.3)]  # fmt: skip
-    labels = [method_name(m) for m in methods] + ["with SE (pFedLA_s)", "base method"]
-    last = curves[curves["round"] == curves["round"].max()]
-    sd = last.groupby(["algorithm", "attention", "domain"]).acc.std(ddof=1).dropna()
-    seeds = int(last.groupby(["algorithm", "attention", "domain"]).size().max()) if len(last) else 0
-    spread = (
-        f"the seeds' ± 1 std at the last round is {sd.median():.1f} points (median; up to {sd.max():.1f})"
-        if len(sd)
-        else "one seed"
-    )
-    finish(fig, handles, labels,
-           f"lines: mean over {seeds} seeds (evaluated every {_eval_step(curves)} rounds); solid with SE, dashed "
-           f"(open markers) the method alone; no bands: {spread}, wider than most gaps between the curves.",
-           title, legend_cols=len(methods) + 2)  # fmt: skip
-    return fig
-
-
-def _eval_step(curves: pd.DataFrame) -> int:
-    r = np.unique(curves["round"])
-    return int(np.min(np.diff(r))) if len(r) > 1 else 1
-
-
-def plot_gains(cmp: pd.DataFrame, title: str = ""):
-    """pFedLA Table 1's arrows as two heat maps side by side: attention minus its base method (points), one row per
-    (method, attention) in the paper's order, one column per domain run, ours (``paper_vs_ours``'s ``ours``) and
-    the paper's. Red: attention helps; blue: it hurts. Returns the figure and the two gain tables (ours, paper)."""
-    import matplotlib.pyplot as plt
-
-    from fedlib.plotting import caption, domain_name, label_cells
-
-    def gain(col):
-        wide = cmp.pivot_table(index=["algorithm", "attention"], columns="domain", values=col, sort=False)
-        wide = wide[[d for d in _domain_order(wide.columns) if d != "avg"]]
-        base = wide.xs("none", level="attention")
-        out = wide.drop(index="none", level="attention")
-        out = out.reindex([(m, a) for m in _method_order(out.index.get_level_values(0)) for a in ATTENTION_STYLES
-                           if (m, a) in out.index])  # fmt: skip
-        return out - base.reindex(out.index.get_level_values("algorithm")).to_numpy()
-
-    ours, paper = gain("ours"), gain("paper")
-    d = max(0.5, float(np.nanmax(np.abs(np.concatenate([ours.to_numpy(), paper.to_numpy()])))))
-    fig, axes = plt.subplots(1, 2, figsize=(3.4 + 1.15 * 2 * ours.shape[1], 0.36 * len(ours) + 2.0), sharey=True)
-    for ax, g, name in ((axes[0], ours, "ours"), (axes[1], paper, "paper (Table 1)")):
-        im = ax.imshow(g.to_numpy(), cmap="RdBu_r", vmin=-d, vmax=d, aspect="auto")
-        label_cells(ax, g.to_numpy(), "{:+.1f}", fontsize=8.5, image=im)
-        up = int((g.to_numpy() > 0).sum())
-        ax.set_title(f"{name}:\n{up} of {int(np.isfinite(g.to_numpy()).sum())} cells above base")
-        ax.set_xticks(range(g.shape[1]), [domain_name(c) for c in g.columns])
-        ax.set_xlabel("domain")
-        for i in range(1, len(g)):  # a line between methods
-            if g.index[i][0] != g.index[i - 1][0]:
-                ax.axhline(i - 0.5, color="k", lw=0.8)
-    axes[0].set_yticks(range(len(ours)), [_row_label(a, t) for a, t in ours.index])
-    fig.colorbar(im, ax=axes, label="accuracy with attention − without\n(percentage points)")
-    fig.suptitle(title)
-    seeds = int(cmp.runs.max()) if "runs" in cmp and len(cmp) else None
-    ours_is = f"mean over {seeds} seeds of the last round's accuracy" if seeds else "the last round's accuracy"
-    caption(fig, f"each cell: the method with attention minus the same method without, on that domain; ours: "
-                 f"{ours_is}; red: attention above its base method, blue: below.")  # fmt: skip
-    return fig, (ours, paper)
-
-
-def plot_gain_intervals(gains: pd.DataFrame, title: str = ""):
-    """``gains`` as a forest plot: one panel per domain (the average last), one row per (method, attention) in the
-    paper's order, our mean paired gain with its 95% interval (filled: the interval excludes 0) and the paper's gain
-    (red x; on the average the paper's is over its own domains). Returns the figure."""
-    n = int(gains.seeds.max()) if len(gains) else 0
-    return _forest(
-        gains, "gain", "attention − base\n(percentage points)", title,
-        f"circles: mean over the seeds of (with attention − without, same seed), n = {n}; lines: 95% Student-t "
-        "interval over the seeds; on the average the paper's gain is over its five domains.",
-        paper="paper_gain",
-    )  # fmt: skip
-
-
-def plot_init_effect(effect: pd.DataFrame, title: str = ""):
-    """``init_effect``'s changes as a forest plot, as ``plot_gain_intervals`` draws the gains: one panel per domain
-    (the average last), one row per (method, attention), the mean paired change (each client's attention drawn on
-    its own minus Table 1's one shared draw) with its 95% interval (filled: it excludes 0). Returns the figure."""
-    n = int(effect.seeds.max()) if len(effect) else 0
-    return _forest(
-        effect, "change", "per-client − shared draw\n(percentage points)", title,
-        f"circles: mean over the seeds of (each client's attention drawn on its own − one draw for all, same seed), "
-        f"n = {n}; lines: 95% Student-t interval over the seeds.",
-    )  # fmt: skip
-
-
-def _forest(frame: pd.DataFrame, value: str, xlabel: str, title: str, note: str, paper: str | None = None):
-    """One panel per domain of ``frame`` (the average last), one row per (method, attention) in the paper's order:
-    ``frame[value]`` with its interval ``low``..``high`` (a filled circle where ``sign`` says it excludes 0) and,
-    with ``paper``, that column's value as a red x."""
-    import matplotlib.pyplot as plt
-
-    from fedlib.plotting import caption, domain_name
-
-    domains = [d for d in dict.fromkeys(frame.domain) if d != "avg"] + (["avg"] if "avg" in set(frame.domain) else [])
-    pairs = set(zip(frame.algorithm, frame.attention))
-    rows = [(m, a) for m in _method_order(frame.algorithm) for a in ATTENTION_STYLES if (m, a) in pairs]
-    fig, axes = plt.subplots(
-        1, len(domains), figsize=(2.6 * len(domains) + 1.8, 0.28 * len(rows) + 1.6), sharey=True, squeeze=False
-    )
-    for ax, dom in zip(axes[0], domains):
-        g = frame[frame.domain == dom].set_index(["algorithm", "attention"]).reindex(rows)
-        y = range(len(rows))
-        ax.hlines(y, g.low, g.high, color="0.4", lw=1.2)
-        sig = g.sign.fillna("") != ""
-        ax.scatter(
-            g[value][~sig], [i for i, s in zip(y, sig) if not s], s=22, facecolors="white", edgecolors="k", zorder=3
-        )
-        ax.scatter(g[value][sig], [i for i, s in zip(y, sig) if s], s=22, color="k", zorder=3)
-        if paper is not None:
-            ax.scatter(g[paper], list(y), marker="x", color="tab:red", s=22, zorder=4)
-        ax.axvline(0, color="0.6", lw=0.8, ls="--")
-        for i in range(1, len(rows)):
-            if rows[i][0] != rows[i - 1][0]:
-                ax.axhline(i - 0.5, color="0.85", lw=0.8)
-        ax.set_title(f"average over the {len(domains) - 1} domains" if dom == "avg" else domain_name(dom))
-        ax.set_xlabel(xlabel)
-    axes[0, 0].set_yticks(range(len(rows)), [_row_label(a, t) for a, t in rows])
-    axes[0, 0].invert_yaxis()
-    axes[0, -1].scatter([], [], s=22, facecolors="white", edgecolors="k", label="ours, 95% interval contains 0")
-    axes[0, -1].scatter([], [], s=22, color="k", label="ours, interval excludes 0")
-    if paper is not None:
-        axes[0, -1].scatter([], [], marker="x", color="tab:red", label="paper (Table 1)")
-    fig.suptitle(title)
-    fig.tight_layout()
-    leg = fig.legend(loc="upper center", ncol=3, bbox_to_anchor=(0.5, 0.0), frameon=False)
-    caption(fig, note, below=leg)
-    return fig
+__all__ = [
+    "ATTENTIONS",
+    "DIGITS5",
+    "EXPERIMENTS",
+    "INIT_ATTENTIONS",
+    "METHODS",
+    "OFFICE_SETS",
+    "attention_init",
+    "digits_base",
+    "digits_domains",
+    "fig4",
+    "fig4_cells",
+    "method_cells",
+    "office_fig4",
+    "office_table3",
+    "table1",
+    "curves",
+    "frame",
+    "gains",
+    "init_effect",
+    "paper_vs_ours",
+    "published",
+    "ATTENTION_STYLES",
+    "METHOD_ORDER",
+    "plot_fig3",
+    "plot_fig4",
+    "plot_gain_intervals",
+    "plot_gains",
+    "plot_hybrid_weights",
+    "plot_init_effect",
+    "plot_table1",
+    "overhead_table",
+    "parameter_table",
+    "readings",
+    "params",
+]

@@ -1,8 +1,8 @@
 """pFedLA's Tables 2 and 4: the parameter counts of its nets with and without local attention, recomputed.
 
 Liang, Tian, Yang, Zhang, "Personalized Federated Learning with Local Attention" (pFedLA). The nets are
-``fedlib.models.convnets`` (Tables 7-10); the published numbers ``fedlib/paper_data/pfedla_params.csv``.
-Moved here from ``fedlib.models.convnets`` so that the model modules carry no paper tables (and no pandas).
+``fedlib.models.convnets`` (Tables 7-10); the published numbers ``fedlib/papers/paper_data/pfedla_params.csv``.
+The tables live here, not beside the nets, so that the model modules carry no paper tables (and import no pandas).
 
 The paper's tables are not self-consistent; what the published counts of Tables 2 and 4 pin down
 (``parameter_table()`` recomputes every row; ``readings()`` the alternatives we tried):
