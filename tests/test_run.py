@@ -557,3 +557,22 @@ def test_a_grid_on_processes_runs_from_a_script_read_from_standard_input(tmp_pat
     out = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["2", "<stdin>"]  # both stored; __main__ as it was
+
+
+def test_a_checkout_finds_its_committed_store_data_root_and_figures_from_any_folder(tmp_path, monkeypatch):
+    """The committed store is results/ beside pyproject.toml, whatever the working directory (the notebooks run in
+    notebooks/): found from the modules' own paths, which a move of a module one folder deeper must follow (a
+    committed_root that looked one folder too shallow sent nbval's notebooks to train into notebooks/results/)."""
+    from fedlib import plotting
+    from fedlib.data import readers
+    from fedlib.runs import store as store_module
+
+    checkout = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)
+    for name in ("FEDLIB_RESULTS", "FEDLIB_DATA", "FEDLIB_FIGURES"):
+        monkeypatch.delenv(name, raising=False)
+    assert store_module.committed_root() == checkout / "results"
+    assert store_module.default_root("paper") == checkout / "results"
+    assert store_module.default_root("quick") == checkout / "results" / "_explore"
+    assert Path(readers.data_root()) == checkout / "data"
+    assert plotting.figures_dir() == checkout / "figures"

@@ -322,7 +322,7 @@ def default_reads(profile: str | None = None) -> tuple[Path, ...]:
 
 def committed_root() -> Path | None:
     """The checkout's committed store (``results/`` beside ``pyproject.toml``); None for an installed package."""
-    here = Path(__file__).resolve().parents[1]
+    here = Path(__file__).resolve().parents[2]  # fedlib/runs/store.py -> the checkout
     return here / "results" if (here / "pyproject.toml").exists() else None
 
 
