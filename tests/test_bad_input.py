@@ -31,7 +31,7 @@ from fedlib.models.registry import build_model
 from fedlib.runs import feasibility, grids
 from fedlib.runs import train as runner
 from fedlib.runs.checkpoint import Checkpoint
-from fedlib.runs.store import DamagedRunWarning, read_run
+from fedlib.runs.stored import DamagedRunWarning, read_run
 
 TINY = RunConfig(n_clients=4, clients_per_round=2, rounds=4, local_steps=2, model="mlr")
 ROOT = Path(__file__).resolve().parents[1]

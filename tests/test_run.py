@@ -181,7 +181,7 @@ def test_forced_rerun_replaces_the_stored_result(tmp_path):
     """``run(force=True)`` re-trains and replaces the stored folder (e.g. to add traces a later version records)."""
     import json
 
-    from fedlib.runs.store import seal
+    from fedlib.runs.stored import seal
 
     store = Store(tmp_path)
     first = run(TINY, store, progress=False)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fedlib.config.run import from_dict
-from fedlib.runs.store import LEGACY_KEYS
+from fedlib.runs.stored import LEGACY_KEYS
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 # Stored before domain_percent applied only to feature-shift data (its config says mnist with domain_percent=0.1,

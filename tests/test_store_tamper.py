@@ -17,7 +17,7 @@ from fedlib import RunConfig, Store, run
 from fedlib.config.run import from_dict
 from fedlib.core import callbacks, simulation
 from fedlib.runs import checkpoint as checkpointing
-from fedlib.runs.store import LEGACY_KEYS, DamagedRun, DamagedRunWarning, read_run
+from fedlib.runs.stored import LEGACY_KEYS, DamagedRun, DamagedRunWarning, read_run
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 ORPHAN = "f3e86d78f34c24f9"  # tests/test_store_keys.py ORPHANS

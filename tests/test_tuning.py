@@ -13,12 +13,13 @@ from fedlib.core.state import COLUMNS, RunResult
 from fedlib.experiments import profiles
 from fedlib.papers import fedmcsa
 from fedlib.papers.fedmcsa import grid_frame, select, setting, status, table1_runs, table1_winners
-from fedlib.runs.store import Store, expected_rounds
+from fedlib.runs.store import Store
+from fedlib.runs.stored import expected_rounds
 
 
 def _fake(store: Store, cfg: RunConfig, test_acc, gm=None):
     """Store a run whose per-round sample-weighted accuracy is ``test_acc`` (unweighted: 1 point lower), its last
-    value repeated up to the config's rounds (a stored run has every evaluated round: ``fedlib.runs.store.read_run``)."""
+    value repeated up to the config's rounds (a stored run has every evaluated round: ``fedlib.runs.stored.read_run``)."""
     rounds = expected_rounds(cfg)
     acc = _repeat_last(test_acc, rounds)
     m = pd.DataFrame({c: np.nan for c in COLUMNS}, index=range(len(rounds)))
@@ -35,7 +36,7 @@ N = np.array([1, 3])  # two clients' test sizes
 
 def _clients(test_acc):
     """Per-client accuracies whose weighted mean (by ``N``) is ``test_acc`` and plain mean ``test_acc`` - 0.01, as a
-    stored run's must be (``fedlib.runs.store.read_run`` checks it)."""
+    stored run's must be (``fedlib.runs.stored.read_run`` checks it)."""
     a = np.asarray(test_acc, float)[:, None]
     return np.hstack([a - 0.03, a + 0.01])
 

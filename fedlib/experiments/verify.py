@@ -14,7 +14,7 @@ agree: a store edited by hand, its integrity digests rewritten to match, passes 
 fails here.
 
 "equal as stored" says whether every per-round accuracy and test loss came out as stored, at the 6 significant digits
-metrics.csv keeps (``fedlib.runs.store.as_stored``). It is reported, not required: training is repeatable to the last
+metrics.csv keeps (``fedlib.runs.stored.as_stored``). It is reported, not required: training is repeatable to the last
 bit only with the same CPU kind, thread count and torch, since another CPU (AVX2 against AVX-512) or thread count sums
 in another order and hundreds of rounds carry a last-bit difference forward. The runs are taken in the experiment's
 order, the first ``--runs`` of those stored (``--where`` to choose); the line before each says how long it took and on
@@ -39,7 +39,8 @@ from fedlib.experiments import profiles
 from fedlib.experiments.cli import absent_for_empty, parse_where
 from fedlib.experiments.named import experiment
 from fedlib.runs import estimates
-from fedlib.runs.store import Store, as_stored
+from fedlib.runs.store import Store
+from fedlib.runs.stored import as_stored
 
 TOLERANCE = 0.5  # points of accuracy; see ``agrees``
 ACCURACIES = ("test_acc", "test_acc_mean", "gm_test_acc", "global_test_acc", "train_acc")
