@@ -75,7 +75,7 @@ def test_cli_bad_fedlib_profile_end_to_end():
 
 
 # -- fedlib.experiment: inputs and available ------------------------------------------------------------------
-WINNERS = "{'winners': the output of fedlib.papers.fedmcsa.table1_winners, a dict of RunConfigs} or None"
+WINNERS = "{'winners': the output of fedlib.papers.fedmcsa.tuning.table1_winners, a dict of RunConfigs} or None"
 TAKES = f"experiment 'fedmcsa_table1' takes {WINNERS}"
 
 
