@@ -56,7 +56,7 @@ def _float_fields():
 @pytest.mark.parametrize("field, context", _float_fields(), ids=lambda v: v if isinstance(v, str) else "")
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
 def test_every_float_field_refuses_nan_and_inf(field, context, value):
-    """Issue 20: NaN passed every range check (``v < lo`` is False for NaN) and trained NaN losses."""
+    """NaN passed every range check (``v < lo`` is False for NaN) and trained NaN losses."""
     with pytest.raises(ValueError, match=f"{field}=.*must be a finite number"):
         RunConfig(**context, **{field: value}).validate()
 

@@ -66,7 +66,7 @@ def test_fedbn_keeps_bn_local():
 
 
 def test_fedbn_without_bn_is_refused():
-    """Issue 20: FedBN on a model without BatchNorm trained silently as FedAvg (same test losses); now refused."""
+    """FedBN on a model without BatchNorm trained silently as FedAvg (same test losses); now refused."""
     base = RunConfig(n_clients=4, clients_per_round=2, rounds=3, local_steps=3, batch_size=5, model="dnn", lr=0.1)
     with pytest.raises(ValueError, match="algorithm='fedbn' keeps the model's bn parameters.*model='dnn' has none"):
         base.replace(algorithm="fedbn").validate()
