@@ -800,7 +800,9 @@ CASES = (*TARGETS, "f")
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument(
         "--repeats", type=int, default=None,
         help="rounds per case (default 5); with --e2e, timings of each workload, the median printed (default 3)",
