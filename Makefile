@@ -53,10 +53,11 @@ docs: env
 bench: env
 	$(BIN)/python -m benchmarks
 
-## JupyterLab on notebooks/ with the project's kernel; --allow-root only when run as root (containers); kernels train
-## on one thread unless OMP_NUM_THREADS is set (torch's threads spin on a busy CPU: see scripts/run_notebooks.py)
+## JupyterLab on working copies of the notebooks (build/lab/): exploring never rewrites the committed ones, whose
+## outputs nbval compares; each notebook's kernel starts without asking. PORT=8888 chooses the port, FRESH=1 copies
+## the committed notebooks again over the working copies. Kernels train on one thread unless OMP_NUM_THREADS is set.
 lab: env
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
+	$(BIN)/python scripts/lab.py $(if $(PORT),--port $(PORT)) $(if $(filter 1 true yes,$(FRESH)),--fresh)
 
 clean-results:
 	rm -rf build/test-results results/_tmp-* results/_explore
