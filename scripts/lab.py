@@ -22,9 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 LAB = ROOT / "build" / "lab"
 
 
-def prepare(lab: Path = LAB, fresh: bool = False, notebooks: Path = ROOT / "notebooks") -> list[Path]:
-    """Copy ``notebooks/*.ipynb`` into ``lab`` (the ones not there yet; every one with ``fresh``) and write the lab's
-    settings; returns the copies made."""
+def prepare(lab: Path | None = None, fresh: bool = False, notebooks: Path | None = None) -> list[Path]:
+    """Copy ``notebooks/*.ipynb`` into ``lab`` (default ``LAB``; the ones not there yet, every one with ``fresh``) and
+    write the lab's settings; returns the copies made."""
+    lab, notebooks = LAB if lab is None else lab, ROOT / "notebooks" if notebooks is None else notebooks
     lab.mkdir(parents=True, exist_ok=True)
     made = []
     for nb in sorted(notebooks.glob("*.ipynb")):
@@ -38,8 +39,9 @@ def prepare(lab: Path = LAB, fresh: bool = False, notebooks: Path = ROOT / "note
     return made
 
 
-def command(lab: Path = LAB, port: int | None = None) -> list[str]:
-    """The JupyterLab command on ``lab``: its files, its settings and workspaces there too."""
+def command(lab: Path | None = None, port: int | None = None) -> list[str]:
+    """The JupyterLab command on ``lab`` (default ``LAB``): its files, its settings and workspaces there too."""
+    lab = LAB if lab is None else lab
     cmd = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={lab}",
            f"--LabApp.user_settings_dir={lab / '.settings'}", f"--LabApp.workspaces_dir={lab / '.workspaces'}"]  # fmt: skip
     if port is not None:

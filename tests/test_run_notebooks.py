@@ -292,16 +292,27 @@ def test_one_session_collects_the_unit_tests_and_the_notebooks():
     assert notebook.name in out.stdout and "test_fedavgm.py::" in out.stdout
 
 
-def test_make_lab_allows_root_only_when_root():
+def test_make_lab_allows_root_only_when_root(monkeypatch, tmp_path):
+    """``make lab`` runs scripts/lab.py, whose JupyterLab passes --allow-root only when run as root, sets no token,
+    opens the working copies and trains its kernels on one thread unless OMP_NUM_THREADS is set."""
     import os
     import subprocess
+    import sys
 
     out = subprocess.run(["make", "-n", "lab"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    lab = [line for line in out.splitlines() if "jupyter lab" in line]
-    assert lab, out
-    assert ("--allow-root" in lab[0]) == (os.getuid() == 0)
-    assert "ServerApp.token" not in out
-    assert "OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}" in lab[0]  # kernels on one thread unless told
+    assert "scripts/lab.py" in out and "ServerApp.token" not in out
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import lab
+
+    monkeypatch.setattr(lab, "LAB", tmp_path / "lab")
+    monkeypatch.setattr(lab, "ROOT", tmp_path)
+    started = []
+    monkeypatch.setattr(lab.os, "execvpe", lambda file, cmd, env: started.append((cmd, env)))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    lab.main(["--port", "8891"])
+    ((cmd, env),) = started
+    assert ("--allow-root" in cmd) == (os.getuid() == 0) and not any("token" in c for c in cmd)
+    assert f"--ServerApp.root_dir={tmp_path / 'lab'}" in cmd and env["OMP_NUM_THREADS"] == "1"
 
 
 def test_nbval_skips_a_notebook_whose_outputs_need_absent_data(tmp_path, monkeypatch):
