@@ -72,9 +72,8 @@ def run_callbacks(
     """The callbacks ``train`` hands ``simulate``, in their order: the caller's ``on_round(t, selected, mixing,
     state)``, the evaluation (every ``eval_every`` rounds and the last; ``eval_train``: on the training data too), the
     progress bar, ``extra``, snapshots and resuming (``checkpoint``: after the callbacks whose round it saves), and
-    last Ctrl-C: within the block a
-    first Ctrl-C finishes the round, snapshots it and stops (``DeferredInterrupt``); ``stop``: a flag of the
-    caller's instead (a batched run's, whose Ctrl-C the main thread takes)."""
+    last Ctrl-C: within the block a first Ctrl-C finishes the round, snapshots it and stops (``DeferredInterrupt``);
+    ``stop``: a flag of the caller's instead (a batched run's, whose Ctrl-C the main thread takes)."""
     saver, evaluation = Checkpointing(checkpoint), Evaluation(eval_every, eval_train)
     with DeferredInterrupt() if stop is None else contextlib.nullcontext(stop) as flag:
         yield [OnRound(on_round), evaluation, ProgressBar(rounds, desc, progress, evaluation), *extra, saver,
