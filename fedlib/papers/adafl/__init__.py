@@ -13,36 +13,15 @@ figure never runs an experiment:
 - ``tables``: the store read into the paper's metrics, paired comparisons and paper-vs-ours frames;
 - ``figures``: the matplotlib drawing.
 
-Every public name of these modules is re-exported here, so ``from fedlib.papers import adafl; adafl.X`` reaches it
-without knowing which module holds it.
+The names the notebooks and the experiments use are re-exported here: ``from fedlib.papers import adafl; adafl.X``
+reaches them without knowing which module holds them; the others are read from their module (``adafl.grids.X``).
 """
 
 from __future__ import annotations
 
 from fedlib.papers.adafl.figures import plot_accuracy_vs_cost, plot_fraction_schedules, plot_selection_dynamics
-from fedlib.papers.adafl.grids import (
-    ABLATION,
-    CIFAR,
-    COMBINED,
-    COMBINED_LABELS,
-    EXPERIMENTS,
-    FEDMIX_SCALE_LABELS,
-    FIG3_LABELS,
-    MNIST_BASE,
-    NAMES,
-    SCAFFOLD_CONTROL_LABELS,
-    SCAFFOLD_CONTROL_SEEDS,
-    cells,
-    dynamics,
-    fedmix_scale,
-    fig3,
-    label,
-    scaffold_control,
-    table1,
-    table3,
-)
+from fedlib.papers.adafl.grids import EXPERIMENTS, MNIST_BASE, NAMES, label
 from fedlib.papers.adafl.tables import (
-    TARGETS,
     blocks,
     cost_check,
     frame,
@@ -53,38 +32,3 @@ from fedlib.papers.adafl.tables import (
     run_metrics,
     with_counterparts,
 )
-
-__all__ = [
-    "ABLATION",
-    "CIFAR",
-    "COMBINED",
-    "COMBINED_LABELS",
-    "EXPERIMENTS",
-    "FEDMIX_SCALE_LABELS",
-    "FIG3_LABELS",
-    "MNIST_BASE",
-    "NAMES",
-    "SCAFFOLD_CONTROL_LABELS",
-    "SCAFFOLD_CONTROL_SEEDS",
-    "cells",
-    "dynamics",
-    "fedmix_scale",
-    "fig3",
-    "label",
-    "scaffold_control",
-    "table1",
-    "table3",
-    "TARGETS",
-    "blocks",
-    "cost_check",
-    "frame",
-    "labelled",
-    "pairs",
-    "paper_vs_ours",
-    "published",
-    "run_metrics",
-    "with_counterparts",
-    "plot_accuracy_vs_cost",
-    "plot_fraction_schedules",
-    "plot_selection_dynamics",
-]

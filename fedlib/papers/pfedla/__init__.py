@@ -22,17 +22,14 @@ figure never runs an experiment:
 - ``figures``: the matplotlib drawing;
 - ``params``: Tables 2 and 4, the parameter counts, recomputed from the nets.
 
-Every public name of these modules is re-exported here (from ``params``: ``parameter_table``, ``readings``,
-``overhead_table``), so ``from fedlib.papers import pfedla; pfedla.X`` reaches it without knowing which module
-holds it.
+The names the notebooks and the experiments use are re-exported here: ``from fedlib.papers import pfedla; pfedla.X``
+reaches them without knowing which module holds them; the others are read from their module (``pfedla.grids.X``).
 """
 
 from __future__ import annotations
 
 from fedlib.papers.pfedla import params
 from fedlib.papers.pfedla.figures import (
-    ATTENTION_STYLES,
-    METHOD_ORDER,
     plot_fig3,
     plot_fig4,
     plot_gain_intervals,
@@ -41,59 +38,6 @@ from fedlib.papers.pfedla.figures import (
     plot_init_effect,
     plot_table1,
 )
-from fedlib.papers.pfedla.grids import (
-    ATTENTIONS,
-    DIGITS5,
-    EXPERIMENTS,
-    INIT_ATTENTIONS,
-    METHODS,
-    OFFICE_SETS,
-    attention_init,
-    digits_base,
-    digits_domains,
-    fig4,
-    fig4_cells,
-    method_cells,
-    office_fig4,
-    office_table3,
-    table1,
-)
+from fedlib.papers.pfedla.grids import EXPERIMENTS, OFFICE_SETS, digits_base, digits_domains
 from fedlib.papers.pfedla.params import overhead_table, parameter_table, readings
 from fedlib.papers.pfedla.tables import curves, frame, gains, init_effect, paper_vs_ours, published
-
-__all__ = [
-    "ATTENTIONS",
-    "DIGITS5",
-    "EXPERIMENTS",
-    "INIT_ATTENTIONS",
-    "METHODS",
-    "OFFICE_SETS",
-    "attention_init",
-    "digits_base",
-    "digits_domains",
-    "fig4",
-    "fig4_cells",
-    "method_cells",
-    "office_fig4",
-    "office_table3",
-    "table1",
-    "curves",
-    "frame",
-    "gains",
-    "init_effect",
-    "paper_vs_ours",
-    "published",
-    "ATTENTION_STYLES",
-    "METHOD_ORDER",
-    "plot_fig3",
-    "plot_fig4",
-    "plot_gain_intervals",
-    "plot_gains",
-    "plot_hybrid_weights",
-    "plot_init_effect",
-    "plot_table1",
-    "overhead_table",
-    "parameter_table",
-    "readings",
-    "params",
-]
