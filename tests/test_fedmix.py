@@ -14,6 +14,7 @@ import fedlib
 from fedlib.algorithms import ALGORITHMS, build_algorithm
 from fedlib.algorithms.fedmix import MEANS_KEY, MixClient, mean_dataset, pairing
 from fedlib.config.run import RunConfig
+from fedlib.core.stages import ClientWork
 from fedlib.core.state import init_state
 from fedlib.data.federated import BatchPlan, FederatedData, Split, sample_epochs
 from fedlib.data.synthetic import synthetic
@@ -131,7 +132,7 @@ def test_lam_zero_is_fedavg(taylor):
     for executor in (LoopExecutor(), StackedExecutor()):
         state = init_state(model, 3)
         state.round = 1
-        got = client(executor, model, start, start, plan, data.train, state, torch.arange(3), opt)
+        got = client(ClientWork(executor, model, start, start, plan, data.train, state, torch.arange(3), opt))
         assert _max_diff(got, want) < 1e-12
     assert _max_diff(want, start) > 1e-2  # it did train
 
@@ -230,7 +231,8 @@ def test_engine_dispatch_and_lr_scale():
     for ex in (LoopExecutor(), StackedExecutor()):
         state = init_state(model, 3)
         state.round = 3
-        outs.append(client(ex, model, start, start, plan, data.train, state, torch.arange(3), LocalSGD(lr=0.1 * 0.5)))
+        work = ClientWork(ex, model, start, start, plan, data.train, state, torch.arange(3), LocalSGD(lr=0.1 * 0.5))
+        outs.append(client(work))
         assert set(state.extra[MEANS_KEY].means) == {"x", "y"}
     assert _max_diff(outs[0], outs[1]) < 1e-12
     mx, my = mean_dataset(data.train, 10, 4)

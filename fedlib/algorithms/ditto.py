@@ -25,16 +25,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import torch
-from torch import nn
-
 from fedlib.algorithms.fedavg import FedAvg
 from fedlib.config.options import MethodOptions, option, register
-from fedlib.core.protocols import Executor, RunSpec
-from fedlib.core.stages import Algorithm, MethodState, Params
-from fedlib.core.state import State
-from fedlib.data.federated import BatchPlan, Split
-from fedlib.executors import LocalSGD
+from fedlib.core.protocols import RunSpec
+from fedlib.core.stages import Algorithm, ClientWork, MethodState, Params
 
 
 @dataclass(eq=False)
@@ -55,23 +49,13 @@ class DittoClient:
 
     lam: float
 
-    def __call__(
-        self,
-        executor: Executor,
-        model: nn.Module,
-        start: Params,
-        anchor: Params,
-        plan: BatchPlan,
-        split: Split,
-        state: State,
-        clients: torch.Tensor,
-        local: LocalSGD,
-    ) -> Params:
-        uploaded = executor.train(model, start, plan, split, local)
+    def __call__(self, work: ClientWork) -> Params:
+        uploaded = work.train(work.start)
+        state, clients = work.state, work.clients
         v = PersonalModels.of(state, lambda: PersonalModels({n: t.clone() for n, t in state.client_params.items()})).v
         own = {n: t[clients] for n, t in v.items()}
         # v_k <- argmin F_k(v) + lam/2 ||v - w^t||^2, w^t the model the client received (``start``)
-        personal = executor.train(model, own, plan, split, dataclasses.replace(local, mu=self.lam), anchor=start)
+        personal = work.train(own, opt=dataclasses.replace(work.local, mu=self.lam), anchor=work.start)
         for n, t in personal.items():
             v[n][clients] = t
         return uploaded

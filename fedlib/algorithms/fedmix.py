@@ -96,8 +96,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedlib.config.options import MethodOptions, option, register
-from fedlib.core.protocols import Executor, RunSpec
-from fedlib.core.stages import Algorithm, MethodState, Params, WeightedMean, local_sgd
+from fedlib.core.protocols import RunSpec
+from fedlib.core.stages import Algorithm, ClientWork, MethodState, Params, WeightedMean, local_sgd
 from fedlib.core.state import State
 from fedlib.data.federated import BatchPlan, Split
 from fedlib.executors import FedMixObjective, LocalSGD, NaiveMixObjective, Objective
@@ -165,21 +165,10 @@ class MixClient:
         return NaiveMixObjective(self.lam, means_x, means_y, pair)
 
     # -- the engine's hook --------------------------------------------------------------------
-    def __call__(
-        self,
-        executor: Executor,
-        model: nn.Module,
-        start: Params,
-        anchor: Params,
-        plan: BatchPlan,
-        split: Split,
-        state: State,
-        clients: torch.Tensor,
-        local: LocalSGD,
-    ) -> Params:
-        mx, my = self.means(model, start, split, state)
-        pair = pairing(int(state.round), plan, len(my))
-        return executor.train(model, start, plan, split, local, objective=self.objective(mx, my, pair))
+    def __call__(self, work: ClientWork) -> Params:
+        mx, my = self.means(work.model, work.start, work.split, work.state)
+        pair = pairing(int(work.state.round), work.plan, len(my))
+        return work.train(work.start, objective=self.objective(mx, my, pair))
 
     def means(self, model: nn.Module, start: Params, split: Split, state: State) -> tuple[torch.Tensor, torch.Tensor]:
         """The global mean set, computed once (the clients send their means before training)."""

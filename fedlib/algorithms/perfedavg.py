@@ -28,21 +28,19 @@ from torch import nn
 
 from fedlib.config.options import MethodOptions, option, register
 from fedlib.core.protocols import Executor, RunSpec
-from fedlib.core.stages import Algorithm, MethodState, Params, WeightedMean, local_sgd
+from fedlib.core.stages import Algorithm, ClientWork, MethodState, Params, WeightedMean, local_sgd
 from fedlib.core.state import State
 from fedlib.data.federated import BatchPlan, Split, sample_steps
 from fedlib.executors import LocalSGD
 
 
-def _one_step(
-    executor: Executor, model: nn.Module, params: Params, plan: BatchPlan, s: int, split: Split, lr: float
-) -> Params:
-    return executor.train(model, params, plan.at_steps(slice(s, s + 1)), split, LocalSGD(lr=lr))
+def _one_step(work: ClientWork, params: Params, s: int, lr: float) -> Params:
+    return work.train(params, work.plan.at_steps(slice(s, s + 1)), LocalSGD(lr=lr))
 
 
-def _grad(executor: Executor, model: nn.Module, params: Params, plan: BatchPlan, s: int, split: Split) -> Params:
+def _grad(work: ClientWork, params: Params, s: int) -> Params:
     """grad f(params; batch s) as params - SGD(params, lr=1)."""
-    out = _one_step(executor, model, params, plan, s, split, 1.0)
+    out = _one_step(work, params, s, 1.0)
     return {n: params[n] - out[n] for n in params if params[n].is_floating_point()}
 
 
@@ -54,32 +52,18 @@ class PerFedAvgClient:
     hessian_free: bool = False
     delta: float = 1e-3
 
-    def __call__(
-        self,
-        executor: Executor,
-        model: nn.Module,
-        start: Params,
-        anchor: Params,
-        plan: BatchPlan,
-        split: Split,
-        state: State,
-        clients: torch.Tensor,
-        local: LocalSGD,
-    ) -> Params:
+    def __call__(self, work: ClientWork) -> Params:
         per = 3 if self.hessian_free else 2
-        alpha = local.lr
-        w = {n: t.clone() for n, t in start.items()}
-        for r in range(plan.steps // per):
+        alpha = work.local.lr
+        w = {n: t.clone() for n, t in work.start.items()}
+        for r in range(work.plan.steps // per):
             s = r * per
-            w_tilde = _one_step(executor, model, w, plan, s, split, alpha)
-            g = _grad(executor, model, w_tilde, plan, s + 1, split)
+            w_tilde = _one_step(work, w, s, alpha)
+            g = _grad(work, w_tilde, s + 1)
             if self.hessian_free:
                 plus = {n: w[n] + self.delta * g[n] if n in g else w[n] for n in w}
                 minus = {n: w[n] - self.delta * g[n] if n in g else w[n] for n in w}
-                gp, gm = (
-                    _grad(executor, model, plus, plan, s + 2, split),
-                    _grad(executor, model, minus, plan, s + 2, split),
-                )
+                gp, gm = _grad(work, plus, s + 2), _grad(work, minus, s + 2)
                 g = {n: g[n] - alpha * (gp[n] - gm[n]) / (2 * self.delta) for n in g}
             for n in g:
                 w[n] = w[n] - self.beta * g[n]

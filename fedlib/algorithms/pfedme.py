@@ -37,14 +37,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from fedlib.algorithms.fedmcsa import _COMPONENT, _PLUS_BY_SIZE, MCSAttention
 from fedlib.config.options import MethodOptions, option, register
-from fedlib.core.protocols import Executor, RunSpec
-from fedlib.core.stages import Algorithm, MethodState, Mixing, Params, WeightedMean, local_sgd
-from fedlib.core.state import State
-from fedlib.data.federated import BatchPlan, Split
+from fedlib.core.protocols import RunSpec
+from fedlib.core.stages import Algorithm, ClientWork, MethodState, Mixing, Params, WeightedMean, local_sgd
 from fedlib.executors import LocalSGD
 
 
@@ -67,25 +64,15 @@ class PFedMeClient:
     lam: float
     inner_steps: int
 
-    def __call__(
-        self,
-        executor: Executor,
-        model: nn.Module,
-        start: Params,
-        anchor: Params,
-        plan: BatchPlan,
-        split: Split,
-        state: State,
-        clients: torch.Tensor,
-        local: LocalSGD,
-    ) -> Params:
-        w = {n: t.clone() for n, t in start.items()}
-        theta = {n: t.clone() for n, t in start.items()}
+    def __call__(self, work: ClientWork) -> Params:
+        plan, state = work.plan, work.state
+        w = {n: t.clone() for n, t in work.start.items()}
+        theta = {n: t.clone() for n, t in work.start.items()}
         inner = LocalSGD(lr=self.personal_lr, mu=self.lam)
-        step = local.lr * self.lam  # eta_t lambda (the round's lr; eta_p is not scheduled)
+        step = work.local.lr * self.lam  # eta_t lambda (the round's lr; eta_p is not scheduled)
         for r in range(plan.steps):
             same_batch = plan.at_steps(torch.full((self.inner_steps,), r))  # K steps on batch r
-            theta = executor.train(model, theta, same_batch, split, inner, anchor=w)
+            theta = work.train(theta, same_batch, inner, anchor=w)
             for n, t in w.items():
                 if t.is_floating_point():
                     if plan.active is None:
@@ -97,7 +84,7 @@ class PFedMeClient:
             state, lambda: PersonalizedModels({n: v.clone() for n, v in state.client_params.items()})
         ).theta
         for n, t in theta.items():
-            store[n][clients] = t
+            store[n][work.clients] = t
         return w
 
 

@@ -38,14 +38,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
 
 from fedlib.config.options import MethodOptions, option, register
-from fedlib.core.protocols import Executor, RunSpec
-from fedlib.core.stages import Algorithm, MethodState, Mixing, Params, WeightedMean, local_sgd
-from fedlib.core.state import State
-from fedlib.data.federated import BatchPlan, Split
-from fedlib.executors import LocalSGD
+from fedlib.core.protocols import RunSpec
+from fedlib.core.stages import Algorithm, ClientWork, MethodState, Mixing, Params, WeightedMean, local_sgd
 
 
 @dataclass(eq=False)
@@ -63,18 +59,8 @@ class ScaffoldClient:
 
     control_estimate: str = "update"  # or "gradient": (1 - momentum) times option II's (module docstring)
 
-    def __call__(
-        self,
-        executor: Executor,
-        model: nn.Module,
-        start: Params,
-        anchor: Params,
-        plan: BatchPlan,
-        split: Split,
-        state: State,
-        clients: torch.Tensor,
-        local: LocalSGD,
-    ) -> Params:
+    def __call__(self, work: ClientWork) -> Params:
+        start, plan, state, clients, local = work.start, work.plan, work.state, work.clients, work.local
         names = [n for n, t in start.items() if t.is_floating_point()]
         n_clients = next(iter(state.client_params.values())).shape[0]
         cv = ControlVariates.of(
@@ -87,7 +73,7 @@ class ScaffoldClient:
         c, ci = cv.c, cv.ci
         drift = {n: c[n].unsqueeze(0) - ci[n][clients] for n in names}  # c - c_i
         lr = local.lr
-        trained = executor.train(model, start, plan, split, local, drift=drift)
+        trained = work.train(start, drift=drift)
         steps = (
             torch.full((len(clients),), plan.steps, dtype=torch.float64)
             if plan.active is None

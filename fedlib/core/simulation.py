@@ -18,7 +18,7 @@ from torch import nn
 
 from fedlib.core.callbacks import Callback, Evaluation, declared_traces
 from fedlib.core.protocols import Executor
-from fedlib.core.stages import Algorithm, Params, keep_local, mix
+from fedlib.core.stages import Algorithm, ClientWork, Params, keep_local, mix
 from fedlib.core.state import Round, Run, RunResult, Schedule, moved, start_models
 from fedlib.data.federated import BatchPlan, FederatedData
 from fedlib.models.groups import param_groups
@@ -49,7 +49,8 @@ def run_round(run: Run, t: int) -> Round:
     if alg.local_update is None:
         trained = run.executor.train(run.model, start, plan, data.train, local, anchor=anchor if local.mu else None)
     else:  # a method's own client procedure (pFedMe, SCAFFOLD, ...), built from executor.train calls
-        trained = alg.local_update(run.executor, run.model, start, anchor, plan, data.train, state, tr, local)
+        work = ClientWork(run.executor, run.model, start, anchor, plan, data.train, state, tr, local)
+        trained = alg.local_update(work)
     for name, v in trained.items():
         state.client_params[name][tr] = v
     state.fresh[tr] = False

@@ -159,10 +159,32 @@ def local_sgd(cfg: RunSpec, **changes: float) -> LocalSGD:
 
 
 # -- the composition ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ClientWork:
+    """What a method's client procedure (``Algorithm.local_update``) is handed for the round's K training clients:
+    their indices ``clients``, the models they ``start`` from and their proximal ``anchor`` (name -> (K, ...)),
+    their rows of ``plan`` on ``split``, the run's ``state`` and ``local``, the round's optimiser (the schedule's
+    lr of the round applied: the one lr every client procedure steps with)."""
+
+    executor: Executor
+    model: nn.Module
+    start: Params
+    anchor: Params
+    plan: BatchPlan
+    split: Split
+    state: State
+    clients: torch.Tensor
+    local: LocalSGD
+
+    def train(self, params: Params, plan: BatchPlan | None = None, opt: LocalSGD | None = None, **kw: Any) -> Params:
+        """``executor.train`` of ``params`` on the round's split, with the round's plan and optimiser unless given."""
+        plan, opt = self.plan if plan is None else plan, self.local if opt is None else opt
+        return self.executor.train(self.model, params, plan, self.split, opt, **kw)
+
+
 # the signatures of the stages ``Algorithm`` holds (``State`` quoted: ``fedlib.core.state`` imports this module)
 Aggregate = Callable[[Params, torch.Tensor, np.ndarray], Mixing]  # (uploads, n_k of the uploaders, uploaders)
-# (executor, model, start, anchor, plan, split, state, clients, the round's optimiser) -> trained models
-LocalUpdate = Callable[[Executor, nn.Module, Params, Params, BatchPlan, Split, "State", torch.Tensor, LocalSGD], Params]
+LocalUpdate = Callable[[ClientWork], Params]  # -> the trained models of the work's clients
 ServerStep = Callable[[Params, Params, "State"], Params]  # (global, mean of the uploads, state) -> new global
 BeforeEval = Callable[[Executor, nn.Module, "State", Split, torch.Generator], None]
 
@@ -180,10 +202,8 @@ class Algorithm:
     'received': the last W_i the server sent, FedMCSA's W_local). ``aggregate``: uploads ->
     ``Mixing``. ``shared``: which parameter names travel. ``evaluate``: test the 'global'
     model or each client's own ('personal') model. ``local_update``: a method's own client
-    procedure (default: ``executor.train`` with ``local``), called as
-    ``local_update(executor, model, start, anchor, plan, split, state, clients, local) -> uploaded models``, where
-    ``local`` is the round's optimiser: ``local`` with the schedule's lr of the round already applied, the one lr
-    every client procedure steps with (a procedure's derived optimisers, Ditto's proximal one, are made from it).
+    procedure (default: ``executor.train`` with ``local``), called as ``local_update(work: ClientWork) -> uploaded
+    models``; its derived optimisers (Ditto's proximal one) are made from ``work.local``, the round's.
     ``personal``: the ``MethodState`` class whose ``personal()`` models are evaluated (pFedMe's theta_i), for
     methods that keep them apart from what they upload.
     ``report_global``: also evaluate the global model every round (``gm_*`` columns).
