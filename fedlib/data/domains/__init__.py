@@ -38,25 +38,6 @@ from fedlib.data.domains.registry import (
 from fedlib.data.federated import FederatedData
 from fedlib.data.readers import DatasetNotFoundError
 
-__all__ = [
-    "DATASETS",
-    "DOMAINS",
-    "CLASSES",
-    "DEFAULT_SIZE",
-    "DEFAULT_PERCENT",
-    "FEDBN_TRAIN_BASE",
-    "TEST_FRAC",
-    "digits",
-    "digits_available",
-    "office31",
-    "officehome",
-    "domainnet",
-    "load",
-    "available",
-    "domain_names",
-    "train_count",
-]
-
 
 def load(
     dataset: str, domains=None, percent: float | None = None, seed: int = 0, root=None, size: int | None = None

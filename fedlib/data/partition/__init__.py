@@ -33,16 +33,3 @@ from __future__ import annotations
 from fedlib.data.partition.label_skew import dirichlet, dirichlet_sizes, labels_per_client, labels_per_client_sizes
 from fedlib.data.partition.report import describe, summary
 from fedlib.data.partition.splits import by_domain, iid, shards, split_train_test
-
-__all__ = [
-    "labels_per_client",
-    "labels_per_client_sizes",
-    "shards",
-    "iid",
-    "dirichlet",
-    "dirichlet_sizes",
-    "by_domain",
-    "split_train_test",
-    "summary",
-    "describe",
-]

@@ -102,24 +102,3 @@ from fedlib.data.readers.dispatch import (
     load_usps,
     missing,
 )
-
-__all__ = [
-    "DATASETS",
-    "SPLITS",
-    "DatasetNotFoundError",
-    "DatasetChecksumError",
-    "DatasetFormatError",
-    "MD5",
-    "data_root",
-    "cache_dir",
-    "load_mnist",
-    "load_fashion_mnist",
-    "load_cifar10",
-    "load_usps",
-    "load_mnist_m",
-    "load_svhn",
-    "load_synthdigits",
-    "load",
-    "missing",
-    "available",
-]
