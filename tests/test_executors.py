@@ -403,7 +403,8 @@ def test_shrinking_stack_does_each_clients_steps_only(monkeypatch):
     plan = sample_epochs(data.train, torch.arange(k), 2, 8, torch.Generator().manual_seed(3))
     seen = []
 
-    def record(model, p, plan, data, opt, anchor, drift, objective, clients):
+    def record(g):
+        plan = g.plan
         live = getattr(plan, "live_at", lambda s: plan.index.shape[1])  # (a lock-step plan: every client, always)
         seen.append(sum(live(s) for s in range(plan.steps)))
 

@@ -12,6 +12,7 @@ from fedlib.data.federated import BatchPlan, ShrinkingPlan, sample_steps
 from fedlib.executors import CrossEntropy, LocalSGD, StackedExecutor
 from fedlib.executors.chain import chain_cross_entropy, chain_mean_mixup
 from fedlib.executors.graphs import GroupGraphs, graphs_from_env
+from fedlib.executors.kernels import Group
 from fedlib.executors.sgd import RunsSGD
 from fedlib.models.registry import build_model
 
@@ -64,9 +65,9 @@ def test_everything_a_recording_bakes_in_changes_its_key():
     opt = LocalSGD(lr=0.1)
 
     def key(**kw):
-        args = dict(path=chain_cross_entropy, model=model, p=p, plan=plan, data=data.train, opt=opt, anchor=None,
-                    drift=None) | kw  # fmt: skip
-        return GroupGraphs._key(**args)
+        args = dict(model=model, p=p, plan=plan, data=data.train, opt=opt, anchor=None, drift=None,
+                    objective=CrossEntropy(), clients=None) | kw  # fmt: skip
+        return GroupGraphs._key(args.pop("path", chain_cross_entropy), Group(**args))
 
     base = key()
     assert key() == base  # the same call: the same key
@@ -110,6 +111,8 @@ def test_keys_seen_once_are_remembered_up_to_a_bound():
     graphs.SEEN = 3
     for lr in (0.1, 0.2, 0.3, 0.4, 0.5):
         q = {n: t.clone() for n, t in p.items()}
-        graphs.run(chain_cross_entropy, model, q, plan, data.train, LocalSGD(lr=lr), None, None, CrossEntropy(), None)
+        graphs.run(
+            chain_cross_entropy, Group(model, q, plan, data.train, LocalSGD(lr=lr), None, None, CrossEntropy(), None)
+        )
     assert graphs.eager == 5 and graphs.recorded == 0
     assert [k[6].lr for k in graphs.seen] == [0.3, 0.4, 0.5]

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from fedlib.data.federated import BatchPlan, Split, gather_rows
-from fedlib.executors.kernels import register_fast_path
-from fedlib.executors.objectives import CrossEntropy, FedMixObjective, MixupObjective, NaiveMixObjective, Objective
+from fedlib.data.federated import BatchPlan, gather_rows
+from fedlib.executors.kernels import Group, register_fast_path
+from fedlib.executors.objectives import CrossEntropy, FedMixObjective, MixupObjective, NaiveMixObjective
 from fedlib.executors.sgd import LocalSGD, Params, RunsSGD, _fused_weight_step, _sgd_update
 from fedlib.models.registry import linear_chain
 
@@ -244,18 +243,9 @@ def _repeated_steps(plan: BatchPlan) -> list[bool]:
 
 
 @register_fast_path("chain", CrossEntropy)
-def chain_cross_entropy(
-    model: nn.Module,
-    p: Params,
-    plan: BatchPlan,
-    data: Split,
-    opt: LocalSGD | RunsSGD,
-    anchor: Params | None,
-    drift: Params | None,
-    objective: Objective,
-    clients: slice | torch.Tensor,
-) -> None:
+def chain_cross_entropy(g: Group) -> None:
     """The mean cross-entropy: d/d logits = (softmax - onehot) / n, zero for padded rows."""
+    model, p, plan, data, opt, anchor, drift, *_ = g
     layers = linear_chain(model)
     assert layers is not None  # the chain paths are registered for models whose kernel is "chain"
     W, b, bufs, anchors, drifts = _group_state(layers, p, opt, anchor, drift)
@@ -288,17 +278,7 @@ def chain_cross_entropy(
 
 
 @register_fast_path("chain", FedMixObjective, NaiveMixObjective)
-def chain_mean_mixup(
-    model: nn.Module,
-    p: Params,
-    plan: BatchPlan,
-    data: Split,
-    opt: LocalSGD | RunsSGD,
-    anchor: Params | None,
-    drift: Params | None,
-    objective: Objective,
-    clients: slice | torch.Tensor,
-) -> None:
+def chain_mean_mixup(g: Group) -> None:
     """FedMix / NaiveMix (``objectives.FedMixObjective``, ``NaiveMixObjective``): batched matmuls, no nested ``grad``.
 
     With z = (1 - lam) x_i, logits u = f(z), p = softmax(u), e the one-hot y_i, FedMix's Taylor term is
@@ -312,6 +292,7 @@ def chain_mean_mixup(
     and each weight's gradient is the primal part plus the tangent part: the cost of a plain step at twice the
     batch. NaiveMix is the primal pass alone, on (1 - lam) x_i + lam xbar_j with the soft label.
     """
+    model, p, plan, data, opt, anchor, drift, objective, clients = g
     layers = linear_chain(model)
     assert layers is not None  # the chain paths are registered for models whose kernel is "chain"
     W, b, bufs, anchors, drifts = _group_state(layers, p, opt, anchor, drift)

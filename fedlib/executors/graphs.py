@@ -33,11 +33,10 @@ import os
 from collections import OrderedDict
 
 import torch
-from torch import nn
 
-from fedlib.data.federated import BatchPlan, ShrinkingPlan, Split
+from fedlib.data.federated import BatchPlan, ShrinkingPlan
 from fedlib.executors.chain import chain_cross_entropy
-from fedlib.executors.kernels import FastPath
+from fedlib.executors.kernels import FastPath, Group
 from fedlib.executors.objectives import CrossEntropy, Objective
 from fedlib.executors.sgd import LocalSGD, Params, RunsSGD
 
@@ -86,45 +85,34 @@ class GroupGraphs:
         )
 
     @staticmethod
-    def _key(path, model, p, plan, data: Split, opt, anchor, drift) -> tuple:
+    def _key(path: FastPath, g: Group) -> tuple:
+        plan, data = g.plan, g.data
         live = plan.live if isinstance(plan, ShrinkingPlan) else None
         return (
             path,
-            id(model),
-            _tensors(p),
+            id(g.model),
+            _tensors(g.p),
             tuple(plan.index.shape),
             plan.weight is None,
             live,
-            opt,
-            _tensors(anchor),
-            _tensors(drift),
+            g.opt,
+            _tensors(g.anchor),
+            _tensors(g.drift),
             (data.x.data_ptr(), tuple(data.x.shape), data.x.dtype, data.y.data_ptr(), tuple(data.y.shape)),
         )
 
-    def run(
-        self,
-        path: FastPath,
-        model: nn.Module,
-        p: Params,
-        plan: BatchPlan,
-        data: Split,
-        opt: LocalSGD | RunsSGD,
-        anchor: Params | None,
-        drift: Params | None,
-        objective: Objective,
-        clients: slice | torch.Tensor,
-    ) -> None:
-        """Train the group as ``path`` would (in place in ``p``): replayed, recorded then replayed, or eagerly."""
-        key = self._key(path, model, p, plan, data, opt, anchor, drift)
+    def run(self, path: FastPath, g: Group) -> None:
+        """Train the group as ``path`` would (in place in ``g.p``): replayed, recorded then replayed, or eagerly."""
+        key = self._key(path, g)
         entry = self.graphs.get(key)
         if entry is None and key not in self.seen:
             self.seen[key] = None
             while len(self.seen) > self.SEEN:
                 self.seen.popitem(last=False)
             self.eager += 1
-            return path(model, p, plan, data, opt, anchor, drift, objective, clients)
+            return path(g)
         if entry is None:
-            entry = self._record(path, model, p, plan, data, opt, anchor, drift, objective, clients)
+            entry = self._record(path, g)
             self.graphs[key] = entry
             self.recorded += 1
             while len(self.graphs) > self.capacity:
@@ -132,33 +120,36 @@ class GroupGraphs:
         else:
             self.graphs.move_to_end(key)
             self.hits += 1
-        graph, sp, splan, sanchor, sdrift = entry
-        _copy_in(sp, p)
-        _copy_in(sanchor, anchor)
-        _copy_in(sdrift, drift)
-        splan.index.copy_(plan.index)
-        if plan.weight is not None:
-            splan.weight.copy_(plan.weight)
+        graph, static = entry
+        _copy_in(static.p, g.p)
+        _copy_in(static.anchor, g.anchor)
+        _copy_in(static.drift, g.drift)
+        static.plan.index.copy_(g.plan.index)
+        if g.plan.weight is not None:
+            assert static.plan.weight is not None  # the key holds whether the plan has weights
+            static.plan.weight.copy_(g.plan.weight)
         graph.replay()
-        for n, t in p.items():
-            t.copy_(sp[n])
+        for n, t in g.p.items():
+            t.copy_(static.p[n])
 
     @staticmethod
-    def _record(path, model, p, plan, data, opt, anchor, drift, objective, clients):
+    def _record(path: FastPath, g: Group) -> tuple[torch.cuda.CUDAGraph, Group]:
         """The group's loop recorded on the recording's own input tensors (the key's second sighting)."""
         clone = lambda d: None if d is None else {n: t.clone() for n, t in d.items()}
-        sp, sanchor, sdrift = clone(p), clone(anchor), clone(drift)
-        weight = None if plan.weight is None else plan.weight.clone()
-        splan = dataclasses.replace(plan, index=plan.index.clone(), weight=weight)  # a ShrinkingPlan keeps ``live``
+        weight = None if g.plan.weight is None else g.plan.weight.clone()
+        plan = dataclasses.replace(g.plan, index=g.plan.index.clone(), weight=weight)  # a ShrinkingPlan keeps ``live``
+        static = g._replace(
+            p={n: t.clone() for n, t in g.p.items()}, plan=plan, anchor=clone(g.anchor), drift=clone(g.drift)
+        )
         side = torch.cuda.Stream()  # a warm-up on a side stream first, as torch's CUDA graph notes ask
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            path(model, sp, splan, data, opt, sanchor, sdrift, objective, clients)
+            path(static)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            path(model, sp, splan, data, opt, sanchor, sdrift, objective, clients)
-        return graph, sp, splan, sanchor, sdrift
+            path(static)
+        return graph, static
 
 
 def _copy_in(static: Params | None, given: Params | None) -> None:

@@ -3,25 +3,42 @@
 Kernels are what ``fedlib.models.registry.kernel_of`` says a model supports (``fedlib.models.registry.KERNELS``): "chain" (a
 Flatten/Linear/ReLU chain: hand-written batched matmuls), "vmap" (buffer-free: ``torch.func.vmap`` over
 ``functional_call``), "loop" (anything, e.g. BatchNorm: the per-client loop executor only). A fast path is a function
-
-    path(model, params, plan, data, opt, anchor, drift, objective, clients) -> None
-
-that trains one client group in place (``params``, ``anchor``, ``drift``: the group's rows; ``plan``: the group's
-plan; ``clients``: the group's slice of the full plan, for ``objective.context``). Fast paths live in this
+``path(group: Group) -> None`` that trains one client group in place. Fast paths live in this
 package (``executors.chain`` registers its own on import); for any other (kernel, objective) the stacked
 executor takes its generic ``vmap(grad(objective.loss))`` path.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from fedlib.data.federated import BatchPlan, Split
+    from fedlib.executors.objectives import Objective
+    from fedlib.executors.sgd import LocalSGD, Params, RunsSGD
+
+
+class Group(NamedTuple):
+    """One client group's training as a fast path receives it: ``p`` (trained in place), ``anchor`` and ``drift``
+    are the group's rows, ``plan`` the group's plan and ``clients`` the group's slice of the full plan (for
+    ``objective.context``)."""
+
+    model: nn.Module
+    p: Params
+    plan: BatchPlan
+    data: Split
+    opt: LocalSGD | RunsSGD
+    anchor: Params | None
+    drift: Params | None
+    objective: Objective
+    clients: slice | torch.Tensor
+
 
 FAST_PATHS: dict[tuple[str, type], FastPath] = {}
-
-
-# a fast path: (model, params, plan, data, opt, anchor, drift, objective, clients) -> None, training the client
-# group's ``params`` in place (``chain.chain_cross_entropy``)
-FastPath = Callable[..., None]
+FastPath = Callable[[Group], None]  # trains the group's ``p`` in place (``chain.chain_cross_entropy``)
 
 
 def register_fast_path(kernel: str, *objective_types: type) -> Callable[[FastPath], FastPath]:

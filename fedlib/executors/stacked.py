@@ -18,7 +18,7 @@ from fedlib.data.federated import BatchPlan, ShrinkingPlan, Split, gather_rows
 from fedlib.executors import evaluation
 from fedlib.executors.graphs import GroupGraphs, graphs_from_env
 from fedlib.executors.hardware import cache_bytes
-from fedlib.executors.kernels import fast_path
+from fedlib.executors.kernels import FastPath, Group, fast_path
 from fedlib.executors.objectives import CrossEntropy, Objective
 from fedlib.executors.sgd import LocalSGD, Params, RunsSGD, _check, _sgd_update, restrict
 from fedlib.models.registry import kernel_of, linear_chain
@@ -166,14 +166,14 @@ class StackedExecutor:
             p = {n: t[sl] for n, t in out.items()}  # views: updates land in ``out``
             anc = None if anchor is None else {n: t[sl] for n, t in anchor.items()}
             dr = None if drift is None else {n: t[sl] for n, t in drift.items()}
-            self._group(path, model, p, plan.clients(sl), data, restrict(opt, sl), anc, dr, objective, sl)
+            self._group(path, Group(model, p, plan.clients(sl), data, restrict(opt, sl), anc, dr, objective, sl))
         return out
 
-    def _group(self, path, model, p, plan, data, opt, anchor, drift, objective, clients) -> None:
+    def _group(self, path: FastPath, g: Group) -> None:
         """One client group through ``path``, replayed as a CUDA graph where this executor records them."""
-        if self.graphs is not None and GroupGraphs.eligible(path, plan, opt, objective, p):
-            return self.graphs.run(path, model, p, plan, data, opt, anchor, drift, objective, clients)
-        path(model, p, plan, data, opt, anchor, drift, objective, clients)
+        if self.graphs is not None and GroupGraphs.eligible(path, g.plan, g.opt, g.objective, g.p):
+            return self.graphs.run(path, g)
+        path(g)
 
     def _train_shrinking(self, model, params, plan, data, opt, anchor, drift, objective, path) -> Params:
         """A plan with inactive steps (epoch-based training of unequal clients): no work for them.
@@ -217,25 +217,16 @@ class StackedExecutor:
             p = {n: t[sl] for n, t in out.items()}
             anc = None if anchor is None else {n: t[sl] for n, t in anchor.items()}
             dr = None if drift is None else {n: t[sl] for n, t in drift.items()}
-            self._group(path, model, p, sub, data, restrict(opt, sl), anc, dr, objective, order_d[sl])
+            self._group(path, Group(model, p, sub, data, restrict(opt, sl), anc, dr, objective, order_d[sl]))
         result = {n: torch.empty_like(t) for n, t in params.items()}
         for n, t in out.items():
             result[n][order_d] = t
         return result
 
 
-def _vmap_path(
-    model: nn.Module,
-    p: Params,
-    plan: BatchPlan,
-    data: Split,
-    opt: LocalSGD,
-    anchor: Params | None,
-    drift: Params | None,
-    objective: Objective,
-    clients,
-) -> None:
+def _vmap_path(g: Group) -> None:
     """Any buffer-free model, any objective: ``vmap(grad(objective.loss))`` over ``functional_call``."""
+    model, p, plan, data, opt, anchor, drift, objective, clients = g
     from torch.func import grad, vmap
 
     names = [n for n, _ in model.named_parameters()]
@@ -264,17 +255,7 @@ def _vmap_path(
             _sgd_update(p[n][:k], grads[n], None if bufs is None else bufs[n][:k], a, opt, act, c)
 
 
-def _vmap_buffers_path(
-    model: nn.Module,
-    p: Params,
-    plan: BatchPlan,
-    data: Split,
-    opt: LocalSGD,
-    anchor: Params | None,
-    drift: Params | None,
-    objective: Objective,
-    clients,
-) -> None:
+def _vmap_buffers_path(g: Group) -> None:
     """Models with buffers (BatchNorm: pFedLA's LeNet-BN, AlexNet-BN, MobileNetV2, FedBN's local statistics):
     ``vmap(grad(objective.loss))`` over ``functional_call(model, (parameters, buffers))`` with every client's own
     buffers, which BatchNorm updates in place (running mean and variance, ``num_batches_tracked``) per client.
@@ -284,6 +265,8 @@ def _vmap_buffers_path(
     steps alone on its own rows. Selected with ``StackedExecutor(kernel="vmap")``; ``make_executor("auto")`` keeps
     such models on the loop (whose float32 results the stored runs hold)."""
     from torch.func import grad, vmap
+
+    model, p, plan, data, opt, anchor, drift, objective, clients = g
 
     names = [n for n, _ in model.named_parameters()]
     bnames = [n for n, _ in model.named_buffers()]
