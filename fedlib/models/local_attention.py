@@ -60,7 +60,20 @@ def eca_kernel_size(channels: int, gamma: float = 2, b: float = 1) -> int:
     return t if t % 2 else t + 1
 
 
-class SE(nn.Module):
+class _Attention(nn.Module):
+    """An attention slot: its output is the input times the module's ``mask(x)``, and it is a local module (pFedLA
+    keeps it on the client: its ``fedlib_group``, read by ``fedlib.models.groups``)."""
+
+    fedlib_group = "attn"
+
+    def mask(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.mask(x)
+
+
+class SE(_Attention):
     """Squeeze-and-excitation (Hu et al. 2018): mask = sigmoid(W2 relu(W1 avgpool(h))), W1: C -> max(1, C // r).
 
     In pFedLA's nets the slot input follows a ReLU, so z >= 0; with very few hidden units (LeNet's first
@@ -68,8 +81,6 @@ class SE(nn.Module):
     about half the time for one unit), and that slot's mask then stays at sigmoid(0) = 1/2: a property
     of SE at this size, kept as is.
     """
-
-    fedlib_group = "attn"  # a local module: pFedLA keeps it on the client (fedlib.models.groups)
 
     def __init__(self, channels: int, reduction: int = 16):
         super().__init__()
@@ -81,14 +92,9 @@ class SE(nn.Module):
         z = x.mean(dim=(2, 3))
         return torch.sigmoid(self.fc2(torch.relu(self.fc1(z))))[:, :, None, None]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.mask(x)
 
-
-class ECA(nn.Module):
+class ECA(_Attention):
     """Efficient channel attention (Wang et al. 2020): mask = sigmoid(conv1d_k(avgpool(h)) over channels)."""
-
-    fedlib_group = "attn"  # a local module: pFedLA keeps it on the client (fedlib.models.groups)
 
     def __init__(self, channels: int, gamma: float = 2, b: float = 1, bias: bool = False):
         super().__init__()
@@ -99,14 +105,9 @@ class ECA(nn.Module):
         z = x.mean(dim=(2, 3)).unsqueeze(1)  # (N, 1, C): channels as the 1-D axis
         return torch.sigmoid(self.conv(z)).squeeze(1)[:, :, None, None]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.mask(x)
 
-
-class CA(nn.Module):
+class CA(_Attention):
     """Coordinate attention (Hou et al. 2021): mask = a_h (N,C,H,1) * a_w (N,C,1,W), mip = max(min_mid, C // r)."""
-
-    fedlib_group = "attn"  # a local module: pFedLA keeps it on the client (fedlib.models.groups)
 
     def __init__(self, channels: int, reduction: int = 32, min_mid: int = 8):
         super().__init__()
@@ -127,14 +128,9 @@ class CA(nn.Module):
         a_w = torch.sigmoid(self.conv_w(y_w.transpose(2, 3)))  # (N, C, 1, W)
         return a_h * a_w
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.mask(x)
 
-
-class Hybrid(nn.Module):
+class Hybrid(_Attention):
     """pFedLA_h (Eqs. 7-8): mask = sum_k softmax(u)_k a_k over k in (SE, ECA, CA); u starts at 0 (1/3 each)."""
-
-    fedlib_group = "attn"  # a local module: pFedLA keeps it on the client (fedlib.models.groups)
 
     MECHANISMS = ("se", "eca", "ca")
 
@@ -161,9 +157,6 @@ class Hybrid(nn.Module):
     def mask(self, x: torch.Tensor) -> torch.Tensor:
         u = self.weights()
         return u[0] * self.se.mask(x) + u[1] * self.eca.mask(x) + u[2] * self.ca.mask(x)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.mask(x)
 
 
 def make_attention(
