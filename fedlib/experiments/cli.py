@@ -39,6 +39,7 @@ from fedlib.runs import scheduling
 from fedlib.runs.malloc import mode as malloc_mode
 from fedlib.runs.scheduling import BATCH
 from fedlib.runs.store import Store, StoreNotWritable, checkpoint_seconds
+from fedlib.runs.threads import check as check_threads
 
 
 def main(argv=None) -> int:
@@ -83,6 +84,13 @@ def main(argv=None) -> int:
         default=None,
         help="with --backend ray: the Ray head, HOST:PORT (default: RAY_ADDRESS, else a Ray instance on this machine)",
     )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads this process computes with (default: OMP_NUM_THREADS if set, else the cores other processes "
+        "leave free, rechecked while training); --jobs workers compute with one each",
+    )
     ap.add_argument("--cpus-per-run", type=int, default=None, help="with --backend ray: CPUs (threads) per task (1)")
     ap.add_argument(
         "--gpus-per-run",
@@ -96,6 +104,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         args.jobs = scheduling.jobs_arg(args.jobs)
+        check_threads(args.threads)
         malloc_mode()  # a bad FEDLIB_MALLOC: here, not as a traceback from every worker
         graphs_from_env()  # a bad FEDLIB_CUDA_GRAPHS likewise
         checkpoint_seconds()  # and FEDLIB_CHECKPOINT_SECONDS (a traceback from the grid)
@@ -205,7 +214,8 @@ def _main(ap, args, where, backend) -> int:
         else:
             cols = ("dataset", "model", "algorithm", "sigma", "seed")
             try:
-                table = _table(queue, store, cols, jobs=args.jobs, backend=backend, batch=args.batch)
+                table = _table(queue, store, cols, jobs=args.jobs, backend=backend, batch=args.batch,
+                               threads=args.threads)  # fmt: skip
             except (ConnectionError, ImportError, StoreNotWritable, *DATA_ERRORS) as e:
                 # a wrong --address / RAY_ADDRESS, Ray not installed; a store that is a file or read-only (refused
                 # before anything trains); a data file absent, damaged or malformed (the message names it; the runs

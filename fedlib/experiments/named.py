@@ -22,6 +22,7 @@ from fedlib.runs import estimates, grids
 from fedlib.runs.grids import expand, results_frame, run_configs
 from fedlib.runs.scheduling import BATCH
 from fedlib.runs.store import Store
+from fedlib.runs.threads import check as check_threads
 
 
 class NothingStoredError(LookupError):
@@ -87,12 +88,14 @@ class Experiment:
         backend="local",
         address: str | None = None,
         batch: int = BATCH,
+        threads: int | None = None,
     ) -> "Experiment":
         """Train the configs not yet stored (``jobs`` at a time, up to ``batch`` runs as one model, or on a Ray
-        cluster: ``backend='ray'``, ``address``; see ``grids.run_configs``) and keep the summary table."""
+        cluster: ``backend='ray'``, ``address``; ``threads``: this process's; see ``grids.run_configs``) and keep
+        the summary table."""
         self.__dict__["table"] = _table(
             self.configs, self.store, self.columns, progress=progress, jobs=jobs, backend=backend, address=address,
-            batch=batch,
+            batch=batch, threads=threads,
         )  # fmt: skip
         self.__dict__.pop("frame", None)
         return self
@@ -221,6 +224,7 @@ def experiment(
     backend="local",
     address: str | None = None,
     batch: int = BATCH,
+    threads: int | None = None,
 ) -> Experiment:
     """Experiment ``name`` at ``profile`` (explicit beats env FEDLIB_PROFILE; default 'quick') over the data sets
     present: trained where not stored (``jobs`` at a time; None: one process per core, ``scheduling.default_jobs``), or
@@ -235,9 +239,12 @@ def experiment(
     ``'local'`` (this machine, ``jobs`` processes) or ``'ray'`` (each unit of runs a task on the Ray cluster at
     ``address``, else ``RAY_ADDRESS``, else a local Ray instance; or a ``ray_backend.RayBackend``); this process stores
     the results either way. ``batch``: runs that share data, model and method train up to that many at a time as one
-    model, each with its solo run's numbers (``fedlib.runs.batching``; 1: one at a time)."""
+    model, each with its solo run's numbers (``fedlib.runs.batching``; 1: one at a time). ``threads``: what this
+    process computes with (None: ``OMP_NUM_THREADS`` if set, else the cores other processes leave free:
+    ``fedlib.runs.threads``)."""
     profile = resolve_profile(profile)
     grids.ray_backend(backend, address, jobs)  # bad values fail here, before any training
+    check_threads(threads)
     if name not in profiles.EXPERIMENTS:
         raise ValueError(f"experiment={name!r} is not one of: {', '.join(profiles.EXPERIMENTS)}")
     if available is not None and not isinstance(available, profiles.Available):
@@ -280,7 +287,7 @@ def experiment(
         raise ValueError(f"where={where} matches none of the {len(every)} configs of {name!r} ({present})")
     explore = store if given is not None else Store.of(None, "quick")  # the exploring profiles' default
     ex = Experiment(name, profile, base, grid, cfgs, absent, store, stored_only, inputs, after, explore)
-    return ex if stored_only else ex.train(jobs, progress, backend, address, batch)
+    return ex if stored_only else ex.train(jobs, progress, backend, address, batch, threads)
 
 
 def configs(name: str, profile: str | None = None, where: dict | None = None):

@@ -19,6 +19,8 @@ from fedlib.runs.malloc import mode as malloc_mode
 from fedlib.runs.pool import _run_parallel
 from fedlib.runs.scheduling import BATCH, _longest_first, batches, check_jobs, default_jobs
 from fedlib.runs.store import Store
+from fedlib.runs.threads import check as check_threads
+from fedlib.runs.threads import computing
 from fedlib.runs.train import config_arg, configs_arg, run, train_together
 
 
@@ -59,15 +61,25 @@ def run_grid(
     backend="local",
     address: str | None = None,
     batch: int = BATCH,
+    threads: int | None = None,
 ) -> pd.DataFrame:
     """Run every config of the grid (skipping stored ones); one summary row per config. ``jobs``, ``backend``,
-    ``address``, ``batch``: where and how the runs train (``run_configs``)."""
+    ``address``, ``batch``, ``threads``: where and how the runs train (``run_configs``)."""
     cfgs = expand(base, grid)  # validates every config before any training starts
     # the varied fields by their flat names: with dotted ones (``local.lr``) the flat column (``lr``, from
     # ``cfg.changed()``) would be NaN wherever a run had the default value
     varied = ["algorithm", "seed"] + [flat_name(k) for g in ([grid] if isinstance(grid, dict) else grid) for k in g]
     return run_configs(
-        cfgs, store, progress, data_root, varied, jobs=jobs, backend=backend, address=address, batch=batch
+        cfgs,
+        store,
+        progress,
+        data_root,
+        varied,
+        jobs=jobs,
+        backend=backend,
+        address=address,
+        batch=batch,
+        threads=threads,
     )
 
 
@@ -104,6 +116,7 @@ def run_configs(
     backend="local",
     address: str | None = None,
     batch: int = BATCH,
+    threads: int | None = None,
 ) -> pd.DataFrame:
     """Run validated configs (skipping stored ones); one summary row per config, in the order given.
 
@@ -123,8 +136,12 @@ def run_configs(
     ``address`` (else ``RAY_ADDRESS``; neither: a local Ray instance), each unit of up to ``batch`` runs as a task,
     submitted in the same order (stopped, then longest first) and balanced in the same seconds; the results come back
     to this process, which stores them (see ``fedlib.runs.ray_backend``).
+
+    ``threads``: what this process computes with while ``jobs=1`` (None: ``OMP_NUM_THREADS`` if set, else the cores
+    other processes leave free, see ``fedlib.runs.threads``); worker processes compute with one thread each.
     """
     check_jobs(jobs)
+    check_threads(threads)
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise ValueError(f"batch={batch!r} must be an integer >= 1 (runs trained together at most; 1: one at a time)")
     cfgs = configs_arg(cfgs)
@@ -153,11 +170,12 @@ def run_configs(
         if jobs > 1 and len(units) > 1:
             _run_parallel(units, store, jobs, progress, data_root, cost)
         else:
-            for unit in units:
-                if len(unit) > 1:
-                    train_together(unit, store, progress, data_root)
-                elif unit[0] in stopped:
-                    run(unit[0], store, progress=progress, data_root=data_root)
+            with computing(threads, todo[0].resolved_device() if todo else "cpu"):
+                for unit in units:
+                    if len(unit) > 1:
+                        train_together(unit, store, progress, data_root)
+                    else:
+                        run(unit[0], store, progress=progress, data_root=data_root)
     bar = tqdm(cfgs, desc=f"grid ({len(todo)} to run, {len(cfgs) - len(todo)} stored)", disable=not progress)
     # columns: every field the grid varies (even where a value equals the default), then the summary
     rows = []

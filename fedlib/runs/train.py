@@ -28,6 +28,7 @@ from fedlib.executors.hardware import cpu_name
 from fedlib.models.local_attention import per_client_attention
 from fedlib.models.registry import build_model
 from fedlib.runs import feasibility, openmp, worker
+from fedlib.runs import threads as threads_module
 from fedlib.runs.checkpoint import Checkpoint, Checkpointing, DeferredInterrupt, StopOnRequest, git_commit
 from fedlib.runs.malloc import keep_freed_memory
 from fedlib.runs.malloc import mode as malloc_mode
@@ -89,13 +90,17 @@ def train(
     *,
     together=None,
     callbacks: Sequence[Callback] = (),
+    threads: int | None = None,
 ) -> RunResult:
     """Train ``cfg`` from scratch (no store): the pure function behind ``run``; with a ``checkpoint``, continue
     from its snapshot if there is one (same result) and snapshot while training. ``device``: where a ``device='auto'``
     config trains (default: ``cfg.resolved_device()``; a Ray task passes the device its resources hold).
     ``together``: a ``_Together`` when the run trains batched with others (``train_together``): their shared data,
     the run's gang executor, the stop flag and the batch's progress. ``callbacks``: more for ``simulate`` (after the
-    evaluation and progress bar; e.g. the benchmark's stage timer)."""
+    evaluation and progress bar; e.g. the benchmark's stage timer). ``threads``: torch's thread count on a CPU (None:
+    ``OMP_NUM_THREADS`` if set, else the cores other processes leave free, rechecked while training:
+    ``fedlib.runs.threads``); the run's metadata records it."""
+    threads_module.check(threads)
     cfg.validate()
     feasibility.check(cfg)  # refuse a run that cannot fit before loading its data
     device = device if device is not None and cfg.device == "auto" else cfg.resolved_device()
@@ -124,14 +129,21 @@ def train(
     tick = together.tick if together is not None else worker.rounds.tick if worker.rounds is not None else None
     loc = cfg.local
     schedule = Schedule(loc.local_steps, loc.local_epochs, loc.batch_size, loc.lr_decay)
-    with run_callbacks(cfg.rounds, checkpoint=checkpoint, stop=together.stop if together is not None else None,
-                       on_round=tick, eval_every=cfg.eval_every, eval_train=cfg.eval_train, progress=progress,
-                       desc=f"{cfg.method.NAME} {cfg.data.dataset}/{m.name}", extra=callbacks) as cbs:  # fmt: skip
-        result = simulate(algorithm, data, model, executor, schedule, rounds=cfg.rounds, seed=cfg.seed,
-                          callbacks=cbs, client_init=client_init)  # fmt: skip
+    with threads_module.computing(threads, device) as chosen:
+        watch = [threads_module.LoadWatch()] if chosen["threads_by"] == "fedlib" and together is None else []
+        with run_callbacks(cfg.rounds, checkpoint=checkpoint, stop=together.stop if together is not None else None,
+                           on_round=tick, eval_every=cfg.eval_every, eval_train=cfg.eval_train, progress=progress,
+                           desc=f"{cfg.method.NAME} {cfg.data.dataset}/{m.name}", extra=[*callbacks, *watch]) as cbs:  # fmt: skip
+            result = simulate(algorithm, data, model, executor, schedule, rounds=cfg.rounds, seed=cfg.seed,
+                              callbacks=cbs, client_init=client_init)  # fmt: skip
     resumed, simulated = result.meta.get("resumed", []), dict(result.meta)  # simulate's meta
     before = resumed[-1]["elapsed"] if resumed else 0.0  # wall time of the interrupted part(s)
     result.meta = _meta(cfg, device, time.perf_counter() - t0 + before, executor.name)
+    if together is None:  # a batched run's thread computes on one thread; ``openmp.threads`` reports the batch's
+        result.meta["threads"] = chosen["threads"]  # the count at the start (the block has ended: torch's is back)
+    result.meta["threads_by"] = chosen["threads_by"]
+    if "threads_seen" in simulated:  # the counts LoadWatch set while the run trained
+        result.meta["threads_seen"] = simulated["threads_seen"]
     if resumed:
         result.meta["resumed"] = resumed
     if together is not None:  # trained as one model with others (wall_seconds: the batch's, shared)
@@ -164,10 +176,17 @@ def config_arg(cfg, name: str = "cfg") -> RunConfig:
 
 
 def run(
-    cfg: RunConfig, store: Store | None = None, progress: bool = True, force: bool = False, data_root=None
+    cfg: RunConfig,
+    store: Store | None = None,
+    progress: bool = True,
+    force: bool = False,
+    data_root=None,
+    threads: int | None = None,
 ) -> RunResult:
     """The stored result of ``cfg``, training and storing it first if needed (``force`` retrains from scratch).
-    Training snapshots itself every few minutes (``Store.checkpoint``): an interrupted run continues from there."""
+    Training snapshots itself every few minutes (``Store.checkpoint``): an interrupted run continues from there.
+    ``threads``: as ``train``'s."""
+    threads_module.check(threads)
     config_arg(cfg).validate()
     store = Store.of(store)
     malloc_mode()  # a bad FEDLIB_MALLOC is an error here, not when training starts
@@ -181,7 +200,7 @@ def run(
     checkpoint = store.checkpoint(cfg)
     if force:
         checkpoint.clear()
-    result = train(cfg, progress, data_root, checkpoint)
+    result = train(cfg, progress, data_root, checkpoint, threads=threads)
     store.save(cfg, result, replace=force)
     checkpoint.clear()
     return result
@@ -255,6 +274,7 @@ def train_unit(
 
         return fn
 
-    outcomes, _ = run_together([job(c) for c in cfgs], executor)
+    with threads_module.computing(device=device):  # the merged arithmetic's threads (each run's own compute with one)
+        outcomes, _ = run_together([job(c) for c in cfgs], executor)
     bar.close()
     return outcomes

@@ -10,6 +10,7 @@ import time
 import torch
 
 group_bytes: int | None = None  # this process's cache budget for client groups (None: the one-process default)
+fixed_threads: int | None = None  # the threads ``worker_setup`` gave this process (None: not a worker)
 
 
 class RoundReport:
@@ -56,6 +57,7 @@ def worker_setup(jobs: int, threads: int = 1) -> None:
     share the L3; see ``StackedExecutor``)."""
     from fedlib.executors import PROCESS_CACHE_BYTES
 
-    global group_bytes
+    global group_bytes, fixed_threads
     torch.set_num_threads(threads)
+    fixed_threads = threads
     group_bytes = PROCESS_CACHE_BYTES // jobs  # a value handed to each executor this process makes
