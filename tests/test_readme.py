@@ -62,3 +62,16 @@ def test_the_claims_table_quotes_the_reproduction_page():
         full = set(re.findall(r"\d+(?:\.\d+)?", _cells(theirs[0])[1]))
         quoted = re.findall(r"\d+(?:\.\d+)?", found)
         assert quoted and not set(quoted) - full, (claim, sorted(set(quoted) - full))
+
+
+def test_the_citation_block_matches_citation_cff():
+    """The README's BibTeX and CITATION.cff name the same version (the package's), titles and authors."""
+    cff = (README.parent / "CITATION.cff").read_text()
+    bib = re.search(r"^```bibtex\n(.*?)^```", README.read_text(), re.S | re.M).group(1)
+    version = re.search(r"^version: (\S+)$", cff, re.M).group(1)
+    assert version == fedlib.__version__ and f"version = {{{version}}}" in bib
+    flat = re.sub(r"[{}\s]+", " ", bib)
+    for title in re.findall(r'^\s+title: "(.*)"$', cff, re.M)[1:]:  # the references' titles (the first is fedlib's)
+        assert title in flat, title
+    for family in re.findall(r"family-names: (.+)$", cff, re.M):
+        assert f"{family}, " in bib, family
