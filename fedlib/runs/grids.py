@@ -158,7 +158,12 @@ def run_configs(
                     train_together(unit, store, progress, data_root)
                 elif unit[0] in stopped:
                     run(unit[0], store, progress=progress, data_root=data_root)
-    bar = tqdm(cfgs, desc=f"grid ({len(todo)} to run, {len(cfgs) - len(todo)} stored)", disable=not progress)
+    # a bar only while runs train here (the rest load from the store in moments), cleared when done: in a notebook a
+    # bar is a widget, whose saved output reads as frozen ("grid (0 to run, 126 stored): 0%") once its state is gone
+    left = sum(not store.has(c) for c in todo)
+    bar = tqdm(
+        cfgs, desc=f"grid ({left} to run, {len(cfgs) - left} stored)", disable=not progress or not left, leave=False
+    )
     # columns: every field the grid varies (even where a value equals the default), then the summary
     rows = []
     for cfg in bar:
