@@ -163,25 +163,31 @@ def run_configs(
     if cluster is not None or jobs > 1:  # the longest runs first, so that short ones fill the end (stopped ones first)
         device = todo[0].resolved_device() if todo else None
         todo, cost = _longest_first(todo, known_times(store, device), keep=len(stopped))
-    if cluster is not None:
-        cluster.run(todo, store, progress, data_root, batch, cost=cost)
-    else:
-        units = batches(todo, batch, jobs, cost=cost)
-        if jobs > 1 and len(units) > 1:
-            _run_parallel(units, store, jobs, progress, data_root, cost)
+    with computing(threads, todo[0].resolved_device() if todo else "cpu"):  # this process's threads, for both loops
+        if cluster is not None:
+            cluster.run(todo, store, progress, data_root, batch, cost=cost)
         else:
-            with computing(threads, todo[0].resolved_device() if todo else "cpu"):
+            units = batches(todo, batch, jobs, cost=cost)
+            if jobs > 1 and len(units) > 1:
+                _run_parallel(units, store, jobs, progress, data_root, cost)
+            else:
                 for unit in units:
                     if len(unit) > 1:
                         train_together(unit, store, progress, data_root)
-                    else:
+                    elif unit[0] in stopped:
                         run(unit[0], store, progress=progress, data_root=data_root)
-    bar = tqdm(cfgs, desc=f"grid ({len(todo)} to run, {len(cfgs) - len(todo)} stored)", disable=not progress)
-    # columns: every field the grid varies (even where a value equals the default), then the summary
-    rows = []
-    for cfg in bar:
-        res = run(cfg, store, progress=progress, data_root=data_root)
-        rows.append({"key": cfg.key(), **cfg.changed(), **{k: cfg.get(k) for k in columns}, **res.summary()})
+        # a bar only while runs train here (the rest load from the store in moments), cleared when done: in a notebook
+        # a bar is a widget, whose saved output reads as frozen ("grid (0 to run, 126 stored): 0%") once its state is
+        # gone
+        left = sum(not store.has(c) for c in todo)
+        bar = tqdm(
+            cfgs, desc=f"grid ({left} to run, {len(cfgs) - left} stored)", disable=not progress or not left, leave=False
+        )
+        # columns: every field the grid varies (even where a value equals the default), then the summary
+        rows = []
+        for cfg in bar:
+            res = run(cfg, store, progress=progress, data_root=data_root)
+            rows.append({"key": cfg.key(), **cfg.changed(), **{k: cfg.get(k) for k in columns}, **res.summary()})
     return pd.DataFrame(rows)
 
 
