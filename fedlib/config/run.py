@@ -37,7 +37,7 @@ from functools import partial
 from typing import Any
 
 from fedlib import algorithms  # noqa: F401  (registers every method's options class)
-from fedlib.config import legacy
+from fedlib.config import legacy, presets
 from fedlib.config.legacy import LEGACY, SCHEMA, flat_field_names, flat_name, flat_of
 from fedlib.config.options import METHODS, MethodOptions, Part, check_magnitude, option
 from fedlib.config.parts import (
@@ -104,17 +104,20 @@ class RunConfig(Part):
         self,
         data: DataConfig | None = None,
         model: ModelConfig | str | None = None,
-        local: LocalConfig | None = None,
+        local: LocalConfig | str | None = None,
         selection: SelectionConfig | str | None = None,
         method: MethodOptions | None = None,
         **names: Any,
     ) -> None:
         """Parts (``data=DataConfig(...)``, ...) and/or flat or dotted names (``lr=0.1``, ``method.mu`` via
-        ``**{"method.mu": 0.1}``); names are applied over the parts."""
+        ``**{"method.mu": 0.1}``); names are applied over the parts. A preset's name (``selection="adafl"``,
+        ``local="adafl"``: ``fedlib.config.presets``) stands for its fields; names given beside it win."""
         given: dict[str, Any] = {"data": data, "model": model, "local": local, "selection": selection}
-        for p in ("model", "selection"):  # also flat names: the model's name, the selection rule
+        for p in ("model", "selection"):  # also flat names: the model's name, the selection rule (or its preset)
             if given[p] is not None and not isinstance(given[p], PARTS[p]):
                 names[p] = given.pop(p)
+        if isinstance(local, str):  # a paper's local settings by name (``presets.LOCAL``)
+            names["local"] = given.pop("local")
         for p, cls in PARTS.items():
             given.setdefault(p, None)
             object.__setattr__(self, p, given[p] if given[p] is not None else cls())
@@ -156,7 +159,9 @@ class RunConfig(Part):
         return flat.get(k)
 
     def replace(self, **changes: Any) -> RunConfig:
-        """A copy with fields changed by flat or dotted name (the method first, so its options can follow)."""
+        """A copy with fields changed by flat or dotted name (the method first, so its options can follow); a preset
+        (``selection="adafl"``, ``local="adafl"``) is replaced by its fields (``fedlib.config.presets.expand``)."""
+        changes = presets.expand(changes)
         method = self.method
         algs = [changes.pop(k) for k in ("algorithm", "method.name") if k in changes]
         if algs:
