@@ -7,6 +7,7 @@ Every cell that runs trains on tiny data (a few clients of 16 samples; 8x8 image
 path, not the readers. Two rounds, five for AdaFL's schedule (its F = 5 steps need T >= 5)."""
 
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -108,9 +109,22 @@ def test_doc_table_is_generated():
     assert block == C.markdown(), "docs/compositions.md is stale: run python scripts/compositions.py"
 
 
+def test_the_script_rewrites_only_the_block(tmp_path):
+    sys.path.insert(0, str(DOC.parents[1] / "scripts"))
+    import compositions as script
+
+    page = tmp_path / "page.md"
+    page.write_text(f"# Title\n\nprose\n\n{BEGIN}\n| stale | table |\n{END}\n\nmore prose\n")
+    script.main(["--doc", str(page)])
+    assert page.read_text() == f"# Title\n\nprose\n\n{BEGIN}\n{C.markdown()}{END}\n\nmore prose\n"
+    page.write_text("no markers")
+    with pytest.raises(SystemExit, match="no <!-- compositions:begin -->"):
+        script.main(["--doc", str(page)])
+
+
 def test_the_pairs_decide_every_cell():
     """A cell runs iff all its pairs run, and is refused with one of its pairs' messages: so the doc's pair tables
-    say what happens to every one of the 3 x 18 x 5 x 3 x 4 cells."""
+    say what happens to every cell of the grid."""
     wrong = []
     for cell in C.cells():
         why, pairs = C.refusal(cell.config()), C.factored(cell, PAIRS)

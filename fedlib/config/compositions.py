@@ -9,7 +9,7 @@ a representative model; ``kind_of`` sorts every registered model into one) and a
 cannot drift from what the library does. ``tests/test_compositions.py`` trains every cell that runs on tiny data
 and checks that the table in docs/compositions.md is ``markdown()``.
 
-The grid has 3 x 18 x 5 x 3 x 4 cells; it is printed as its pairs (``PAIRS``: method x selection, method x kind,
+The grid has 3 x (every method) x 5 x 3 x 4 cells; it is printed as its pairs (``PAIRS``: method x selection, method x kind,
 method x local module, method x local settings, local module x kind), each at neutral values of the other choices
 (``pair_config``). That is exact because every refusal is one of a pair: a cell runs if and only if all its pairs
 run (``factored``, checked over the whole grid by the test), so a new rule that ties three choices together fails

@@ -14,7 +14,8 @@ fields by their names. One spelling per field keeps the code greppable and typed
 it cannot check ``cfg.get("lr")``). The flat names (``RunConfig(n_clients=..., lr=...)``, ``cfg.lr``,
 ``cfg.get("lr")``, ``replace(lr=...)``, grid cells, ``--where``, ``config.json``) are for users and stored runs;
 ``fedlib.config.legacy`` maps them onto the parts, and only the user-facing constructor and accessors, the key and
-``to_dict`` / ``from_dict`` use it.
+``to_dict`` / ``from_dict`` use it. A paper's part by name (``selection="adafl"``, ``local="adafl"``:
+``fedlib.config.presets``) is expanded into its fields there too, so a config never holds a preset, only fields.
 
 Every field carries its bounds (``fedlib.config.options.option``); ``validate()`` checks all of them before any data
 is loaded or any training starts, naming the field and what is allowed. What a method accepts follows from its
