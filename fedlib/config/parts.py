@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from fedlib.config.options import Part, option
+from fedlib.config.presets import SELECTION as SELECTION_PRESETS
 from fedlib.data.domains import DOMAINS
 from fedlib.models.local_attention import ATTENTIONS
 from fedlib.models.registry import MODELS, check_attention
@@ -38,6 +39,7 @@ PARTITIONS = {  # which partitions make sense for which data sets
 # the data sets whose pixels ``normalize`` scales: Synthetic is its generator's numbers, the feature-shift sets are
 # normalised per domain as FedBN does (``fedlib.data.domains``)
 _PIXELS = tuple(d for d in PARTITIONS if d != "synthetic" and d not in DOMAINS)
+RULES = ("uniform", "attention")  # selection rules; a selection preset (``fedlib.config.presets``) expands to one
 # partitions whose clients' own test splits are the run's only test data (the others keep the data set's test set)
 OWN_TEST = ("natural", "labels")
 
@@ -230,8 +232,8 @@ class LocalConfig(Part):
 class SelectionConfig(Part):
     rule: str = option(
         "uniform",
-        choices=("uniform", "attention"),
-        doc="uniform | attention (AdaFL Eq. 1-2: probabilities from model divergence)",
+        choices=RULES,
+        doc="uniform | attention (AdaFL Eq. 1-2: probabilities from model divergence); presets expand to these",
     )
     clients_per_round: int | None = option(20, ge=1, doc="S clients uploading per round")
     fraction: float | None = option(None, gt=0, le=1, doc="C (instead of clients_per_round)")
@@ -246,6 +248,12 @@ class SelectionConfig(Part):
     )
 
     def check(self, where: str | None = None, rename: Callable[[str], str] | None = None) -> None:
+        if isinstance(self.rule, str) and self.rule not in RULES:  # a preset is expanded on construction
+            raise ValueError(
+                f"RunConfig.selection={self.rule!r} is not one of: {', '.join(RULES)}, or a preset: "
+                + ", ".join(SELECTION_PRESETS)
+                + " (fedlib.config.presets.SELECTION)"
+            )
         super().check(where, rename)
         if self.fraction is not None and self.clients_per_round is not None:
             raise ValueError("RunConfig: give clients_per_round or fraction, not both (set the other to None)")

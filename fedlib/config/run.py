@@ -14,7 +14,8 @@ fields by their names. One spelling per field keeps the code greppable and typed
 it cannot check ``cfg.get("lr")``). The flat names (``RunConfig(n_clients=..., lr=...)``, ``cfg.lr``,
 ``cfg.get("lr")``, ``replace(lr=...)``, grid cells, ``--where``, ``config.json``) are for users and stored runs;
 ``fedlib.config.legacy`` maps them onto the parts, and only the user-facing constructor and accessors, the key and
-``to_dict`` / ``from_dict`` use it.
+``to_dict`` / ``from_dict`` use it. A paper's part by name (``selection="adafl"``, ``local="adafl"``:
+``fedlib.config.presets``) is expanded into its fields there too, so a config never holds a preset, only fields.
 
 Every field carries its bounds (``fedlib.config.options.option``); ``validate()`` checks all of them before any data
 is loaded or any training starts, naming the field and what is allowed. What a method accepts follows from its
@@ -37,7 +38,7 @@ from functools import partial
 from typing import Any
 
 from fedlib import algorithms  # noqa: F401  (registers every method's options class)
-from fedlib.config import legacy
+from fedlib.config import legacy, presets
 from fedlib.config.legacy import LEGACY, SCHEMA, flat_field_names, flat_name, flat_of
 from fedlib.config.options import METHODS, MethodOptions, Part, check_magnitude, option
 from fedlib.config.parts import (
@@ -104,17 +105,20 @@ class RunConfig(Part):
         self,
         data: DataConfig | None = None,
         model: ModelConfig | str | None = None,
-        local: LocalConfig | None = None,
+        local: LocalConfig | str | None = None,
         selection: SelectionConfig | str | None = None,
         method: MethodOptions | None = None,
         **names: Any,
     ) -> None:
         """Parts (``data=DataConfig(...)``, ...) and/or flat or dotted names (``lr=0.1``, ``method.mu`` via
-        ``**{"method.mu": 0.1}``); names are applied over the parts."""
+        ``**{"method.mu": 0.1}``); names are applied over the parts. A preset's name (``selection="adafl"``,
+        ``local="adafl"``: ``fedlib.config.presets``) stands for its fields; names given beside it win."""
         given: dict[str, Any] = {"data": data, "model": model, "local": local, "selection": selection}
-        for p in ("model", "selection"):  # also flat names: the model's name, the selection rule
+        for p in ("model", "selection"):  # also flat names: the model's name, the selection rule (or its preset)
             if given[p] is not None and not isinstance(given[p], PARTS[p]):
                 names[p] = given.pop(p)
+        if isinstance(local, str):  # a paper's local settings by name (``presets.LOCAL``)
+            names["local"] = given.pop("local")
         for p, cls in PARTS.items():
             given.setdefault(p, None)
             object.__setattr__(self, p, given[p] if given[p] is not None else cls())
@@ -156,7 +160,9 @@ class RunConfig(Part):
         return flat.get(k)
 
     def replace(self, **changes: Any) -> RunConfig:
-        """A copy with fields changed by flat or dotted name (the method first, so its options can follow)."""
+        """A copy with fields changed by flat or dotted name (the method first, so its options can follow); a preset
+        (``selection="adafl"``, ``local="adafl"``) is replaced by its fields (``fedlib.config.presets.expand``)."""
+        changes = presets.expand(changes)
         method = self.method
         algs = [changes.pop(k) for k in ("algorithm", "method.name") if k in changes]
         if algs:

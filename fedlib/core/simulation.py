@@ -60,8 +60,8 @@ def run_round(run: Run, t: int) -> Round:
     mixing = aggregate(up, run.n_train[torch.as_tensor(sel)], sel)
     if mixing.to_global is not None:  # w <- (1 - beta) w + beta sum_k p_k w_k   (beta = 1: FedAvg; pFedMe's beta)
         mean = {k: v[0] for k, v in mix(mixing.to_global.to(dev).unsqueeze(0), up).items()}
-        if alg.server_step is not None:  # a server optimiser (FedAvgM, FedAdam)
-            mean = alg.server_step({k: state.global_params[k] for k in mean}, mean, state)
+        if alg.server_step is not None:  # a server optimiser (FedAvgM, FedAdam) steps on parameters only
+            mean.update(alg.server_step(*_stepped(run.model, state.global_params, mean), state))
         for k, v in mean.items():
             state.global_params[k] = v if mixing.beta == 1 else torch.lerp(state.global_params[k], v, mixing.beta)
     sel_t = torch.as_tensor(sel, device=dev)
@@ -74,6 +74,16 @@ def run_round(run: Run, t: int) -> Round:
         select.observe(sel, up, ref)
     run.lap("aggregation")
     return Round(t, sel, mixing, up)
+
+
+def _stepped(model: nn.Module, global_params: Params, mean: Params) -> tuple[Params, Params]:
+    """(global, mean) of the model's parameters, without its buffers: a server optimiser treats w_t - mean as a
+    gradient (FedAvgM: Hsu et al. 2019; FedAdam: Reddi et al. 2021), which a BatchNorm running statistic is not, so
+    the statistics take the uploads' mean as under FedAvg. Heavy-ball momentum on them overshoots: FedAvgM drove
+    LeNet's running variances below zero within five rounds, and the model to NaN."""
+    buffers = {n for n, _ in model.named_buffers()}
+    keys = [k for k in mean if k not in buffers]
+    return {k: global_params[k] for k in keys}, {k: mean[k] for k in keys}
 
 
 def simulate(
