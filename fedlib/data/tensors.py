@@ -183,7 +183,7 @@ def from_hf(
 ) -> FederatedData:
     """Federated data from a Hugging Face ``datasets.Dataset`` (or a ``DatasetDict``, or a name for
     ``datasets.load_dataset``, which may download): column ``image`` holds the inputs (PIL images, arrays or lists;
-    uint8 pixels are scaled to [0, 1], images laid out (C, H, W)), column ``label`` the integer labels. ``split`` (and
+    integer pixels are scaled to [0, 1], images laid out (C, H, W)), column ``label`` the integer labels. ``split`` (and
     ``test_split``, as the global test set) pick a ``DatasetDict``'s splits.
 
     Without ``partitioner`` the samples are cut by ``from_tensors(..., **kwargs)``. With a ``flwr_datasets``
@@ -232,11 +232,12 @@ def from_hf(
 
 
 def _hf_arrays(ds: Any, image: str, label: str) -> tuple[np.ndarray, np.ndarray]:
-    """A Hugging Face split's inputs (float32, images (C, H, W), uint8 pixels / 255) and labels."""
+    """A Hugging Face split's inputs and labels: images as float32 (C, H, W) (grey (H, W) ones get a channel, (H, W, C)
+    ones are transposed), integer pixels (PIL images, uint8 or integer lists) scaled by 1/255."""
     x = np.stack([np.asarray(v) for v in ds[image]])
-    scale = x.dtype == np.uint8
-    x = x.astype(np.float32) / (255.0 if scale else 1.0)
-    if x.ndim == 3 and scale:  # (n, H, W) grey images: one channel
+    pixels = x.dtype.kind in "iu"
+    x = x.astype(np.float32) / (255.0 if pixels else 1.0)
+    if x.ndim == 3:  # (n, H, W) grey images: one channel
         x = x[:, None]
     elif x.ndim == 4 and x.shape[-1] in (1, 3, 4) and x.shape[1] not in (1, 3, 4):  # (n, H, W, C) -> (n, C, H, W)
         x = x.transpose(0, 3, 1, 2)
