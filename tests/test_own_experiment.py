@@ -331,3 +331,16 @@ def test_from_hf_reads_a_datasets_dataset():
     partitioners = pytest.importorskip("flwr_datasets.partitioner")
     by_flower = fedlib.data.from_hf(ds, image="img", label="digit", partitioner=partitioners.IidPartitioner(4))
     assert by_flower.n_clients == 4 and int(by_flower.train.sizes.sum() + by_flower.test.sizes.sum()) == 60
+
+
+def test_a_stored_run_of_a_registration_this_process_lacks_says_so(tmp_path):
+    """Read without its registration (a new session that has not registered it again), a user's stored run is
+    reported as such, not as a run whose files were tampered with; registered again, it reads."""
+    store = Store(tmp_path)
+    fedlib.run(BASE, store, progress=False)
+    unregister_dataset("test-pool")
+    [problem] = store.damaged()
+    assert "config.json names dataset='test-pool', which this process has not registered" in problem
+    x, y = _pool()
+    fedlib.register_dataset("test-pool", lambda: (x, y))
+    assert store.damaged() == [] and store.has(BASE)
