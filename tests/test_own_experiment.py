@@ -274,6 +274,8 @@ def test_a_model_of_the_wrong_width_is_refused_before_training(tmp_path, monkeyp
     with pytest.raises(ValueError, match=r"model='test-tinyconv' does not run on inputs of shape \(60,\)"):
         entry(RunConfig(model="test-tinyconv", rounds=2), Store(tmp_path), progress=False)
     assert not (tmp_path / "_partial").exists() and not list(tmp_path.glob("*/config.json"))
+    with pytest.raises(ValueError, match="model='test-ten' outputs 10 logits per sample"):  # own data: validate knows
+        BASE.replace(model="test-ten").validate()
 
 
 def test_a_method_defined_in_user_code(tmp_path):

@@ -29,6 +29,7 @@ New entries are covered by the contract tests in ``tests/test_models.py`` automa
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import threading
@@ -202,7 +203,8 @@ def register_model(
 
     The builder is called here, on the first of ``example_shapes`` it builds for (the contract tests build it on all of
     them): what it returns must be an ``nn.Module`` that runs under the kernel. Whether its output width matches a
-    data set's classes is checked for each run, before its data loads (``fedlib.runs.feasibility.check_model``).
+    data set's classes is checked before a run trains: by ``RunConfig.validate`` on a data set of the user's (whose
+    shape is known once it is registered), by ``fedlib.runs.feasibility.check_model`` for every run.
 
     Store keys: a user model's runs are keyed by its name and ``version`` (``fedlib.config.legacy.key``). The code of
     a builder cannot be hashed faithfully (closures, the modules it calls), so the key cannot notice that it
@@ -238,8 +240,9 @@ def register_model(
         raise ValueError(f"register_model: default_hidden={default_hidden!r} must be a tuple of positive ints")
     build = _three_parameters(name, builder, hidden)
     probe, kind = _probe(name, build, hidden, attention_slots, example_shapes, kernel, groups)
-    spec = ModelSpec(name, build, hidden, doc or f"user model {name!r}", attention_slots, kind,
-                     tuple(example_shapes), tuple(groups), version)  # fmt: skip
+    shapes = tuple(tuple(s) for s in example_shapes)  # hashable: specs key the output check's cache
+    spec = ModelSpec(name, build, hidden, doc or f"user model {name!r}", attention_slots, kind, shapes, tuple(groups),
+                     version)  # fmt: skip
     MODELS[name] = spec
     return spec
 
@@ -306,8 +309,15 @@ def check_output(
 ) -> None:
     """Raise ValueError naming the model, the data and both widths when model ``name`` built for ``input_shape`` and
     ``n_classes`` does not map a batch of inputs to ``(batch, n_classes)`` logits (or does not run on them): else the
-    loss would fail inside the first local step, or, for a wider output, train on logits of classes the data lacks."""
-    spec = MODELS[name]
+    loss would fail inside the first local step, or, for a wider output, train on logits of classes the data lacks.
+    Checked once per registration and data shape (a model registered again is checked again)."""
+    hidden = None if hidden is None else tuple(hidden)
+    _check_output(MODELS[name], tuple(input_shape), n_classes, hidden, attention, where)
+
+
+@functools.lru_cache(maxsize=64)
+def _check_output(spec: ModelSpec, input_shape: tuple, n_classes: int, hidden, attention: str, where: str) -> None:
+    name = spec.name
     kw = {"attention": attention} if spec.attention_slots else {}
     widths = spec.default_hidden if hidden is None else tuple(hidden)
     try:

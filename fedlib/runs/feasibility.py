@@ -301,7 +301,7 @@ def check_model(cfg) -> None:
     shape = input_shape(dataset)
     if MODELS[name].version is not None:
         m = cfg.model
-        _check_user_model(MODELS[name], shape, n_classes(dataset), m.hidden, m.attention, dataset)
+        check_output(name, shape, n_classes(dataset), m.hidden, m.attention, where=f"RunConfig (dataset={dataset!r}): ")
         return
     if takes(name, shape):
         return
@@ -315,12 +315,6 @@ def check_model(cfg) -> None:
     raise ValueError(
         f"RunConfig.model={name!r} {needs}, but dataset={dataset!r} has {has}; models for dataset={dataset!r}: {allowed}"
     )
-
-
-@functools.lru_cache(maxsize=64)
-def _check_user_model(spec, shape: tuple, classes: int, hidden, attention: str, dataset: str) -> None:
-    # keyed by the spec itself: a model registered again (replace=True) is checked again
-    check_output(spec.name, shape, classes, hidden, attention, where=f"RunConfig (dataset={dataset!r}): ")
 
 
 def client_sizes(cfg) -> np.ndarray | None:
