@@ -24,10 +24,12 @@ from fedlib.runs import grids
 from fedlib.runs import train as runner
 
 
-@fedlib.register_method
 @dataclass(frozen=True)
 class EqualMean(MethodOptions):
-    """FedAvg whose server weighs every upload equally (not by its client's samples): a method from user code."""
+    """FedAvg whose server weighs every upload equally (not by its client's samples): a method from user code,
+    registered by the ``own`` fixture (``fedlib.register_method(EqualMean)``, what ``@fedlib.register_method`` does)
+    so that it is in the registry during these tests only: the other test modules' contract tests go over every
+    registered method."""
 
     NAME = "test-equal-mean"
     lr_scale: float = option(1.0, gt=0, doc="a bounded option of the user's method (multiplies nothing here)")
@@ -59,6 +61,7 @@ def _pool(n=240, seed=0, classes=3):
 def own():
     """Registers the user's model and data sets for a test and removes them after it (nothing leaks into others)."""
     x, y = _pool()
+    fedlib.register_method(EqualMean)
     fedlib.register_model("test-tinyconv", TinyConv, default_hidden=(4,))
     fedlib.register_dataset("test-pool", lambda: (x, y))
     fedlib.register_dataset("test-fixed", from_tensors(x, y, n_clients=4, partition="dirichlet", seed=1))
@@ -67,23 +70,27 @@ def own():
         unregister_model(name)
     for name in [n for n in USER_DATASETS if n.startswith("test-")]:
         unregister_dataset(name)
+    METHODS.pop(EqualMean.NAME)
 
 
-BASE = RunConfig(dataset="test-pool", partition="iid", n_clients=4, clients_per_round=2, rounds=3, local_steps=2,
-                 model="test-tinyconv", algorithm="test-equal-mean", lr=0.1)  # fmt: skip
+def own_config(**changes) -> RunConfig:
+    """The user's experiment (its names resolve while the ``own`` fixture has registered them)."""
+    cfg = RunConfig(dataset="test-pool", partition="iid", n_clients=4, clients_per_round=2, rounds=3, local_steps=2,
+                    model="test-tinyconv", algorithm="test-equal-mean", lr=0.1)  # fmt: skip
+    return cfg.replace(**changes) if changes else cfg
 
 
 def test_own_model_data_and_method_through_run(tmp_path, monkeypatch):
     """``fedlib.run`` trains the user's model on the user's data with the user's method, stores it, and reads it back
     without training; the config's clients are what the data was cut into."""
     store = Store(tmp_path)
-    res = fedlib.run(BASE, store, progress=False)
+    res = fedlib.run(own_config(), store, progress=False)
     assert len(res.metrics) == 3 and np.isfinite(res.metrics.test_loss).all()
-    assert res.meta["executor"] in ("stacked", "loop") and store.has(BASE)
-    fixed = fedlib.run(BASE.replace(dataset="test-fixed", partition="natural"), store, progress=False)
+    assert res.meta["executor"] in ("stacked", "loop") and store.has(own_config())
+    fixed = fedlib.run(own_config(dataset="test-fixed", partition="natural"), store, progress=False)
     assert len(fixed.metrics) == 3
     monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("a stored run was trained again"))
-    again = fedlib.run(BASE, store, progress=False)
+    again = fedlib.run(own_config(), store, progress=False)
     assert np.allclose(again.metrics.test_loss, res.metrics.test_loss, rtol=1e-5, atol=0)  # stored: 6 digits
     assert len(store.configs()) == 2
 
@@ -91,7 +98,7 @@ def test_own_model_data_and_method_through_run(tmp_path, monkeypatch):
 def test_grid_trains_batched_and_equals_solo_runs(tmp_path):
     """``run_grid`` trains the grid's runs that share data and model together (``batch``), each stored under its
     own key with its solo run's numbers."""
-    base = BASE.replace(dtype="float64")
+    base = own_config(dtype="float64")
     table = fedlib.run_grid(base, {"seed": [0, 1, 2]}, Store(tmp_path / "grid"), progress=False, batch=8)
     assert len(set(table.key)) == 3
     store = Store(tmp_path / "grid")
@@ -103,7 +110,7 @@ def test_grid_trains_batched_and_equals_solo_runs(tmp_path):
 
 def test_interrupted_run_resumes_with_the_uninterrupted_numbers(tmp_path, monkeypatch):
     """Killed in round 3, the run continues from its round-2 snapshot and stores what an uninterrupted run stores."""
-    cfg = BASE.replace(rounds=4)
+    cfg = own_config(rounds=4)
     reference = fedlib.run(cfg, Store(tmp_path / "ref"), progress=False)
     store = Store(tmp_path / "r")
     monkeypatch.setattr(Store, "checkpoint_seconds", 0.0)
@@ -128,26 +135,26 @@ def test_interrupted_run_resumes_with_the_uninterrupted_numbers(tmp_path, monkey
 # -- store keys ------------------------------------------------------------------------------------------------------
 def test_keys_follow_the_data_content_and_the_model_version(own):
     x, y = own
-    key = BASE.key()
+    key = own_config().key()
     fedlib.register_dataset("test-pool", lambda: (x.copy(), y.copy()), replace=True)  # the same arrays
-    assert BASE.key() == key
+    assert own_config().key() == key
     x2 = x.copy()
     x2[0, 0, 0, 0] += 1.0  # one value changed: no stale result may be read
     fedlib.register_dataset("test-pool", lambda: (x2, y), replace=True)
-    assert BASE.key() != key
+    assert own_config().key() != key
     fedlib.register_dataset("test-pool", lambda: (x, y), replace=True)
-    assert BASE.key() == key
+    assert own_config().key() == key
     fedlib.register_model("test-tinyconv", TinyConv, default_hidden=(4,), version=2, replace=True)
-    assert BASE.key() != key
+    assert own_config().key() != key
 
 
 def test_changed_data_is_trained_again(tmp_path, own):
     x, y = own
     store = Store(tmp_path)
-    fedlib.run(BASE, store, progress=False)
+    fedlib.run(own_config(), store, progress=False)
     fedlib.register_dataset("test-pool", lambda: (x[::-1].copy(), y[::-1].copy()), replace=True)
-    assert not store.has(BASE)
-    fedlib.run(BASE, store, progress=False)
+    assert not store.has(own_config())
+    fedlib.run(own_config(), store, progress=False)
     assert len(store.configs()) == 2
 
 
@@ -209,20 +216,20 @@ def test_from_torch_reads_a_dataset():
 
 def test_registered_dataset_checks_the_config():
     with pytest.raises(ValueError, match="n_clients=5 but data set 'test-fixed' has 4 clients"):
-        BASE.replace(dataset="test-fixed", partition="natural", n_clients=5).validate()
+        own_config(dataset="test-fixed", partition="natural", n_clients=5).validate()
     with pytest.raises(ValueError, match="partition='iid' is not one of: natural"):
-        BASE.replace(dataset="test-fixed").validate()
+        own_config(dataset="test-fixed").validate()
     with pytest.raises(ValueError, match="train_frac=0.5 is set but data set 'test-fixed' comes cut"):
-        BASE.replace(dataset="test-fixed", partition="natural", train_frac=0.5).validate()
+        own_config(dataset="test-fixed", partition="natural", train_frac=0.5).validate()
     with pytest.raises(ValueError, match="n_clients=241 exceeds the 240 samples of data set 'test-pool'"):
-        BASE.replace(n_clients=241, clients_per_round=2).validate()
+        own_config(n_clients=241, clients_per_round=2).validate()
     with pytest.raises(ValueError, match="train_frac=1.0 must be below 1: data set 'test-pool' has no test set"):
-        BASE.replace(train_frac=1.0).validate()
+        own_config(train_frac=1.0).validate()
     with pytest.raises(ValueError, match="labels_per_client=4 exceeds the 3 classes"):
-        BASE.replace(partition="labels", labels_per_client=4).validate()
+        own_config(partition="labels", labels_per_client=4).validate()
     fedlib.register_dataset("test-only-iid", lambda: _pool(), partitions=("iid",))
     with pytest.raises(ValueError, match="partition='dirichlet' is not one of: iid"):
-        BASE.replace(dataset="test-only-iid", partition="dirichlet").validate()
+        own_config(dataset="test-only-iid", partition="dirichlet").validate()
     with pytest.raises(ValueError, match="dataset='nope' is not one of: synthetic, .*test-pool"):
         RunConfig(dataset="nope").validate()
 
@@ -236,10 +243,10 @@ def test_registering_a_dataset_refuses_bad_input():
         fedlib.register_dataset("test-x", _pool, partitions=("natural",))
     fedlib.register_dataset("test-bad", lambda: (X, Y[:-1]))
     with pytest.raises(ValueError, match="the loader of data set 'test-bad' returned bad arrays: x has 40 samples"):
-        BASE.replace(dataset="test-bad").validate()
+        own_config(dataset="test-bad").validate()
     fedlib.register_dataset("test-worse", lambda: [1, 2, 3])
     with pytest.raises(TypeError, match="must return a FederatedData, \\(x, y\\) or \\(x, y, x_test, y_test\\)"):
-        BASE.replace(dataset="test-worse").validate()
+        own_config(dataset="test-worse").validate()
 
 
 def test_registering_a_model_refuses_bad_input():
@@ -270,18 +277,18 @@ def test_a_model_of_the_wrong_width_is_refused_before_training(tmp_path, monkeyp
                           example_shapes=((1, 6, 6),))  # fmt: skip
     monkeypatch.setattr(runner, "simulate", lambda *a, **k: pytest.fail("training started"))
     with pytest.raises(ValueError, match="model='test-ten' outputs 10 logits per sample .* the data has 3 classes"):
-        entry(BASE.replace(model="test-ten"), Store(tmp_path), progress=False)
+        entry(own_config(model="test-ten"), Store(tmp_path), progress=False)
     with pytest.raises(ValueError, match=r"model='test-tinyconv' does not run on inputs of shape \(60,\)"):
         entry(RunConfig(model="test-tinyconv", rounds=2), Store(tmp_path), progress=False)
     assert not (tmp_path / "_partial").exists() and not list(tmp_path.glob("*/config.json"))
     with pytest.raises(ValueError, match="model='test-ten' outputs 10 logits per sample"):  # own data: validate knows
-        BASE.replace(model="test-ten").validate()
+        own_config(model="test-ten").validate()
 
 
 def test_a_method_defined_in_user_code(tmp_path):
     assert METHODS["test-equal-mean"] is EqualMean
     with pytest.raises(ValueError, match="lr_scale=0.0 must be > 0"):
-        BASE.replace(lr_scale=0.0).validate()
+        own_config(lr_scale=0.0).validate()
 
     @dataclass(frozen=True)
     class Other(MethodOptions):
@@ -307,9 +314,9 @@ def test_worker_processes_would_not_see_the_registration(tmp_path, how):
     """Worker processes and Ray tasks start fresh: refused naming the registration, before any run trains (and
     before Ray is asked for: this needs no Ray); ``jobs=None`` trains here."""
     with pytest.raises(ValueError, match="uses dataset='test-pool', model='test-tinyconv', registered in this process"):
-        fedlib.run_grid(BASE, {"seed": [0, 1]}, Store(tmp_path), progress=False, **how)
+        fedlib.run_grid(own_config(), {"seed": [0, 1]}, Store(tmp_path), progress=False, **how)
     assert not list(tmp_path.glob("*/config.json"))
-    table = fedlib.run_grid(BASE, {"seed": [0, 1]}, Store(tmp_path), progress=False, jobs=None)
+    table = fedlib.run_grid(own_config(), {"seed": [0, 1]}, Store(tmp_path), progress=False, jobs=None)
     assert len(table) == 2
 
 
@@ -339,10 +346,10 @@ def test_a_stored_run_of_a_registration_this_process_lacks_says_so(tmp_path):
     """Read without its registration (a new session that has not registered it again), a user's stored run is
     reported as such, not as a run whose files were tampered with; registered again, it reads."""
     store = Store(tmp_path)
-    fedlib.run(BASE, store, progress=False)
+    fedlib.run(own_config(), store, progress=False)
     unregister_dataset("test-pool")
     [problem] = store.damaged()
     assert "config.json names dataset='test-pool', which this process has not registered" in problem
     x, y = _pool()
     fedlib.register_dataset("test-pool", lambda: (x, y))
-    assert store.damaged() == [] and store.has(BASE)
+    assert store.damaged() == [] and store.has(own_config())
