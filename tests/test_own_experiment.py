@@ -340,6 +340,10 @@ def test_from_hf_reads_a_datasets_dataset():
     partitioners = pytest.importorskip("flwr_datasets.partitioner")
     by_flower = fedlib.data.from_hf(ds, image="img", label="digit", partitioner=partitioners.IidPartitioner(4))
     assert by_flower.n_clients == 4 and int(by_flower.train.sizes.sum() + by_flower.test.sizes.sum()) == 60
+    with pytest.raises(ValueError, match="train_frac=1.0 with no test set leaves the run nothing to test on"):
+        fedlib.data.from_hf(ds, image="img", label="digit", partitioner=partitioners.IidPartitioner(4), train_frac=1.0)
+    with pytest.raises(ValueError, match="n_clients given with a partitioner, which decides the clients itself"):
+        fedlib.data.from_hf(ds, image="img", label="digit", partitioner=partitioners.IidPartitioner(4), n_clients=2)
 
 
 def test_a_stored_run_of_a_registration_this_process_lacks_says_so(tmp_path):

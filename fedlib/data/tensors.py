@@ -101,16 +101,22 @@ def from_tensors(
         raise ValueError(f"n_clients={n_clients} is more than the {len(ya)} samples of x: a client needs one at least")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
         raise ValueError(f"seed={seed!r} must be an integer in [0, 2**32)")
-    frac = (1.0 if test_arrays is not None else 0.75) if train_frac is None else train_frac
+    frac = _train_frac(train_frac, test_arrays is not None)
+    parts = _cut(ya, partition, int(n_clients), int(seed), dirichlet_alpha, shard_size, labels_per_client, label_stride)
+    return from_parts(name, xa, ya, parts, frac, int(seed), n_classes, test_arrays)
+
+
+def _train_frac(train_frac: Any, has_test: bool) -> float:
+    """``train_frac`` checked (default 1 with a test set, else 0.75), or a ValueError naming it."""
+    frac = (1.0 if has_test else 0.75) if train_frac is None else train_frac
     if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac <= 1:
         raise ValueError(f"train_frac={train_frac!r} must be a number in (0, 1]")
-    if test_arrays is None and frac >= 1:
+    if not has_test and frac >= 1:
         raise ValueError(
             f"train_frac={frac!r} with no test set leaves the run nothing to test on: give test=(x_test, y_test) or "
             "train_frac below 1 (each client's other share is its test split)"
         )
-    parts = _cut(ya, partition, int(n_clients), int(seed), dirichlet_alpha, shard_size, labels_per_client, label_stride)
-    return from_parts(name, xa, ya, parts, frac, int(seed), n_classes, test_arrays)
+    return float(frac)
 
 
 def _cut(y, how, n, seed, alpha, shard_size, k, stride) -> list[np.ndarray]:
@@ -226,7 +232,7 @@ def from_hf(
     xa, ya = check_arrays(x, y, kwargs.get("n_classes"))
     test = kwargs.get("test")
     test = check_arrays(*test, kwargs.get("n_classes"), name="test") if test is not None else None
-    frac = kwargs.get("train_frac") or (1.0 if test is not None else 0.75)
+    frac = _train_frac(kwargs.get("train_frac"), test is not None)
     n_classes = kwargs.get("n_classes") or int(max(ya.max(), test[1].max() if test else 0)) + 1
     return from_parts(kwargs.get("name", "hf"), xa, ya, parts, frac, int(kwargs.get("seed", 0)), n_classes, test)
 
