@@ -1,12 +1,24 @@
 """Contract tests over every registered model: shapes, finiteness, gradients, stacked coverage, attention slots."""
 
+import math
+
 import pytest
 import torch
 from torch import nn
 
 from fedlib.models.groups import param_groups
 from fedlib.models.local_attention import ATTENTIONS, CA, SE
-from fedlib.models.registry import KERNELS, MODELS, ModelSpec, build_model, count_parameters, kernel_of, linear_chain
+from fedlib.models.registry import (
+    KERNELS,
+    MODELS,
+    ModelSpec,
+    build_model,
+    count_parameters,
+    kernel_of,
+    linear_chain,
+    register_model,
+    unregister_model,
+)
 
 CASES = [(name, shape) for name in sorted(MODELS) for shape in MODELS[name].example_shapes]
 
@@ -14,6 +26,50 @@ CASES = [(name, shape) for name in sorted(MODELS) for shape in MODELS[name].exam
 @pytest.mark.parametrize("name,shape", CASES, ids=[f"{n}-{'x'.join(map(str, s))}" for n, s in CASES])
 def test_model_contract(name, shape):
     """Every registered model on each input shape it declares (flat vectors, 28x28 digits, Office-sized images)."""
+    _contract(name, shape)
+    assert MODELS[name].kernel == {"mlr": "chain", "dnn": "chain", "mlp": "chain", "cnn": "vmap"}.get(name, "loop")
+
+
+class _UserNet(nn.Module):
+    """A user's conv net, with BatchNorm when ``bn`` (its running statistics: the loop kernel)."""
+
+    def __init__(self, shape, n_classes, hidden, bn=False):
+        super().__init__()
+        self.conv = nn.Conv2d(shape[0], hidden[0], 3, padding=1)
+        self.norm = nn.BatchNorm2d(hidden[0]) if bn else nn.Identity()
+        self.head = nn.Linear(hidden[0] * shape[1] * shape[2], n_classes)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.norm(self.conv(x))).flatten(1))
+
+
+# models as users register them (``register_model``): the kernel each is read as, and its registration's arguments
+USER_MODELS = {
+    "user-chain": ("chain", lambda s, c: nn.Sequential(nn.Flatten(), nn.Linear(math.prod(s), c)), {}),
+    "user-conv": ("vmap", _UserNet, {"default_hidden": (3,), "example_shapes": ((1, 28, 28), (3, 8, 8))}),
+    "user-bn": ("loop", lambda s, c, h: _UserNet(s, c, h, bn=True),
+                {"default_hidden": (3,), "groups": ("bn",), "example_shapes": ((3, 8, 8),)}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(USER_MODELS))
+def test_registered_model_contract(name):
+    """The contract holds for models registered by users, on each of their example shapes; the kernel read off
+    each (``kernel=None``) is what it structurally is."""
+    kernel, builder, kw = USER_MODELS[name]
+    spec = register_model(name, builder, **kw)
+    try:
+        assert spec.kernel == kernel and spec.version == 1
+        for shape in spec.example_shapes:
+            _contract(name, shape)
+        if "bn" in spec.groups:
+            assert "bn" in param_groups(build_model(name, spec.example_shapes[0], 10)).values()
+    finally:
+        unregister_model(name)
+    assert name not in MODELS
+
+
+def _contract(name, shape):
     spec = MODELS[name]
     m = build_model(name, shape, 10, seed=0)
     g = torch.Generator().manual_seed(0)
@@ -29,7 +85,6 @@ def test_model_contract(name, shape):
     assert m.fedlib_kernel == spec.kernel == kernel_of(m)
     del m.fedlib_kernel
     assert kernel_of(m) == spec.kernel
-    assert spec.kernel == {"mlr": "chain", "dnn": "chain", "mlp": "chain", "cnn": "vmap"}.get(name, "loop")
     if spec.attention_slots:  # backbone BN layers are the only names with "bn"; no "attn" without attention
         bns = {n for n, mod in m.named_modules() if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)}
         assert bns and all("bn" in n for n in bns)

@@ -13,6 +13,12 @@ project's first stored runs) plus ``SCHEMA``; a field newer than ``LEGACY`` coun
 own default. So adding a field (with a default that changes nothing) keeps every stored run's key
 (``tests/test_store_keys.py`` recomputes all of them), while changing an existing default would orphan stored
 runs: bump ``SCHEMA`` on purpose if you must. ``config.json`` stays flat (``flat``), in ``LEGACY`` order.
+
+User registrations (``fedlib.register_model``, ``fedlib.register_dataset``) add to the hash what the name alone
+cannot say, and only for them, so no built-in key moves: a user model's ``version`` (its code cannot be hashed
+faithfully, so the user bumps it) and a user data set's content hash (``fedlib.data.own.content_hash``: changed
+arrays under the same name must not read a stale result). ``config.json`` holds neither: it names the registration,
+which the process reading it must have made.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from fedlib.config.options import METHODS, MethodOptions
 from fedlib.config.parts import PARTS, TOP
+from fedlib.data import own
+from fedlib.models.registry import MODELS
 
 if TYPE_CHECKING:
     from fedlib.config.run import RunConfig
@@ -196,8 +204,15 @@ def changed(cfg: RunConfig) -> dict[str, Any]:
 
 
 def key(cfg: RunConfig) -> str:
-    """The run's key: a hash of ``SCHEMA`` and ``changed(cfg)`` (tuples as the JSON lists ``config.json`` holds)."""
-    blob = json.dumps({"schema": SCHEMA, **{k: _jsonable(v) for k, v in changed(cfg).items()}}, sort_keys=True)
+    """The run's key: a hash of ``SCHEMA`` and ``changed(cfg)`` (tuples as the JSON lists ``config.json`` holds), and
+    of a user model's version and a user data set's content hash (neither for built-in ones: their keys stay)."""
+    mine: dict[str, Any] = {}
+    spec = MODELS.get(cfg.model.name)  # None: a user model this process has not registered (validate refuses it)
+    if spec is not None and spec.version is not None:
+        mine["model_version"] = spec.version
+    if cfg.data.dataset in own.USER_DATASETS:
+        mine["data_hash"] = own.content_hash(cfg.data.dataset)
+    blob = json.dumps({"schema": SCHEMA, **{k: _jsonable(v) for k, v in changed(cfg).items()}, **mine}, sort_keys=True)
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Mapping, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Collection, Mapping, TypeVar
 
 _KINDS = ("bool", "int", "float", "str", "tuple")
 _M = TypeVar("_M", bound="MethodOptions")
@@ -31,7 +31,7 @@ def option(
     gt: float | None = None,
     le: float | None = None,
     lt: float | None = None,
-    choices: Sequence[Any] | None = None,
+    choices: Collection[Any] | None = None,
     when: Callable[[Any], bool] | None = None,
     when_doc: str = "",
 ) -> Any:
@@ -141,12 +141,23 @@ def _check_bounds(name: str, v: Any, m: Mapping[str, Any]) -> None:
 METHODS: dict[str, type[MethodOptions]] = {}
 
 
-def register(cls: type[_M]) -> type[_M]:
-    """Class decorator: register a ``MethodOptions`` subclass under its ``NAME`` (where the method is defined)."""
+def register(cls: type[_M] | None = None, *, replace: bool = False) -> Any:
+    """Class decorator: register a ``MethodOptions`` subclass under its ``NAME`` (where the method is defined: the
+    built-in ones in ``fedlib.algorithms``, a user's in their own code, as ``fedlib.register_method``). A name taken
+    by another class is refused naming both; ``@register(replace=True)`` replaces a method of the user's on purpose
+    (e.g. a notebook cell run again), never a built-in one (their stored runs' keys name them)."""
+    if cls is None:
+        return lambda c: register(c, replace=replace)
     if not (isinstance(cls, type) and issubclass(cls, MethodOptions)) or not getattr(cls, "NAME", None):
         raise TypeError(f"register: {cls!r} must be a MethodOptions subclass with a NAME")
-    if cls.NAME in METHODS and METHODS[cls.NAME] is not cls:
-        raise ValueError(f"method {cls.NAME!r} is registered twice ({METHODS[cls.NAME].__module__}, {cls.__module__})")
+    old = METHODS.get(cls.NAME)
+    if old is not None and old is not cls:
+        builtin = old.__module__.startswith("fedlib.algorithms")
+        if builtin or not replace:
+            raise ValueError(
+                f"method {cls.NAME!r} is registered twice ({old.__module__}, {cls.__module__}): pick another NAME"
+                + ("" if builtin else " or @register(replace=True) to replace it")
+            )
     METHODS[cls.NAME] = cls
     return cls
 

@@ -21,6 +21,7 @@ from typing import Callable
 
 from fedlib.config.options import Part, option
 from fedlib.config.presets import SELECTION as SELECTION_PRESETS
+from fedlib.data import own
 from fedlib.data.domains import DOMAINS
 from fedlib.models.local_attention import ATTENTIONS
 from fedlib.models.registry import MODELS, check_attention
@@ -36,6 +37,30 @@ PARTITIONS = {  # which partitions make sense for which data sets
     "officehome": ("domains",),
     "domainnet": ("domains",),
 }
+
+
+class _Names:
+    """The names of a built-in tuple and a registry of the user's, read when asked (a field's ``choices``): a data set
+    or model registered after import is a choice, as ``fedlib.register_dataset`` promises."""
+
+    def __init__(self, fixed: tuple[str, ...], registry: dict) -> None:
+        self.fixed, self.registry = fixed, registry
+
+    def __iter__(self):
+        return iter((*self.fixed, *self.registry))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.fixed or name in self.registry
+
+    def __len__(self) -> int:
+        return len(self.fixed) + len(self.registry)
+
+
+def partitions_of(dataset: str) -> tuple[str, ...]:
+    """The partitions ``dataset`` allows: ``PARTITIONS``, or a user data set's (``fedlib.data.own``)."""
+    return PARTITIONS[dataset] if dataset in PARTITIONS else own.entry(dataset).allowed()
+
+
 # the data sets whose pixels ``normalize`` scales: Synthetic is its generator's numbers, the feature-shift sets are
 # normalised per domain as FedBN does (``fedlib.data.domains``)
 _PIXELS = tuple(d for d in PARTITIONS if d != "synthetic" and d not in DOMAINS)
@@ -46,7 +71,9 @@ OWN_TEST = ("natural", "labels")
 
 @dataclass(frozen=True)
 class DataConfig(Part):
-    dataset: str = option("synthetic", choices=DATASETS)
+    dataset: str = option(
+        "synthetic", choices=_Names(DATASETS, own.USER_DATASETS), doc="a built-in data set or one registered"
+    )
     partition: str = option(
         "natural",
         choices=tuple(dict.fromkeys(p for v in PARTITIONS.values() for p in v)),
@@ -119,6 +146,9 @@ class DataConfig(Part):
     def check(self, where: str | None = None, rename: Callable[[str], str] | None = None) -> None:
         self._check_domains()
         super().check(where, rename)
+        if self.dataset in own.USER_DATASETS:  # its partitions, clients and test data (``fedlib.data.own.check``)
+            own.check(self)
+            return
         if self.partition not in PARTITIONS[self.dataset]:
             raise ValueError(
                 f"RunConfig.partition={self.partition!r} is not one of: {', '.join(PARTITIONS[self.dataset])}"
@@ -161,7 +191,7 @@ class DataConfig(Part):
 
 @dataclass(frozen=True)
 class ModelConfig(Part):
-    name: str = option("mlr", choices=tuple(MODELS), doc="see fedlib.models.registry.MODELS")
+    name: str = option("mlr", choices=MODELS, doc="see fedlib.models.registry.MODELS (and register_model)")
     hidden: tuple | None = option(None, doc="hidden widths, one per hidden layer of the model; None = its default")
     attention: str = option("none", choices=ATTENTIONS, doc="pFedLA module after each conv layer")
     attention_local: bool = option(

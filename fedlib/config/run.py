@@ -52,7 +52,8 @@ from fedlib.config.parts import (
     ModelConfig,
     SelectionConfig,
 )
-from fedlib.models.registry import MODELS
+from fedlib.data import own
+from fedlib.models.registry import MODELS, check_output
 
 __all__ = [
     "DATASETS",
@@ -249,6 +250,12 @@ class RunConfig(Part):
                 "(S clients are sampled from the N; use fraction=1.0 for all of them)"
             )
         spec = MODELS[self.model.name]
+        if spec.version is not None and self.data.dataset in own.USER_DATASETS:
+            # a user model on a user data set: its width against the data's classes now (the built-in data sets'
+            # shapes are checked with the run's other data checks, fedlib.runs.feasibility.check_model)
+            shape, classes, _ = own.info(self.data.dataset)
+            where = f"RunConfig (dataset={self.data.dataset!r}): "
+            check_output(self.model.name, shape, classes, self.model.hidden, self.model.attention, where)
         lacking = [g for g in m.LOCAL_GROUPS if g not in spec.groups]
         if lacking:
             having = ", ".join(n for n, sp in MODELS.items() if all(g in sp.groups for g in m.LOCAL_GROUPS))

@@ -12,6 +12,7 @@ Recipes (documented here because notebooks print them):
 - 'iid', 'dirichlet': over the training set, official test set kept as global test set.
 - 'domains' (feature shift: digits, office31, officehome, domainnet; pFedLA after FedBN): one
   client per domain, each with its own train and test split; recipes in ``fedlib.data.domains``.
+- data sets of your own (``register_dataset``; ``from_tensors``, ``from_torch``, ``from_hf``): ``fedlib.data.own``.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import functools
 
 import numpy as np
 
-from fedlib.data import domains, partition, readers
+from fedlib.data import domains, own, partition, readers
 from fedlib.data.federated import BatchPlan, FederatedData, Split, sample_epochs, sample_steps
+from fedlib.data.own import register_dataset, unregister_dataset
 from fedlib.data.synthetic import synthetic
+from fedlib.data.tensors import from_hf, from_tensors, from_torch
 
 __all__ = [
     "BatchPlan",
@@ -36,6 +39,11 @@ __all__ = [
     "partition",
     "readers",
     "domains",
+    "from_tensors",
+    "from_torch",
+    "from_hf",
+    "register_dataset",
+    "unregister_dataset",
 ]
 
 _IMAGE_LOADERS = {"mnist": "load_mnist", "fmnist": "load_fashion_mnist", "cifar10": "load_cifar10"}
@@ -116,7 +124,10 @@ def partition_summary(cfg, root=None):
 
 
 def _load(cfg, root):
-    root, d = str(readers.data_root(root)), cfg.data
+    d = cfg.data
+    if d.dataset in own.USER_DATASETS:  # a data set of the user's: in memory, cut per config (``own.load``)
+        return _with_summary(own.load(d))
+    root = str(readers.data_root(root))
     if d.dataset in domains.DOMAINS:  # feature-shift data: one client per domain
         return _load_domains_cached(d.dataset, d.domains, d.domain_percent, d.data_seed, root)
     return _load_cached(
@@ -138,7 +149,10 @@ def _load(cfg, root):
 
 @functools.lru_cache(maxsize=2)  # image data sets are large (Office-Home at 224 is gigabytes of float32)
 def _load_domains_cached(dataset, domain_list, percent, seed, root) -> tuple[FederatedData, object]:
-    fd = domains.load(dataset, domain_list, percent, seed, root)
+    return _with_summary(domains.load(dataset, domain_list, percent, seed, root))
+
+
+def _with_summary(fd: FederatedData) -> tuple[FederatedData, object]:
     # Clients are stored domain after domain: train rows first, then test rows, in one label vector.
     labels = np.concatenate([fd.train.y.numpy(), fd.test.y.numpy()])
     n_train = len(fd.train.y)

@@ -23,11 +23,14 @@ Capabilities are declared, not guessed from names:
 - ``param_groups(model)``: each state-dict key -> "bn" (backbone BatchNorm, what FedBN keeps local),
   "attn" (pFedLA's local attention modules) or "" (everything else), from module types, not names.
 
-New entries are covered by the contract tests in ``tests/test_models.py`` automatically.
+New entries are covered by the contract tests in ``tests/test_models.py`` automatically. Users add theirs with
+``register_model`` (``fedlib.register_model``): a plain factory, checked when it is registered.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import threading
 from dataclasses import dataclass
@@ -54,6 +57,7 @@ class ModelSpec:
     kernel: str = "chain"  # executor kernel of the built model, one of KERNELS (see ``kernel_of``)
     example_shapes: tuple[tuple[int, ...], ...] = ((60,), (1, 28, 28))  # inputs it takes (contract tests)
     groups: tuple[str, ...] = ()  # parameter groups of the built model besides "" and "attn" (``param_groups``)
+    version: int | None = None  # None: a built-in model; a user model's (``register_model``), in its runs' keys
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -168,6 +172,170 @@ MODELS: dict[str, ModelSpec] = {
         example_shapes=((3, 28, 28), (3, 64, 64)),
     ),
 }
+
+
+BUILT_IN = frozenset(MODELS)  # the library's own models: never replaced, their runs' keys carry no version
+
+
+def register_model(
+    name: str,
+    builder: Callable[..., nn.Module],
+    *,
+    default_hidden: tuple[int, ...] = (),
+    groups: tuple[str, ...] = (),
+    kernel: str | None = None,
+    version: int = 1,
+    attention_slots: bool = False,
+    example_shapes: tuple[tuple[int, ...], ...] = ((60,), (1, 28, 28)),
+    doc: str = "",
+    replace: bool = False,
+) -> ModelSpec:
+    """Register a model of your own under ``name``, so that ``RunConfig(model=name)`` trains it like a built-in one.
+
+    ``builder(input_shape, n_classes, hidden) -> nn.Module``: a plain factory (``input_shape`` is one sample's shape,
+    e.g. ``(1, 28, 28)``; ``hidden`` the widths, ``default_hidden`` when the config gives none). A builder of two
+    parameters, ``builder(input_shape, n_classes)``, is accepted for a model without widths (``default_hidden=()``).
+    ``attention_slots``: the builder takes ``attention=`` (pFedLA's local attention). ``groups``: the parameter
+    groups the built model has besides the shared ones ("bn": BatchNorm that FedBN keeps local; checked on the built
+    model, since a method that keeps a group local would otherwise train as FedAvg). ``kernel``: "chain", "vmap" or
+    "loop" (``KERNELS``); None reads it off the built model (``kernel_of``: a Flatten/Linear/ReLU chain -> "chain", no
+    buffers -> "vmap", else "loop"), which is the fastest it runs under.
+
+    The builder is called here, on the first of ``example_shapes`` it builds for (the contract tests build it on all of
+    them): what it returns must be an ``nn.Module`` that runs under the kernel. Whether its output width matches a
+    data set's classes is checked before a run trains: by ``RunConfig.validate`` on a data set of the user's (whose
+    shape is known once it is registered), by ``fedlib.runs.feasibility.check_model`` for every run.
+
+    Store keys: a user model's runs are keyed by its name and ``version`` (``fedlib.config.legacy.key``). The code of
+    a builder cannot be hashed faithfully (closures, the modules it calls), so the key cannot notice that it
+    changed: bump ``version`` when you change what the model computes, and runs stored with the old one are no
+    longer read. A name already registered is refused (``replace=True`` replaces a model of your own on purpose,
+    e.g. re-running a notebook cell); the built-in names never are.
+    """
+    if not isinstance(name, str) or not name.strip() or name != name.strip():
+        raise ValueError(f"register_model: name={name!r} must be a non-empty string without surrounding blanks")
+    if name in BUILT_IN:
+        raise ValueError(
+            f"register_model: name={name!r} is a built-in model ({', '.join(sorted(BUILT_IN))}); pick another"
+        )
+    if name in MODELS and not replace:
+        raise ValueError(f"register_model: model {name!r} is already registered (replace=True to replace it)")
+    if not callable(builder):
+        raise TypeError(
+            f"register_model: builder={builder!r} must be callable: builder(input_shape, n_classes, hidden)"
+        )
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"register_model: version={version!r} must be an integer >= 1")
+    if kernel is not None and kernel not in KERNELS:
+        raise ValueError(
+            f"register_model: kernel={kernel!r} is not one of: {', '.join(KERNELS)} (or None: read it off the model)"
+        )
+    bad = [g for g in groups if g != "bn"]
+    if not isinstance(groups, tuple) or bad:
+        raise ValueError(
+            f"register_model: groups={groups!r} must be a tuple of 'bn' (BatchNorm kept local by FedBN) or ()"
+        )
+    hidden = tuple(default_hidden)
+    if not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden):
+        raise ValueError(f"register_model: default_hidden={default_hidden!r} must be a tuple of positive ints")
+    build = _three_parameters(name, builder, hidden)
+    probe, kind = _probe(name, build, hidden, attention_slots, example_shapes, kernel, groups)
+    shapes = tuple(tuple(s) for s in example_shapes)  # hashable: specs key the output check's cache
+    spec = ModelSpec(name, build, hidden, doc or f"user model {name!r}", attention_slots, kind, shapes, tuple(groups),
+                     version)  # fmt: skip
+    MODELS[name] = spec
+    return spec
+
+
+def unregister_model(name: str) -> None:
+    """Remove a model registered with ``register_model`` (a built-in one cannot be removed)."""
+    if name in BUILT_IN or name not in MODELS:
+        raise ValueError(f"unregister_model: {name!r} is not a registered user model")
+    del MODELS[name]
+
+
+def _three_parameters(name: str, builder: Callable[..., nn.Module], hidden: tuple) -> Callable[..., nn.Module]:
+    """``builder`` as ``build(input_shape, n_classes, hidden, **kw)``: a two-parameter builder gets no widths."""
+    try:
+        params = inspect.signature(builder).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: taken as documented
+        return builder
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == p.VAR_POSITIONAL for p in params) or len(positional) >= 3:
+        return builder
+    if len(positional) == 2:
+        if hidden:
+            raise ValueError(
+                f"register_model: builder of model {name!r} takes (input_shape, n_classes) but default_hidden="
+                f"{hidden!r}: a builder with widths takes (input_shape, n_classes, hidden)"
+            )
+        return lambda s, c, h=(), **kw: builder(s, c, **kw)
+    raise TypeError(f"register_model: builder of model {name!r} must take (input_shape, n_classes[, hidden])")
+
+
+def _probe(name, build, hidden, attention_slots, shapes, kernel, groups) -> tuple[nn.Module, str]:
+    """Build the model on the first example shape it takes; its kernel (declared or read off it) and groups checked."""
+    errors = []
+    kw = {"attention": "none"} if attention_slots else {}
+    for shape in shapes:
+        try:
+            model = build(tuple(shape), 10, hidden, **kw)
+        except Exception as e:  # noqa: BLE001 (a user's code: any failure on this shape, try the next)
+            errors.append(f"{tuple(shape)}: {type(e).__name__}: {e}")
+            continue
+        if not isinstance(model, nn.Module):
+            raise TypeError(
+                f"register_model: builder of model {name!r} returned {type(model).__name__}, not an nn.Module"
+            )
+        if kernel is not None:
+            model.fedlib_kernel = kernel
+        try:
+            kind = kernel_of(model)
+        except ValueError as e:
+            raise ValueError(f"register_model: model {name!r}: {e}") from None
+        from fedlib.models.groups import param_groups
+
+        if "bn" in groups and "bn" not in param_groups(model).values():
+            raise ValueError(f"register_model: model {name!r} declares groups=('bn',) but has no BatchNorm layer")
+        return model, kind
+    raise ValueError(
+        f"register_model: builder of model {name!r} builds for none of example_shapes={tuple(shapes)!r} "
+        f"({'; '.join(errors)}); pass the input shapes it takes as example_shapes"
+    )
+
+
+def check_output(
+    name: str, input_shape: tuple, n_classes: int, hidden=None, attention: str = "none", where: str = ""
+) -> None:
+    """Raise ValueError naming the model, the data and both widths when model ``name`` built for ``input_shape`` and
+    ``n_classes`` does not map a batch of inputs to ``(batch, n_classes)`` logits (or does not run on them): else the
+    loss would fail inside the first local step, or, for a wider output, train on logits of classes the data lacks.
+    Checked once per registration and data shape (a model registered again is checked again)."""
+    hidden = None if hidden is None else tuple(hidden)
+    _check_output(MODELS[name], tuple(input_shape), n_classes, hidden, attention, where)
+
+
+@functools.lru_cache(maxsize=64)
+def _check_output(spec: ModelSpec, input_shape: tuple, n_classes: int, hidden, attention: str, where: str) -> None:
+    name = spec.name
+    kw = {"attention": attention} if spec.attention_slots else {}
+    widths = spec.default_hidden if hidden is None else tuple(hidden)
+    try:
+        model = spec.build(tuple(input_shape), n_classes, widths, **kw).eval()
+        with torch.no_grad():
+            out = model(torch.zeros(2, *input_shape))
+    except Exception as e:  # noqa: BLE001 (a user's model: its failure, reported with what it was given)
+        raise ValueError(
+            f"{where}model={name!r} does not run on inputs of shape {tuple(input_shape)} with n_classes={n_classes} "
+            f"({type(e).__name__}: {e})"
+        ) from None
+    if not isinstance(out, torch.Tensor) or out.shape != (2, n_classes):
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(
+            f"{where}model={name!r} outputs {got[-1] if isinstance(got, tuple) and got else got} logits per sample "
+            f"(output shape {got} for a batch of 2), but the data has {n_classes} classes: its output width must be "
+            f"{n_classes}"
+        )
 
 
 def check_attention(name: str, attention: str, prefix: str = "") -> None:

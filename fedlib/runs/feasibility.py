@@ -30,9 +30,10 @@ import numpy as np
 import torch
 
 from fedlib.core.callbacks import ATTENTION_TRACE_BYTES
-from fedlib.data import partition
+from fedlib.data import own, partition
+from fedlib.data.domains import CLASSES
 from fedlib.executors import hardware
-from fedlib.models.registry import MODELS
+from fedlib.models.registry import MODELS, check_output
 
 # (input shape, samples in the whole data set) per data set; Synthetic is generated per client (sizes below)
 DATA = {
@@ -129,7 +130,7 @@ def estimate(cfg) -> dict[str, float]:
     b = 8 if cfg.dtype == "float64" else 4
     check_model(cfg)  # model_size builds the model for the data set's inputs
     shape = input_shape(d.dataset)
-    samples = d.n_clients * SYNTHETIC_MEAN_SIZE if d.dataset == "synthetic" else DATA[d.dataset][1]
+    samples = d.n_clients * SYNTHETIC_MEAN_SIZE if d.dataset == "synthetic" else samples_of(d.dataset)
     params, acts = model_size(m.name, m.hidden, m.attention, shape, 10)  # class count: a rounding error here
     n = d.n_clients
     s = cfg.selection
@@ -172,7 +173,7 @@ def largest_client(cfg) -> int:
         return SHARDS_PER_CLIENT * d.shard_size
     if d.partition == "iid" and d.dataset in CLASS_COUNTS:
         return -(-sum(CLASS_COUNTS[d.dataset][0]) // d.n_clients)
-    return DATA[d.dataset][1]
+    return samples_of(d.dataset)
 
 
 def records(cfg) -> float:
@@ -202,7 +203,7 @@ def check(cfg, limit: int | None = None) -> dict[str, float]:
     d = cfg.data
     check_data(cfg)
     check_model(cfg)
-    most = d.n_clients * SYNTHETIC_MAX_SIZE if d.dataset == "synthetic" else DATA.get(d.dataset, (0, math.inf))[1]
+    most = d.n_clients * SYNTHETIC_MAX_SIZE if d.dataset == "synthetic" else samples_of(d.dataset)
     if cfg.local.batch_size > most:
         raise ValueError(
             f"RunConfig.batch_size={cfg.local.batch_size} exceeds the {most} samples dataset={d.dataset!r} can have "
@@ -227,6 +228,9 @@ def check_data(cfg) -> None:
     partition cuts: N clients at all, an IID client a sample each, 2 shards of ``shard_size`` each, a Dirichlet
     client ``DIRICHLET_MIN_SIZE`` samples (from its training set: those partitions keep its test set apart)."""
     d = cfg.data
+    if d.dataset in own.USER_DATASETS:  # in memory already: cut it as the run will (the partitioners name what fails)
+        own.load(d)
+        return
     if d.dataset != "synthetic" and d.dataset in DATA and d.n_clients > DATA[d.dataset][1]:
         raise ValueError(
             f"RunConfig.n_clients={d.n_clients} exceeds the {DATA[d.dataset][1]} samples of dataset={d.dataset!r}"
@@ -258,13 +262,31 @@ def check_data(cfg) -> None:
 
 
 def input_shape(dataset: str) -> tuple:
-    """The shape of one input of ``dataset``: Synthetic's feature vectors, the others' (C, H, W) images."""
+    """The shape of one input of ``dataset``: Synthetic's feature vectors, the others' (C, H, W) images, a user data
+    set's own (``fedlib.data.own.info``)."""
+    if dataset in own.USER_DATASETS:
+        return own.info(dataset)[0]
     return SYNTHETIC_SHAPE if dataset == "synthetic" else DATA[dataset][0]
+
+
+def n_classes(dataset: str) -> int:
+    """The classes of ``dataset``: 10, the feature-shift sets' own (Office-31: 31), a user data set's."""
+    if dataset in own.USER_DATASETS:
+        return own.info(dataset)[1]
+    return len(CLASSES[dataset]) if dataset in CLASSES else 10
+
+
+def samples_of(dataset: str) -> int:
+    """Samples in the whole of ``dataset`` (not Synthetic, generated per client)."""
+    return own.info(dataset)[2] if dataset in own.USER_DATASETS else DATA[dataset][1]
 
 
 def takes(model: str, shape: tuple) -> bool:
     """Whether registry model ``model`` takes inputs of ``shape``: a Linear chain (``kernel`` 'chain') flattens any
-    input; a conv net needs (C, H, W) images of at least ``IMAGE_SIDE_MIN`` a side."""
+    input; a conv net needs (C, H, W) images of at least ``IMAGE_SIDE_MIN`` a side; a user model is asked
+    (``check_model``)."""
+    if MODELS[model].version is not None:
+        return True  # check_model runs it on the data set's inputs
     if MODELS[model].kernel == "chain":
         return True
     return len(shape) == 3 and min(shape[1:]) >= IMAGE_SIDE_MIN.get(model, 1)
@@ -273,9 +295,14 @@ def takes(model: str, shape: tuple) -> bool:
 def check_model(cfg) -> None:
     """Raise ``ValueError`` naming the model, the data set and the models that take its inputs when the model does
     not, before the data loads (else LeNet on Synthetic would fail with "not enough values to unpack", AlexNet on
-    MNIST in a conv2d, after the data had loaded)."""
+    MNIST in a conv2d, after the data had loaded). A user model (``fedlib.register_model``) is built for the data
+    set's inputs and classes and run on two inputs: it must give one logit per class (``check_output``)."""
     name, dataset = cfg.model.name, cfg.data.dataset
     shape = input_shape(dataset)
+    if MODELS[name].version is not None:
+        m = cfg.model
+        check_output(name, shape, n_classes(dataset), m.hidden, m.attention, where=f"RunConfig (dataset={dataset!r}): ")
+        return
     if takes(name, shape):
         return
     has = f"{shape} feature vectors" if len(shape) != 3 else f"{shape[1]}x{shape[2]} images"

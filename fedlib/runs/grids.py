@@ -153,6 +153,8 @@ def run_configs(
         feasibility.check(c)
     if todo:
         store.ready()
+    if _in_process_only(todo, jobs, backend):
+        jobs = 1
     cluster = ray_backend(backend, address, jobs)
     # runs that were stopped part-way first: they continue from their snapshot (see ``Store.checkpoint``)
     stopped = [c for c in todo if store.checkpoint(c).info() is not None]
@@ -189,6 +191,28 @@ def run_configs(
             res = run(cfg, store, progress=progress, data_root=data_root)
             rows.append({"key": cfg.key(), **cfg.changed(), **{k: cfg.get(k) for k in columns}, **res.summary()})
     return pd.DataFrame(rows)
+
+
+def _in_process_only(todo: list[RunConfig], jobs: int | None, backend) -> bool:
+    """Whether ``todo`` names a model or data set registered in this process (``fedlib.register_model``,
+    ``fedlib.register_dataset``). Worker processes (spawned fresh) and Ray tasks would not see the registration: such
+    a grid trains here (``jobs=None`` becomes 1; runs sharing data and model still train batched), and ``jobs`` > 1 or
+    ``backend='ray'`` is refused naming the registration, rather than failing in the workers on an unknown name."""
+    from fedlib.data.own import USER_DATASETS
+    from fedlib.models.registry import MODELS
+
+    mine = sorted({f"model={c.model.name!r}" for c in todo if MODELS[c.model.name].version is not None}
+                  | {f"dataset={c.data.dataset!r}" for c in todo if c.data.dataset in USER_DATASETS})  # fmt: skip
+    if not mine:
+        return False
+    where = f"jobs={jobs}" if backend == "local" else f"backend={backend!r}"
+    if backend != "local" or (jobs is not None and jobs > 1):
+        raise ValueError(
+            f"{where}: the grid uses {', '.join(mine)}, registered in this process only; worker processes and Ray "
+            "tasks start fresh and do not see it. Train it here with jobs=1 (runs that share data and model still "
+            "train together, batch=)"
+        )
+    return True
 
 
 def results_frame(cfgs: list[RunConfig], store: Store | None = None) -> pd.DataFrame:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedlib.config.parts import DataConfig, ModelConfig
 from fedlib.config.run import RunConfig, from_dict
 from fedlib.core.state import COLUMNS, RunResult
 
@@ -128,6 +129,10 @@ def read_run(folder: Path, key: str | None = None) -> RunResult:
         found = cfg.key()
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise bad(f"config.json is not a valid config ({e})") from None
+    unknown = _unregistered(cfg)
+    if unknown:  # a run of a user's model or data set: its key holds the registration's version or content hash
+        raise bad(f"config.json names {unknown}, which this process has not registered (fedlib.register_model, "
+                  "fedlib.register_dataset): register it again to read this run")  # fmt: skip
     # the folder's contents belong to its key: a run copied (or linked) under another run's key is not that run
     legacy = LEGACY_KEYS.get(key) == found
     if found != key and not legacy:
@@ -206,6 +211,16 @@ def _check_accuracies(bad, metrics, acc, stored, n, diverged) -> None:
         if off.any():
             t, got, want = int(metrics["round"].to_numpy()[off][0]), v[off][0], mean[off][0]
             raise bad(f"metrics.csv {c} in round {t} is {got:.6g}, its per-client accuracies give {want:.6g}")
+
+
+def _unregistered(cfg: RunConfig) -> str:
+    """The model and data set ``cfg`` names that this process has not registered ("" when none)."""
+    named = (("model", cfg.model.name, ModelConfig, "name"), ("dataset", cfg.data.dataset, DataConfig, "dataset"))
+    missing = []
+    for what, name, part, field_ in named:
+        if name not in part.__dataclass_fields__[field_].metadata["choices"]:
+            missing.append(f"{what}={name!r}")
+    return " and ".join(missing)
 
 
 def seal(folder: Path) -> None:
