@@ -13,6 +13,7 @@ __version__ = "0.2.0"
 
 from fedlib.config.run import PROFILES, RunConfig, resolve_profile
 from fedlib.runs.grids import expand, results_frame, run_configs, run_grid
+from fedlib.runs.results import Results
 from fedlib.runs.store import Store
 from fedlib.runs.train import run, train
 
@@ -26,6 +27,7 @@ __all__ = [
     "train",
     "expand",
     "results_frame",
+    "Results",
     "Store",
     "PROFILES",
     "resolve_profile",

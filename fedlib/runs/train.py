@@ -31,6 +31,7 @@ from fedlib.runs import feasibility, openmp, worker
 from fedlib.runs.checkpoint import Checkpoint, Checkpointing, DeferredInterrupt, StopOnRequest, git_commit
 from fedlib.runs.malloc import keep_freed_memory
 from fedlib.runs.malloc import mode as malloc_mode
+from fedlib.runs.results import RunResults
 from fedlib.runs.store import Store
 
 
@@ -165,9 +166,11 @@ def config_arg(cfg, name: str = "cfg") -> RunConfig:
 
 def run(
     cfg: RunConfig, store: Store | None = None, progress: bool = True, force: bool = False, data_root=None
-) -> RunResult:
-    """The stored result of ``cfg``, training and storing it first if needed (``force`` retrains from scratch).
-    Training snapshots itself every few minutes (``Store.checkpoint``): an interrupted run continues from there."""
+) -> RunResults:
+    """The stored result of ``cfg``, training and storing it first if needed (``force`` retrains from scratch), as a
+    ``RunResults``: the ``RunResult`` (``metrics``, ``summary()``, ...) that is also a ``Results`` (``frame``,
+    ``plot()``). Training snapshots itself every few minutes (``Store.checkpoint``): an interrupted run continues
+    from there."""
     config_arg(cfg).validate()
     store = Store.of(store)
     malloc_mode()  # a bad FEDLIB_MALLOC is an error here, not when training starts
@@ -176,7 +179,7 @@ def run(
         hit = store.load(cfg)
         if hit is not None:
             store.checkpoint(cfg).clear()  # a snapshot left by a stop between storing and cleaning up
-            return hit
+            return RunResults.of(hit, cfg)
     store.ready()
     checkpoint = store.checkpoint(cfg)
     if force:
@@ -184,7 +187,7 @@ def run(
     result = train(cfg, progress, data_root, checkpoint)
     store.save(cfg, result, replace=force)
     checkpoint.clear()
-    return result
+    return RunResults.of(result, cfg)
 
 
 @dataclass
