@@ -17,6 +17,7 @@ from fedlib.config.run import PROFILES, RunConfig, resolve_profile
 from fedlib.data.own import register_dataset
 from fedlib.models.registry import register_model
 from fedlib.runs.grids import expand, results_frame, run_configs, run_grid
+from fedlib.runs.results import Results
 from fedlib.runs.store import Store
 from fedlib.runs.train import run, train
 
@@ -30,6 +31,7 @@ __all__ = [
     "train",
     "expand",
     "results_frame",
+    "Results",
     "Store",
     "PROFILES",
     "resolve_profile",

@@ -161,6 +161,21 @@ def draw_lines(ax, frame: pd.DataFrame, x: str, y: str, hue: str, order=None, st
     return handles, labels, seeds, coinciding
 
 
+# AutoLocator's steps (matplotlib's default tick locator is MaxNLocator(nbins="auto", steps=these))
+AUTO_STEPS = (1, 2, 2.5, 5, 10)
+
+
+def round_ticks(ax, axis: str = "x") -> None:
+    """Rounds on ``axis`` of ``ax`` get integer ticks: a 20-round axis reads 0, 5, 10, 15, 20 rather than 0, 2.5, 5,
+    7.5, ... (a round 2.5 does not exist). ``MaxNLocator(integer=True)`` with the default locator's ``nbins`` and
+    steps: the integer steps are the default's own, so where the default already picks integers (every axis of
+    25 rounds or more, every committed figure's) the ticks are the same and a figure redraws identically."""
+    from matplotlib.ticker import MaxNLocator
+
+    locator = MaxNLocator(nbins="auto", steps=list(AUTO_STEPS), integer=True)
+    (ax.xaxis if axis == "x" else ax.yaxis).set_major_locator(locator)
+
+
 def percent_axis(ax, axis: str = "y") -> None:
     """Accuracies stored as fractions, shown in percent."""
     from matplotlib.ticker import PercentFormatter
@@ -277,6 +292,7 @@ def accuracy_curves(
                       frameon=False, fontsize=8)  # fmt: skip
         ax.set_ylabel(ACCURACY_LABELS.get(m, m))
         ax.set_xlabel("round")
+        round_ticks(ax)
         if v is not None:
             ax.set_title(str(v))
         if m in ACCURACY_LABELS:

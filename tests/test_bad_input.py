@@ -312,7 +312,7 @@ def test_damaged_runs_do_not_break_status_or_the_experiment_summary(tmp_path, mo
     _damage(ex.store.path(victim), "garbage meta")
     ex = experiment("quickstart", "smoke", store=tmp_path, stored_only=True, progress=False)
     assert victim in ex.missing_runs and len(ex.damaged) == 1
-    assert "damaged, left out (1" in ex.summary() and str(ex.store.path(victim)) in ex.summary()
+    assert "damaged, left out (1" in ex.describe() and str(ex.store.path(victim)) in str(ex)
     assert len(ex.table) == len(ex.configs) - 1  # the table leaves it out; the summary says so
     from fedlib.experiments.named import status
 

@@ -26,8 +26,8 @@ LAYERS = (
     ("fedlib.core",),
     ("fedlib.algorithms",),
     ("fedlib.config",),
-    ("fedlib.runs",),
-    ("fedlib.papers", "fedlib.plotting"),
+    ("fedlib.runs", "fedlib.plotting"),  # plotting imports nothing of fedlib; ``Results.plot`` draws with it
+    ("fedlib.papers",),
     ("fedlib.experiments",),
     ("fedlib",),
 )

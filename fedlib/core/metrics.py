@@ -41,6 +41,14 @@ def best(series: Series) -> float:
     return float(np.nanmax(s)) if s.size and not np.isnan(s).all() else math.nan
 
 
+def at_best(select: Series, report: Series) -> float:
+    """``report`` in the round where ``select`` is highest (the first such round; NaN rounds of ``select`` never
+    win): test accuracy at the round best on a validation split, the choice that does not peek at the test set as
+    the papers' best round (FedMCSA's BMTA) does."""
+    s, r = np.asarray(select, dtype=float), np.asarray(report, dtype=float)
+    return float(r[int(np.nanargmax(s))]) if s.size and not np.isnan(s).all() else math.nan
+
+
 def last_mean(series: Series, last: int = 10) -> float:
     """Average of the last ``last`` values (AdaFL Tables 1-4, l = 10)."""
     s = np.asarray(series, dtype=float)

@@ -76,8 +76,13 @@ class RunResult:
 
     def summary(self) -> dict[str, Any]:
         """Best/final/last-10 accuracies, uploads and time. A diverged run (``diverged_at``: its round, else None)
-        reports its final and last-10 accuracies as NaN and its best over the rounds before it diverged."""
+        reports its final and last-10 accuracies as NaN and its best over the rounds before it diverged.
+
+        Where the metrics hold a validation accuracy (``val_acc``), also ``test_acc_at_best_val``: the test accuracy
+        in the round best on validation (``metrics.at_best``). None of the protocols here holds out a validation
+        split (the metrics are ``COLUMNS``: test and train), so the papers' best round is picked on the test set."""
         m = self.metrics
+        val = {"test_acc_at_best_val": M.at_best(m.val_acc, m.test_acc)} if "val_acc" in m else {}
         return {
             "best_acc": M.best(m.test_acc),
             "best_acc_mean": M.best(m.test_acc_mean),
@@ -89,6 +94,7 @@ class RunResult:
             "uploads": int(m.uploads.iloc[-1]),
             "seconds": float(m.seconds.iloc[-1]),
             "diverged_at": self.meta.get("diverged_at"),
+            **val,
         }
 
 

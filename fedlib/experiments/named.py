@@ -20,6 +20,7 @@ from fedlib.config.run import RunConfig, flat_name, resolve_profile
 from fedlib.experiments import profiles
 from fedlib.runs import estimates, grids
 from fedlib.runs.grids import expand, results_frame, run_configs
+from fedlib.runs.results import Results, ResultsTable
 from fedlib.runs.scheduling import BATCH
 from fedlib.runs.store import Store
 from fedlib.runs.threads import check as check_threads
@@ -30,8 +31,9 @@ class NothingStoredError(LookupError):
 
 
 @dataclass
-class Experiment:
-    """A named experiment at one profile: what it runs and what came of it.
+class Experiment(Results):
+    """A named experiment at one profile: what it runs and what came of it; a ``Results`` of its stored runs
+    (``frame``, ``summary()``: its ``table``, ``plot()``).
 
     ``base``, ``grid``: the profile's base config and grid cells (flat names, the absent data sets' cells left
     out, ``seeds`` applied); ``configs``: the expanded configs (after ``where``); ``absent``: the data sets absent
@@ -40,7 +42,8 @@ class Experiment:
     result; ``table``: one summary row per run (``grids.run_configs``), ``frame``: per-round results
     (``grids.results_frame``), both over ``stored_runs()``: ``runs``, or, read with ``stored_only`` and none stored,
     a ``NothingStoredError`` that says so. ``store_for(cfg)``: where a setting is read or trained (``explore`` for one
-    outside the grid)."""
+    outside the grid). ``describe()`` (what ``print(ex)`` shows): configs, stored runs, absent data, what is missing
+    or damaged."""
 
     name: str
     profile: str
@@ -101,7 +104,7 @@ class Experiment:
         return self
 
     @functools.cached_property
-    def table(self) -> pd.DataFrame:
+    def table(self) -> ResultsTable:
         return _table(self.stored_runs(), self.store, self.columns, progress=False)
 
     @functools.cached_property
@@ -121,7 +124,16 @@ class Experiment:
             )
         return runs
 
-    def summary(self) -> str:
+    def _pairs(self):
+        return list(self.store.stored(self.stored_runs()))
+
+    def summary(self) -> pd.DataFrame:
+        """One summary row per stored run: ``table`` as a plain DataFrame (``ResultsTable.summary``)."""
+        return self.table.summary()
+
+    def describe(self) -> str:
+        """What the experiment holds, as ``print(ex)`` shows it: configs, stored runs, data sets present and absent,
+        the damaged and the missing runs."""
         sets = sorted({c.data.dataset for c in self.configs})
         lines = [
             f"{self.name}, profile {self.profile}: {len(self.configs)} configs, {len(self.runs)} with results"
@@ -142,17 +154,17 @@ class Experiment:
             )
         return "\n".join(lines)
 
-    __str__ = summary
+    __str__ = describe
 
     def __repr__(self) -> str:
-        return f"<Experiment {self.summary()}>"
+        return f"<Experiment {self.describe()}>"
 
 
-def _table(cfgs: list[RunConfig], store: Store, columns, **kw) -> pd.DataFrame:
+def _table(cfgs: list[RunConfig], store: Store, columns, **kw) -> ResultsTable:
     """``grids.run_configs`` (trains what is not stored) with ``columns`` read by flat name (``cfg.get``), so a name
     that is also a typed part of the config (``model``) gives its flat value."""
     if not cfgs:
-        return pd.DataFrame()
+        return ResultsTable()
     table = run_configs(cfgs, store, columns=("seed",), **kw)
     for k in columns:
         table[k] = [c.get(k) for c in cfgs]

@@ -1,6 +1,7 @@
 """Grids of configs through the results store: ``expand`` (a dict of lists into validated configs), ``run_configs``
 and ``run_grid`` (skip what is stored, train the rest alone, batched, in processes or on Ray, and store each run as
 soon as it finishes: an interrupted grid resumes where it stopped and loses nothing finished), ``results_frame``.
+A grid's summary table is a ``fedlib.runs.results.ResultsTable``: the DataFrame it always was, and a ``Results``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fedlib.runs import feasibility
 from fedlib.runs.estimates import known_times
 from fedlib.runs.malloc import mode as malloc_mode
 from fedlib.runs.pool import _run_parallel
+from fedlib.runs.results import Results, ResultsTable, summary_row, tidy_frame
 from fedlib.runs.scheduling import BATCH, _longest_first, batches, check_jobs, default_jobs
 from fedlib.runs.store import Store
 from fedlib.runs.threads import check as check_threads
@@ -62,9 +64,10 @@ def run_grid(
     address: str | None = None,
     batch: int = BATCH,
     threads: int | None = None,
-) -> pd.DataFrame:
-    """Run every config of the grid (skipping stored ones); one summary row per config. ``jobs``, ``backend``,
-    ``address``, ``batch``, ``threads``: where and how the runs train (``run_configs``)."""
+) -> ResultsTable:
+    """Run every config of the grid (skipping stored ones); one summary row per config (a ``ResultsTable``: also
+    ``.frame``, ``.plot()``). ``jobs``, ``backend``, ``address``, ``batch``, ``threads``: where and how the runs
+    train (``run_configs``)."""
     cfgs = expand(base, grid)  # validates every config before any training starts
     # the varied fields by their flat names: with dotted ones (``local.lr``) the flat column (``lr``, from
     # ``cfg.changed()``) would be NaN wherever a run had the default value
@@ -117,8 +120,9 @@ def run_configs(
     address: str | None = None,
     batch: int = BATCH,
     threads: int | None = None,
-) -> pd.DataFrame:
-    """Run validated configs (skipping stored ones); one summary row per config, in the order given.
+) -> ResultsTable:
+    """Run validated configs (skipping stored ones); one summary row per config, in the order given, as a
+    ``ResultsTable`` (the summary DataFrame, which also knows its runs: ``.frame``, ``.plot()``).
 
     ``batch``: configs that share data, model and method (``batch_key``: seeds, lr, mu, sigma, lambda, ... may
     differ) train up to ``batch`` at a time as one model (``train_together``), each stored under its own key with
@@ -186,11 +190,8 @@ def run_configs(
             cfgs, desc=f"grid ({left} to run, {len(cfgs) - left} stored)", disable=not progress or not left, leave=False
         )
         # columns: every field the grid varies (even where a value equals the default), then the summary
-        rows = []
-        for cfg in bar:
-            res = run(cfg, store, progress=progress, data_root=data_root)
-            rows.append({"key": cfg.key(), **cfg.changed(), **{k: cfg.get(k) for k in columns}, **res.summary()})
-    return pd.DataFrame(rows)
+        rows = [summary_row(cfg, run(cfg, store, progress=progress, data_root=data_root), columns) for cfg in bar]
+    return ResultsTable.of_rows(rows, [(cfg, store) for cfg in cfgs])
 
 
 def _in_process_only(todo: list[RunConfig], jobs: int | None, backend) -> bool:
@@ -215,14 +216,19 @@ def _in_process_only(todo: list[RunConfig], jobs: int | None, backend) -> bool:
     return True
 
 
-def results_frame(cfgs: list[RunConfig], store: Store | None = None) -> pd.DataFrame:
-    """Per-round metrics of stored runs in one tidy frame, with the configs' changed fields as columns."""
-    store = Store.of(store)
-    frames = []
-    for cfg, res in store.stored(configs_arg(cfgs)):
-        frames.append(
-            res.metrics.assign(
-                key=cfg.key(), **{k: str(v) if isinstance(v, tuple) else v for k, v in cfg.to_dict().items()}
-            )
+def results_frame(cfgs: list[RunConfig] | Results, store: Store | None = None) -> pd.DataFrame:
+    """Per-round metrics of stored runs in one tidy frame, with the configs' fields as columns (``tidy_frame``).
+
+    ``cfgs``: a list of configs (read from ``store``), or a ``Results``: what ``run_grid``/``run_configs`` return (also
+    a row selection of it), ``fedlib.run`` or ``fedlib.experiment``; its runs are read from the stores they came
+    from, or from ``store`` where one is given."""
+    if isinstance(cfgs, Results):
+        if store is None:
+            return cfgs.frame
+        cfgs = cfgs.configs
+    elif isinstance(cfgs, pd.DataFrame):
+        raise TypeError(
+            "cfgs is a DataFrame that does not know its runs (not a table run_grid returned, or one rebuilt from its "
+            "values): pass the table run_grid returned, a row selection of it, or a list of RunConfigs"
         )
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return tidy_frame(Store.of(store).stored(configs_arg(cfgs)))

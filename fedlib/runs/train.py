@@ -32,6 +32,7 @@ from fedlib.runs import threads as threads_module
 from fedlib.runs.checkpoint import Checkpoint, Checkpointing, DeferredInterrupt, StopOnRequest, git_commit
 from fedlib.runs.malloc import keep_freed_memory
 from fedlib.runs.malloc import mode as malloc_mode
+from fedlib.runs.results import RunResults
 from fedlib.runs.store import Store
 
 
@@ -182,10 +183,11 @@ def run(
     force: bool = False,
     data_root=None,
     threads: int | None = None,
-) -> RunResult:
-    """The stored result of ``cfg``, training and storing it first if needed (``force`` retrains from scratch).
-    Training snapshots itself every few minutes (``Store.checkpoint``): an interrupted run continues from there.
-    ``threads``: as ``train``'s."""
+) -> RunResults:
+    """The stored result of ``cfg``, training and storing it first if needed (``force`` retrains from scratch), as a
+    ``RunResults``: the ``RunResult`` (``metrics``, ``summary()``, ...) that is also a ``Results`` (``frame``,
+    ``plot()``). Training snapshots itself every few minutes (``Store.checkpoint``): an interrupted run continues
+    from there. ``threads``: as ``train``'s."""
     threads_module.check(threads)
     config_arg(cfg).validate()
     store = Store.of(store)
@@ -195,7 +197,7 @@ def run(
         hit = store.load(cfg)
         if hit is not None:
             store.checkpoint(cfg).clear()  # a snapshot left by a stop between storing and cleaning up
-            return hit
+            return RunResults.of(hit, cfg)
     store.ready()
     checkpoint = store.checkpoint(cfg)
     if force:
@@ -203,7 +205,7 @@ def run(
     result = train(cfg, progress, data_root, checkpoint, threads=threads)
     store.save(cfg, result, replace=force)
     checkpoint.clear()
-    return result
+    return RunResults.of(result, cfg)
 
 
 @dataclass

@@ -34,6 +34,7 @@ def plot_fraction_schedules(schedules: dict, n_clients: int, title: str = ""):
     a.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0%}"))
     a.set_title("clients uploading per round")
     b.set_xlabel("round t"), b.set_ylabel("cumulative uploads Σ γ(t)·M"), b.grid(alpha=0.3)
+    plotting.round_ticks(a), plotting.round_ticks(b)
     b.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     b.set_title("communication cost (models sent to the server)")
     first = {}  # each schedule's first round above its start: until then it coincides with the lowest constant
@@ -75,6 +76,7 @@ def plot_selection_dynamics(scores, selected, client_acc, order=None, client_lab
     im = heat.imshow(scaled, aspect="auto", cmap="RdBu_r", vmin=1 - d, vmax=1 + d, interpolation="nearest",
                      extent=(0.5, scores.shape[0] + 0.5, n - 0.5, -0.5))  # fmt: skip
     heat.set_xlabel("round t")
+    plotting.round_ticks(heat)
     heat.set_ylabel("client (its two labels), sorted by labels" if client_labels is not None else "client")
     heat.set_title("selection probability over rounds")
     cb = fig.colorbar(im, cax=cax)

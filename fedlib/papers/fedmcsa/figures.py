@@ -59,6 +59,7 @@ def plot_method_curves(frame: pd.DataFrame, title: str = ""):
         coinciding += [(a, b, d) for a, b in co]
         ax.set_title(d)
         ax.set_xlabel("round")
+        plotting.round_ticks(ax)
         ax.set_ylabel("mean test accuracy (sample-weighted)")
         plotting.percent_axis(ax)
         ax.grid(alpha=0.3)
@@ -142,6 +143,7 @@ def plot_sigma_study(frame: pd.DataFrame, local: pd.DataFrame, title: str = ""):
             handles, labels = handles + lh, labels + ll
         row[0].set_title(f"{m}: mean test accuracy per round")
         row[0].set_xlabel("round")
+        plotting.round_ticks(row[0])
         row[0].set_ylabel("sample-weighted mean test accuracy")
         plotting.percent_axis(row[0])
         best_ = f.groupby("sigma").test_acc.max()

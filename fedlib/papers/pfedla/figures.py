@@ -205,7 +205,16 @@ def plot_fig3(curves: pd.DataFrame, title: str = ""):
     spread at the last round instead."""
     from matplotlib.lines import Line2D
 
-    from fedlib.plotting import COLORS, MARKERS, domain_name, finish, grid_axes, method_name, percent_points_axis
+    from fedlib.plotting import (
+        COLORS,
+        MARKERS,
+        domain_name,
+        finish,
+        grid_axes,
+        method_name,
+        percent_points_axis,
+        round_ticks,
+    )
 
     domains = _domain_order(curves.domain)
     methods = _method_order(curves.algorithm)
@@ -227,6 +236,7 @@ def plot_fig3(curves: pd.DataFrame, title: str = ""):
         ax.grid(alpha=0.3)
     for ax in axes[-2:]:
         ax.set_xlabel("round")
+        round_ticks(ax)  # the axes share x: one locator sets every panel's
         ax.xaxis.set_tick_params(labelbottom=True)
     handles = [Line2D([], [], color=COLORS[i], marker=MARKERS[i], lw=1.3) for i in range(len(methods))]
     handles += [Line2D([], [], color="k", ls="-", lw=1.3), Line2D([], [], color="k", ls="--", marker="o",
