@@ -79,7 +79,7 @@ def test_computing_sets_then_restores_and_nests(monkeypatch, nobody_set):
 
 
 def test_computing_chooses_the_free_cores(monkeypatch, nobody_set):
-    monkeypatch.setattr(threads, "free_cores", lambda window=0.1: 2)
+    monkeypatch.setattr(threads, "free_cores", lambda window=0.1, since=None: 2)
     torch.set_num_threads(1)
     with threads.computing() as rec:
         assert rec == {"threads": 2, "threads_by": "fedlib"} and torch.get_num_threads() == 2
@@ -89,7 +89,9 @@ def test_computing_chooses_the_free_cores(monkeypatch, nobody_set):
 
 def test_omp_num_threads_is_respected(monkeypatch, nobody_set):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setattr(threads, "free_cores", lambda window=0.1: pytest.fail("fedlib chose although the user had"))
+    monkeypatch.setattr(
+        threads, "free_cores", lambda window=0.1, since=None: pytest.fail("fedlib chose although the user had")
+    )
     with threads.computing() as rec:
         assert rec["threads_by"] == "OMP_NUM_THREADS"
 
@@ -97,7 +99,7 @@ def test_omp_num_threads_is_respected(monkeypatch, nobody_set):
 def test_load_watch_follows_the_free_cores(monkeypatch, nobody_set):
     # (all processes' busy seconds, this process's, wall seconds): others use 1, 1, then 0 of 2 cores
     samples = iter([(0, 0, 0), (30, 20, 10), (50, 30, 20), (60, 40, 30)])
-    monkeypatch.setattr(threads, "_sample", lambda: next(samples))
+    monkeypatch.setattr(threads, "sample", lambda: next(samples))
     monkeypatch.setattr(threads, "cores", lambda: 2)
     torch.set_num_threads(2)
     watch = threads.LoadWatch(every=0.0)
@@ -111,13 +113,13 @@ def test_load_watch_follows_the_free_cores(monkeypatch, nobody_set):
 
 
 def test_load_watch_waits_its_interval(monkeypatch, nobody_set):
-    monkeypatch.setattr(threads, "_sample", lambda: (0.0, 0.0, threads.time.perf_counter()))
+    monkeypatch.setattr(threads, "sample", lambda: (0.0, 0.0, threads.time.perf_counter()))
     monkeypatch.setattr(threads, "_free", lambda others: pytest.fail("checked before its interval"))
     threads.LoadWatch(every=60.0).after_round(None, None)
 
 
 def test_a_run_records_its_threads(monkeypatch, nobody_set):
-    monkeypatch.setattr(threads, "free_cores", lambda window=0.1: 1)
+    monkeypatch.setattr(threads, "free_cores", lambda window=0.1, since=None: 1)
     res = fedlib.train(RunConfig(**TINY), progress=False)
     assert res.meta["threads_by"] == "fedlib" and res.meta["threads"] == 1
     assert res.meta["threads_seen"] == [1]  # the watch ran beside it
@@ -151,3 +153,14 @@ def test_benchmark_row_runs():
     assert out.returncode == 0, out.stderr
     for way in ("default", "threads=1", "threads=2"):
         assert out.stdout.count(f" {way} ") == 2  # alone and beside the competing process
+
+
+def test_the_set_up_is_the_window(monkeypatch, nobody_set):
+    """A sample taken before loading the data measures the free cores over the loading: nothing waits."""
+    slept = []
+    monkeypatch.setattr(threads.time, "sleep", slept.append)
+    monkeypatch.setattr(threads, "cores", lambda: 2)
+    t = threads.time.perf_counter()
+    monkeypatch.setattr(threads, "sample", lambda: (3.0, 2.0, t))  # others used 1 core of 2 over the last second
+    assert threads.free_cores(since=(0.0, 0.0, t - 1.0)) == 1
+    assert slept == [0.0]

@@ -46,7 +46,7 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _sample() -> tuple[float, float, float] | None:
+def sample() -> tuple[float, float, float] | None:
     """(all processes' busy seconds, this process's CPU seconds, wall seconds) now; None where unknown."""
     busy = _busy_seconds()
     return None if busy is None else (busy, time.process_time(), time.perf_counter())
@@ -57,19 +57,21 @@ def _others(since: tuple[float, float, float], now: tuple[float, float, float]) 
     return max(0.0, (now[0] - since[0]) - (now[1] - since[1])) / max(now[2] - since[2], 1e-9)
 
 
-def others_busy(window: float = _CHECK_SECONDS) -> float | None:
-    """Cores other processes keep busy, over the next ``window`` seconds (None where it cannot be measured)."""
-    since = _sample()
+def others_busy(window: float = _CHECK_SECONDS, since: tuple[float, float, float] | None = None) -> float | None:
+    """Cores other processes keep busy, over at least ``window`` seconds from ``since`` (a ``sample()`` the caller took
+    before other work, e.g. loading the data: then only what remains of the window is waited), else from now; None
+    where it cannot be measured."""
+    since = since or sample()
     if since is None:
         return None
-    time.sleep(window)
-    now = _sample()
+    time.sleep(max(0.0, window - (time.perf_counter() - since[2])))
+    now = sample()
     return None if now is None else _others(since, now)
 
 
-def free_cores(window: float = _CHECK_SECONDS) -> int:
+def free_cores(window: float = _CHECK_SECONDS, since: tuple[float, float, float] | None = None) -> int:
     """The cores no other process is using now, at least 1 (1 where that cannot be measured)."""
-    busy = others_busy(window)
+    busy = others_busy(window, since)
     return 1 if busy is None else _free(busy)
 
 
@@ -99,12 +101,15 @@ _active: dict | None = None  # the record of the outermost ``computing`` block, 
 
 
 @contextlib.contextmanager
-def computing(threads: int | None = None, device: str = "cpu") -> Iterator[dict]:
+def computing(
+    threads: int | None = None, device: str = "cpu", since: tuple[float, float, float] | None = None
+) -> Iterator[dict]:
     """Within the block torch computes with ``threads`` threads, or where nobody set the count with the free cores
     (on a GPU: torch's own count, the host threads only launch kernels); afterwards the process's count is what it
     was. Yields the record a run's metadata keeps: ``{"threads": n, "threads_by": who}`` (``"fedlib"``: the rule
     above, which ``LoadWatch`` then keeps up to date). Inside another block (``run_grid`` around its runs'
-    ``train``) it changes nothing and yields the outer record."""
+    ``train``) it changes nothing and yields the outer record. ``since``: a ``sample()`` taken before the caller's own
+    set-up, so that the free cores are measured over it instead of a wait."""
     global _active
     check(threads)
     if _active is not None:
@@ -115,7 +120,7 @@ def computing(threads: int | None = None, device: str = "cpu") -> Iterator[dict]
     if threads is not None:
         torch.set_num_threads(threads)
     elif who is None and device == "cpu":
-        torch.set_num_threads(free_cores())
+        torch.set_num_threads(free_cores(since=since))
         who = "fedlib"
     _active = {"threads": torch.get_num_threads(), "threads_by": who or "torch"}
     try:
@@ -132,13 +137,13 @@ class LoadWatch(Callback):
     work ends. Only where fedlib chose the count (``computing``'s ``threads_by == "fedlib"``)."""
 
     def __init__(self, every: float = 5.0):
-        self.every, self.last = every, _sample()
+        self.every, self.last = every, sample()
         self.counts: set[int] = {torch.get_num_threads()}
 
     def after_round(self, run, out) -> None:
         if self.last is None or time.perf_counter() - self.last[2] < self.every:
             return
-        now = _sample()
+        now = sample()
         if now is None:
             return
         n = _free(_others(self.last, now))

@@ -102,6 +102,7 @@ def train(
     ``OMP_NUM_THREADS`` if set, else the cores other processes leave free, rechecked while training:
     ``fedlib.runs.threads``); the run's metadata records it."""
     threads_module.check(threads)
+    since = threads_module.sample()  # the free cores are measured over the set-up below, not over a wait
     cfg.validate()
     feasibility.check(cfg)  # refuse a run that cannot fit before loading its data
     device = device if device is not None and cfg.device == "auto" else cfg.resolved_device()
@@ -130,7 +131,7 @@ def train(
     tick = together.tick if together is not None else worker.rounds.tick if worker.rounds is not None else None
     loc = cfg.local
     schedule = Schedule(loc.local_steps, loc.local_epochs, loc.batch_size, loc.lr_decay)
-    with threads_module.computing(threads, device) as chosen:
+    with threads_module.computing(threads, device, since) as chosen:
         watch = [threads_module.LoadWatch()] if chosen["threads_by"] == "fedlib" and together is None else []
         with run_callbacks(cfg.rounds, checkpoint=checkpoint, stop=together.stop if together is not None else None,
                            on_round=tick, eval_every=cfg.eval_every, eval_train=cfg.eval_train, progress=progress,
