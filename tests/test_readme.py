@@ -19,7 +19,8 @@ def _blocks() -> list[str]:
 
 def test_the_readme_has_its_examples():
     blocks = _blocks()
-    assert len(blocks) == 2 and "fedlib.experiment(" in blocks[0] and "fedlib.run(cfg)" in blocks[1]
+    assert len(blocks) == 3 and "fedlib.experiment(" in blocks[0] and "fedlib.run(cfg)" in blocks[1]
+    assert "fedlib.register_model(" in blocks[2]
 
 
 def test_the_library_example_runs(tmp_path, monkeypatch):
@@ -30,6 +31,41 @@ def test_the_library_example_runs(tmp_path, monkeypatch):
     exec(compile(code.replace("rounds=100", "rounds=2"), str(README), "exec"), scope)
     assert len(scope["table"]) == 6 and set(scope["table"].algorithm) == {"fedavg", "fedprox"}
     assert len(scope["result"].metrics) == 2 and len(Store().configs()) == 1 + 4 + 6 - 1  # one grid run is cfg's
+
+
+def test_the_own_data_example_runs(tmp_path, monkeypatch):
+    """The user's arrays and model as the example names them (``x``, ``y``, ``MyCNN``), at 5 rounds instead of 50, in
+    a scratch store."""
+    import numpy as np
+    import torch
+    from torch import nn
+
+    from fedlib.data.own import unregister_dataset
+    from fedlib.models.registry import unregister_model
+
+    class MyCNN(nn.Module):
+        def __init__(self, input_shape, n_classes, hidden):
+            super().__init__()
+            self.conv = nn.Conv2d(input_shape[0], hidden[0], 3, padding=1)
+            self.head = nn.Linear(hidden[0] * input_shape[1] * input_shape[2], n_classes)
+
+        def forward(self, x):
+            return self.head(torch.relu(self.conv(x)).flatten(1))
+
+    rng = np.random.default_rng(0)
+    scope: dict = {"MyCNN": MyCNN, "y": rng.integers(0, 3, 600)}
+    scope["x"] = rng.normal(size=(600, 1, 6, 6)).astype(np.float32) + scope["y"][:, None, None, None]
+    code = next(b for b in _blocks() if "fedlib.register_model(" in b)
+    assert code.count("rounds=50") == 1
+    header = "import fedlib\nfrom fedlib import RunConfig\n"
+    try:
+        exec(compile(header + code.replace("rounds=50", "rounds=5"), str(README), "exec"), scope)
+    finally:
+        unregister_dataset("mydata")
+        unregister_model("mycnn")
+    table = scope["table"]
+    assert len(table) == 12 and set(table.algorithm) == {"fedavg", "local", "fedmcsa"}
+    assert table.best_acc.notna().all()
 
 
 @pytest.mark.skipif(not (README.parent / "results").is_dir(), reason="no committed store beside the package")
