@@ -26,6 +26,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +53,7 @@ def _arrays_digest(source: str, arrays: dict[str, np.ndarray]) -> str:
     for name in sorted(arrays):
         a = np.ascontiguousarray(arrays[name])
         h.update(f"|{name}|{a.dtype.str}|{a.shape}|".encode())
-        h.update(a.data if a.dtype.kind != "U" else a.tobytes())
+        h.update(a.tobytes() if a.dtype.kind == "U" else a.data)
     return h.hexdigest()
 
 
@@ -90,7 +91,7 @@ def write_cache(cached: Path, source: str, arrays: dict[str, np.ndarray]) -> Non
 
     Written to a temporary name then renamed, so a crash never leaves a truncated cache and a reader never sees
     a half-written one."""
-    digest = np.array(_arrays_digest(source, arrays))
+    payload: dict[str, Any] = {**arrays, _DIGEST: np.array(_arrays_digest(source, arrays))}
     tmp = cached.with_suffix(f".{os.getpid()}.tmp.npz")
-    np.savez(tmp, **arrays, **{_DIGEST: digest})
+    np.savez(tmp, **payload)
     os.replace(tmp, cached)
