@@ -45,16 +45,14 @@ does not say it does so, and neither do we.)
 
 Decoding: images are decoded and resized once and cached as uint8 ``.npz`` under
 :func:`fedlib.data.readers.cache_dir` (``$FEDLIB_CACHE``), keyed by the data set, domain,
-size and every image file's path, size and mtime, so a second load only reads the cache.
+size and the SHA-256 of every image file (with its class folder and name), and checked against
+its own digest before it is served, so a second load only reads (and hashes) the files and the
+cache. No checksum is published for these releases: the folder read is named in a warning.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import warnings
-import zipfile
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -65,6 +63,8 @@ from fedlib.data.domains.registry import CLASSES, DEFAULT_SIZE, TEST_FRAC, _chec
 from fedlib.data.domains.sampling import _federated, _rng, _stratified_split, _subset
 from fedlib.data.federated import FederatedData
 from fedlib.data.readers import DatasetFormatError, DatasetNotFoundError
+from fedlib.data.readers.checksums import _warn_unchecked
+from fedlib.data.readers.decode_cache import read_cache, source_digest, write_cache
 
 _FOLDER_ALIASES = {  # normalised dataset folder names accepted under the root
     "office31": ("office31", "office", "domainadaptationimages"),
@@ -77,7 +77,7 @@ _LAYOUT = {
     "domainnet": ["domainnet/<domain>/<class>/*.jpg"],
 }
 _IMAGE_EXT = (".jpg", ".jpeg", ".png")
-_CACHE_VERSION = "1"  # bump when decoding/resizing changes, so stale caches are not trusted
+_CACHE_VERSION = "2"  # bump when decoding/resizing changes, so stale caches are not trusted
 
 
 def _children(path: Path) -> list[Path]:
@@ -152,24 +152,30 @@ def _decode(path: Path, size: int) -> np.ndarray:
 
 
 def _read_domain(dataset: str, domain: str, size: int, root: Path):
-    """Decoded, resized images of one domain: (x uint8 (n, size, size, 3), y int64, paths), cached on disk."""
+    """Decoded, resized images of one domain: (x uint8 (n, size, size, 3), y int64, paths), cached on disk.
+
+    No checksum is published for these releases, so the folder is named in a warning (once per process) and gets
+    the format checks only; the decode cache is keyed by the SHA-256 of every image (with its class folder and
+    name) and checked against its own digest on read (:mod:`fedlib.data.readers.decode_cache`)."""
     folder, files = _scan(dataset, domain, root)
-    h = hashlib.sha1(f"{_CACHE_VERSION}|{dataset}|{domain}|{size}|{folder.resolve()}".encode())
-    for rel, _ in files:
-        st = (folder / rel).stat()
-        h.update(f"|{rel}|{st.st_size}|{st.st_mtime_ns}".encode())
-    cached = readers.cache_dir() / f"{dataset}-{_norm(domain)}-{size}-{h.hexdigest()[:20]}.npz"
-    if cached.is_file():
-        try:  # allow_pickle=False: a cache holds arrays only, never code
-            with np.load(cached, allow_pickle=False) as z:
-                x, y, paths = z["x"], z["y"], [str(p) for p in z["paths"]]
-            if x.shape == (len(files), size, size, 3) and x.dtype == np.uint8 and y.shape == (len(files),):
-                return x, y, paths
-            problem = "does not hold this domain's decoded images"
-        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
-            problem = f"is unreadable ({type(e).__name__}: {e})"
-        # a damaged cache must not stop a run: say which file and decode again (it is then rewritten)
-        warnings.warn(f"image cache {cached} {problem}; decoding {folder} again", RuntimeWarning, stacklevel=2)
+    _warn_unchecked(folder, f"the {dataset} release publishes none")
+    parts: list[tuple[str, Path | bytes]] = [(f"{_CACHE_VERSION}|{dataset}|{domain}|{size}", b"")]
+    parts += [(f"{rel}|{label}", folder / rel) for rel, label in files]
+    digest = source_digest(parts)
+    cached = readers.cache_dir() / f"{dataset}-{_norm(domain)}-{size}-{digest[:24]}.npz"
+
+    def problem(z: dict) -> str | None:
+        x, y = z.get("x"), z.get("y")
+        if x is None or y is None or "paths" not in z:
+            return "does not hold this domain's decoded images"
+        if x.shape == (len(files), size, size, 3) and x.dtype == np.uint8 and y.shape == (len(files),):
+            return None
+        return "does not hold this domain's decoded images"
+
+    # a damaged cache must not stop a run: it is named and the folder decoded again (the cache is then rewritten)
+    z = read_cache(cached, digest, f"image cache {{cached}} {{problem}}; decoding {folder} again", problem)
+    if z is not None:
+        return z["x"], z["y"], [str(p) for p in z["paths"]]
     workers = max(1, min(8, os.cpu_count() or 1))
     x = np.empty((len(files), size, size, 3), dtype=np.uint8)
     with ThreadPoolExecutor(workers) as pool:  # PIL releases the GIL while decoding and resizing
@@ -177,9 +183,7 @@ def _read_domain(dataset: str, domain: str, size: int, root: Path):
             x[i] = img
     y = np.array([lab for _, lab in files], dtype=np.int64)
     paths = [rel for rel, _ in files]
-    tmp = cached.with_suffix(f".{os.getpid()}.tmp.npz")
-    np.savez(tmp, x=x, y=y, paths=np.array(paths))
-    os.replace(tmp, cached)  # atomic: a crash never leaves a truncated cache
+    write_cache(cached, digest, {"x": x, "y": y, "paths": np.array(paths)})
     return x, y, paths
 
 

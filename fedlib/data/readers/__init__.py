@@ -49,8 +49,15 @@ Checks on what is read (before any training can start)
   ``usps/usps.h5`` and ``mnist_m/mnist_m_subset.tar.gz``. A mismatch raises
   :class:`DatasetChecksumError` naming the file and both hashes. There is no
   published checksum for the MNIST-M release (folder or ``mnist_m.tar.gz``) or
-  for SynthDigits: those get the content checks only. Success is memoised per
-  file path, size and mtime, so each file is hashed once per process.
+  for SynthDigits: those get the content checks only, and the file or folder
+  used is named in an :class:`UncheckedDataWarning` (once per process). A
+  verified source is read before an unverified one (MNIST-M: the subset before
+  a folder or another archive beside it). Success is memoised per file path,
+  size, mtime, ctime and inode, so each file is hashed once per process.
+- Decode caches (MNIST-M, Office, DomainNet) are keyed by the SHA-256 of their
+  source and hold a digest of their own arrays, checked on every read; a cache
+  that fails is discarded with a warning and decoded again
+  (:mod:`~fedlib.data.readers.decode_cache`).
 - Content: each reader checks the format, the shapes and dtypes of the expected
   layout, that labels and images agree in number, that labels are integers in
   0..9 and that pixels are in range (uint8, or USPS floats in [0, 1]); anything
@@ -69,6 +76,7 @@ Modules, one per file format
 - :mod:`~fedlib.data.readers.cifar`: CIFAR-10's pickled batches;
 - :mod:`~fedlib.data.readers.usps`: USPS's HDF5 file;
 - :mod:`~fedlib.data.readers.mnistm`: MNIST-M's PNGs (folders or tarball) and their decode cache;
+- :mod:`~fedlib.data.readers.decode_cache`: decode caches keyed by their source's SHA-256 and checked on read;
 - :mod:`~fedlib.data.readers.matlab`: SVHN's and SynthDigits' ``.mat`` files;
 - :mod:`~fedlib.data.readers.dispatch`: the public loaders, :func:`available` and the in-process memo.
 
@@ -84,6 +92,7 @@ from fedlib.data.readers.common import (
     DatasetChecksumError,
     DatasetFormatError,
     DatasetNotFoundError,
+    UncheckedDataWarning,
     cache_dir,
     data_root,
 )

@@ -1,17 +1,22 @@
-"""MD5 checks of the files whose published bytes are known.
+"""MD5 checks of the files whose published bytes are known, SHA-256 digests of sources, and the warning for the rest.
 
 A file listed in :data:`MD5` is hashed before it is parsed, so a corrupt or substituted copy is refused with
-both hashes named instead of being read. Success is memoised per resolved path, size and mtime: each file is
-hashed once per process, and a replaced file is hashed again.
+both hashes named instead of being read. A source with no published checksum is named once per process in an
+:class:`~fedlib.data.readers.common.UncheckedDataWarning` (:func:`_warn_unchecked`): it gets the content checks
+only, and the user should know which file that is. Hashes are memoised per resolved path, size, mtime, ctime and
+inode: each file is hashed once per process, and a file replaced in place is hashed again even when its size and
+mtime were put back (``os.utime`` can set the mtime; the ctime it always moves).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import os
+import warnings
 from pathlib import Path
 
-from fedlib.data.readers.common import DatasetChecksumError
+from fedlib.data.readers.common import DatasetChecksumError, UncheckedDataWarning
 
 MD5: dict[str, str] = {
     # MNIST and Fashion-MNIST archives: torchvision's lists (MNIST.resources, FashionMNIST.resources), which are
@@ -52,17 +57,38 @@ MD5: dict[str, str] = {
 }
 
 
-@functools.lru_cache(maxsize=None)
-def _verify_md5(path: str, size: int, mtime_ns: int, expected: str, source: str) -> None:
-    # Keyed by size and mtime so a replaced file is checked again; success is
-    # memoised (lru_cache does not cache exceptions), so each file is hashed once.
-    h = hashlib.md5()
+def _stamp(path: Path) -> tuple:
+    """What a memoised hash of ``path`` is keyed by: resolved path, size, mtime, ctime and inode."""
+    st = path.stat()
+    return str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
+
+
+def _hash_file(path: str, algorithm: str) -> str:
+    h = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
-    if h.hexdigest() != expected:
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _sha256_memo(path: str, size: int, mtime_ns: int, ctime_ns: int, ino: int) -> str:
+    return _hash_file(path, "sha256")
+
+
+def _sha256(path: Path) -> str:
+    """The SHA-256 of ``path``'s bytes (hex), memoised per :func:`_stamp`: what a decode cache is keyed by."""
+    return _sha256_memo(*_stamp(path))
+
+
+@functools.lru_cache(maxsize=None)
+def _verify_md5(path: str, size: int, mtime_ns: int, ctime_ns: int, ino: int, expected: str, source: str) -> None:
+    # Keyed by the file's stamp so a replaced file is checked again; success is
+    # memoised (lru_cache does not cache exceptions), so each file is hashed once.
+    got = _hash_file(path, "md5")
+    if got != expected:
         raise DatasetChecksumError(
-            f"{path} has md5 {h.hexdigest()}, expected {expected} ({source}); "
+            f"{path} has md5 {got}, expected {expected} ({source}); "
             "the file is corrupt or not the original - replace it, or pass verify=False"
         )
 
@@ -79,5 +105,26 @@ def _verify(path: Path, rel: str) -> None:
     """MD5-check ``path`` (found at ``rel`` under the root) when :data:`MD5` knows that file; else nothing."""
     expected = MD5.get(rel)
     if expected is not None:
-        st = path.stat()
-        _verify_md5(str(path.resolve()), st.st_size, st.st_mtime_ns, expected, _md5_source(rel))
+        _verify_md5(*_stamp(path), expected, _md5_source(rel))
+
+
+# Resolved paths already named in an UncheckedDataWarning in this process.
+_WARNED: set[str] = set()
+
+
+def _warn_unchecked(path: Path, what: str) -> None:
+    """Name ``path``, a source with no published checksum, in an UncheckedDataWarning, once per process and path.
+
+    ``what`` says whose release it is and what the user can do instead. A planted file or folder cannot be told
+    from a genuine one without a checksum, so the user is told which source was used and can remove it if it is
+    not theirs."""
+    key = os.path.realpath(path)
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    warnings.warn(
+        f"{path} has no published checksum, so only its format and contents are checked ({what}). "
+        "If you did not put it there, remove it.",
+        UncheckedDataWarning,
+        stacklevel=3,
+    )

@@ -67,7 +67,12 @@ class DatasetFormatError(ValueError):
         return type(self), (self.path, self.problem, self.expected)
 
 
-# MD5 of every file whose published bytes are known, by path relative to the data root. Files not listed here
+class UncheckedDataWarning(UserWarning):
+    """A data file or folder with no published checksum is used: only its format and contents are checked.
+
+    Its own class so that a user who accepts such a source can filter it (``warnings.filterwarnings("ignore",
+    category=UncheckedDataWarning)``) without hiding other warnings."""
+
 
 # --------------------------------------------------------------------------- paths
 

@@ -121,14 +121,16 @@ def load_usps(split="train", root=None, *, verify=True):
 def load_mnist_m(split="train", root=None, *, verify=True):
     """MNIST-M: x uint8 (n, 32, 32, 3), y int64.
 
-    Reads ``<root>/mnist_m/`` (original layout) or a tarball of it without
-    extracting; decoded arrays are cached as ``.npz`` in :func:`cache_dir`,
-    keyed by the source's path, size and mtime (folder layout: and every listed
-    image's; the labels file is checked before any cache is read; a damaged
-    cache is decoded again, with a warning). A labels file must be UTF-8, name
-    each image once by its bare file name (no folder part, no ``..``) and list
-    at least one. Only ``mnist_m/mnist_m_subset.tar.gz`` has a known
-    MD5; the release itself publishes none.
+    Reads ``mnist_m/mnist_m_subset.tar.gz`` (MD5-checked) when present, else
+    ``<root>/mnist_m/`` (original layout) or another tarball of it, without
+    extracting; the release publishes no checksum, so such a source is named in
+    an :class:`~fedlib.data.readers.UncheckedDataWarning`. Decoded arrays are cached as ``.npz`` in
+    :func:`cache_dir`, keyed by the SHA-256 of the source (folder layout: of the
+    labels file and every listed image; the labels file is checked before any
+    cache is read) and checked against their own digest on read (a damaged or
+    edited cache is decoded again, with a warning). A labels file must be UTF-8,
+    name each image once by its bare file name (no folder part, no ``..``) and
+    list at least one.
     """
     return _load("mnistm", split, root, False, verify)
 
@@ -141,7 +143,8 @@ def load_svhn(split="train", root=None, download=False, *, verify=True):
 def load_synthdigits(split="train", root=None, *, verify=True):
     """SynthDigits: x uint8 (n, 32, 32, 3), y int64; ``<root>/synth_digits/synth_{train,test}_32x32.mat``.
 
-    No published checksum is known, so ``verify`` changes nothing; the content checks always run."""
+    No published checksum is known: the content checks always run, and with ``verify=True`` the file is named in
+    an :class:`~fedlib.data.readers.UncheckedDataWarning` (once per process)."""
     return _load("synthdigits", split, root, False, verify)
 
 

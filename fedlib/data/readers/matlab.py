@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedlib.data.readers.checksums import _verify
+from fedlib.data.readers.checksums import _verify, _warn_unchecked
 from fedlib.data.readers.common import DatasetFormatError, DatasetNotFoundError, _labels, _pixels_uint8
 
 # --------------------------------------------------------------------------- SVHN
@@ -94,8 +94,10 @@ def _synth_file(split: str, root: Path) -> Path:
 
 
 def _read_synthdigits(split: str, root: Path, verify: bool = True):
-    # verify: no published checksum is known for SynthDigits; the content checks always run.
+    # verify: no published checksum is known for SynthDigits; the content checks always run, and the file is named.
     path = _synth_file(split, root)
+    if verify:
+        _warn_unchecked(path, "SynthDigits publishes none")
     import h5py
 
     if h5py.is_hdf5(path):

@@ -1,26 +1,24 @@
 """MNIST-M: PNG images with a labels file per split, as folders or in a tarball read in place.
 
-Decoding tens of thousands of PNGs is slow, so the decoded arrays are cached as ``.npz`` under
-:func:`~fedlib.data.readers.common.cache_dir`, keyed by everything they depend on; a cache is read without pickle
-(arrays only) and checked before it is trusted, and one that fails is decoded again with a warning. A labels file
+The checksum-verified subset (``mnist_m/mnist_m_subset.tar.gz``) is read before any other source; a folder or
+archive no checksum covers is named in a warning. Decoding tens of thousands of PNGs is slow, so the decoded arrays
+are cached (:mod:`~fedlib.data.readers.decode_cache`), keyed by the SHA-256 of the source's bytes and checked
+against their own digest before they are served; one that fails is decoded again with a warning. A labels file
 names each image by its bare file name, so nothing outside the split's folder is ever read.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
-import os
 import tarfile
-import warnings
-import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from fedlib.data.readers.checksums import _verify
+from fedlib.data.readers.checksums import _verify, _warn_unchecked
 from fedlib.data.readers.common import DatasetFormatError, DatasetNotFoundError, _labels, cache_dir
+from fedlib.data.readers.decode_cache import read_cache, source_digest, write_cache
 
 # --------------------------------------------------------------------------- MNIST-M
 
@@ -32,13 +30,27 @@ _MNISTM_EXPECTED = [
 ]
 
 
+# The MNIST-M tarballs with a published checksum (:data:`~fedlib.data.readers.checksums.MD5`, as mnist_m/<name>).
+# One is read before any other source, and checked wherever it lies (mnist_m/ or the root), under its own name.
+_MNISTM_VERIFIED = ("mnist_m_subset.tar.gz",)
+
+
 def _mnistm_source(split: str, root: Path) -> Path:
-    """The labels file of ``split`` (folder layout) or a tarball of the whole layout."""
+    """The source MNIST-M's ``split`` is read from: the labels file (folder layout) or a tarball of the layout.
+
+    A tarball with a published checksum comes first (``mnist_m/mnist_m_subset.tar.gz``, or that name at the
+    root), so a folder or another archive placed beside it can never take its place; then the unpacked folder,
+    ``mnist_m/mnist_m.tar.gz`` and any ``mnist_m*.tar.gz`` at the root, which no checksum covers (the release
+    publishes none): they are named in a warning when read."""
     folder = root / "mnist_m"
+    for name in _MNISTM_VERIFIED:
+        for tar in (folder / name, root / name):
+            if tar.is_file():
+                return tar
     labels = folder / f"mnist_m_{split}_labels.txt"
     if labels.is_file() and (folder / f"mnist_m_{split}").is_dir():
         return labels
-    tars = [folder / "mnist_m.tar.gz", folder / "mnist_m_subset.tar.gz", *sorted(root.glob("mnist_m*.tar.gz"))]
+    tars = [folder / "mnist_m.tar.gz", *sorted(root.glob("mnist_m*.tar.gz"))]
     for tar in tars:
         if tar.is_file():
             return tar
@@ -164,66 +176,59 @@ def _decode_mnistm(source: Path, root: Path) -> dict[str, np.ndarray]:
 
 # Bump when decoding or the checks on what is decoded change: a cache written before (say, from a labels file that
 # named an image outside its folder, or one image twice) is then never read again.
-_MNISTM_CACHE_VERSION = "2"
+_MNISTM_CACHE_VERSION = "3"
 
 
-def _mnistm_cache_key(source: Path) -> str:
-    """What the decoded cache of ``source`` depends on: the source's path, size and mtime, and for the folder layout
-    every listed image's too. The labels file is parsed (and checked) here, before any cache is read, so a labels
-    file that became bad is refused even where a cache decoded from an earlier version of it exists; and an image
-    replaced under an unchanged labels file is decoded (and checked) again, not served from the cache."""
-    st = source.stat()
-    parts = [_MNISTM_CACHE_VERSION, str(source.resolve()), str(st.st_size), str(st.st_mtime_ns)]
-    if source.name.endswith("_labels.txt"):
-        folder = source.parent / f"mnist_m_{source.name[len('mnist_m_') : -len('_labels.txt')]}"
-        for name, _ in _parse_labels(source.read_bytes(), source):
-            try:
-                ist = (folder / name).stat()
-                parts.append(f"{name}:{ist.st_size}:{ist.st_mtime_ns}")
-            except OSError:  # absent: decoding says so (DatasetNotFoundError naming it)
-                parts.append(f"{name}:-")
-    return "|".join(parts)
+def _mnistm_digest(source: Path) -> str:
+    """The SHA-256 the decoded cache of ``source`` is keyed by: of the tarball's bytes, or (folder layout) of the
+    labels file and every image it lists, by name. The labels file is parsed (and checked) here, before any cache is
+    read, so a labels file that became bad is refused even where a cache decoded from an earlier version of it
+    exists; and an image replaced under an unchanged labels file is decoded (and checked) again, not served from
+    the cache, whatever its size and mtime."""
+    if not source.name.endswith("_labels.txt"):
+        return source_digest([(_MNISTM_CACHE_VERSION, b""), ("tar", source)])
+    data = source.read_bytes()
+    folder = source.parent / f"mnist_m_{source.name[len('mnist_m_') : -len('_labels.txt')]}"
+    parts: list[tuple[str, Path | bytes]] = [(_MNISTM_CACHE_VERSION, b""), (source.name, data)]
+    for name, _ in _parse_labels(data, source):
+        image = folder / name
+        # absent: hashed as such, and decoding says so (DatasetNotFoundError naming it)
+        parts.append((name, image) if image.is_file() else (f"{name}:absent", b""))
+    return source_digest(parts)
 
 
-def _valid_mnistm_cache(arrays: dict) -> bool:
-    """Whether a decoded cache holds what :func:`_decode_mnistm` writes (else it is decoded again)."""
+def _mnistm_problem(arrays: dict) -> str | None:
+    """None when a decoded cache holds what :func:`_decode_mnistm` writes, else what is wrong (it is decoded again)."""
     splits = {k[2:] for k in arrays}
     if not splits or set(arrays) != {f"{p}_{s}" for s in splits for p in "xy"}:
-        return False
+        return "does not hold the decoded MNIST-M arrays"
     for s in splits:
         x, y = arrays[f"x_{s}"], arrays[f"y_{s}"]
         if x.dtype != np.uint8 or x.shape[1:] != (32, 32, 3) or y.dtype != np.int64 or y.shape != (len(x),):
-            return False
+            return "does not hold the decoded MNIST-M arrays"
         if y.size and (y.min() < 0 or y.max() > 9):
-            return False
-    return True
+            return "does not hold the decoded MNIST-M arrays"
+    return None
 
 
 def _read_mnist_m(split: str, root: Path, verify: bool = True):
     source = _mnistm_source(split, root)
-    if verify and not source.name.endswith("_labels.txt"):
-        _verify(source, source.relative_to(root).as_posix())
-    key = hashlib.sha1(_mnistm_cache_key(source).encode()).hexdigest()[:20]
-    cached = cache_dir() / f"mnist_m-{key}.npz"
-    arrays = None
-    if cached.is_file():
-        try:
-            # allow_pickle=False (NumPy's default, spelled out): a cache can hold arrays only, never code
-            with np.load(cached, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-            problem = None if _valid_mnistm_cache(arrays) else "does not hold the decoded MNIST-M arrays"
-        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
-            problem = f"is unreadable ({type(e).__name__}: {e})"
-        if problem:
-            warnings.warn(f"MNIST-M cache {cached} {problem}; decoding {source} again", RuntimeWarning, stacklevel=2)
-            arrays = None
+    if source.name in _MNISTM_VERIFIED:
+        if verify:  # under its own name wherever it lies: a copy at the root claims to be the same file
+            _verify(source, f"mnist_m/{source.name}")
+    elif verify:
+        _warn_unchecked(
+            source.parent if source.name.endswith("_labels.txt") else source,
+            f"MNIST-M's release publishes none; mnist_m/{_MNISTM_VERIFIED[0]}, when present, is read first and "
+            "MD5-checked",
+        )
+    digest = _mnistm_digest(source)
+    cached = cache_dir() / f"mnist_m-{digest[:24]}.npz"
+    what = f"MNIST-M cache {{cached}} {{problem}}; decoding {source} again"
+    arrays = read_cache(cached, digest, what, _mnistm_problem)
     if arrays is None:
         arrays = _decode_mnistm(source, root)
-        # Write to a temporary name then rename, so a crash never leaves a
-        # truncated cache that a later run would trust.
-        tmp = cached.with_suffix(f".{os.getpid()}.tmp.npz")
-        np.savez(tmp, **arrays)
-        os.replace(tmp, cached)
+        write_cache(cached, digest, arrays)
     if f"x_{split}" not in arrays:
         raise DatasetNotFoundError(
             "mnistm", root, [f"mnist_m/mnist_m_{split}_labels.txt"], f"{source} has no {split} split."
