@@ -80,10 +80,10 @@ def _bars(path: Path) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("path", PAPER, ids=[p.stem for p in PAPER])
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_committed_outputs_hold_no_progress_bar(path):
     """A saved bar shows the state it was first drawn in (a widget's later updates are not in the file): every
-    committed paper notebook showed "0%" for a grid that had finished loading."""
+    committed notebook showed "0%" for a grid that had finished loading."""
     assert not _bars(path)
 
 
