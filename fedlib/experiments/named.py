@@ -77,7 +77,14 @@ class Experiment(Results):
     def damaged(self) -> list[str]:
         """What is wrong with each damaged stored run among ``configs`` (they count as missing: left out of the
         tables, retrained by the next ``train``)."""
-        return [p for c in self.configs if (p := self.store.problem(c)) is not None]
+        return [p for c in self.configs if self.store.state(c) == "damaged" and (p := self.store.problem(c))]
+
+    @property
+    def unsealed(self) -> list[str]:
+        """The stored runs among ``configs`` without a manifest that pass every other check: left out of the tables
+        (they count as missing, and the next ``train`` replaces them) unless the store reads unsealed runs
+        (``FEDLIB_READ_UNSEALED=1``; ``fedlib.runs.stored`` says why that is the user's choice)."""
+        return [p for c in self.configs if self.store.state(c) == "unsealed" and (p := self.store.problem(c))]
 
     @property
     def columns(self) -> list[str]:
@@ -144,6 +151,11 @@ class Experiment(Results):
         if damaged:
             lines.append(
                 f"damaged, left out ({len(damaged)}; the next training run replaces them): " + "; ".join(damaged[:3])
+            )
+        unsealed = self.unsealed
+        if unsealed:
+            lines.append(
+                f"unsealed, left out ({len(unsealed)}; FEDLIB_READ_UNSEALED=1 reads them): " + "; ".join(unsealed[:3])
             )
         missing = self.missing_runs
         if missing:
@@ -309,7 +321,8 @@ def configs(name: str, profile: str | None = None, where: dict | None = None):
 
 
 def status(profile: str | None = None, where: dict | None = None, store: Store | str | None = None):
-    """One row per experiment at ``profile``: configs, stored, damaged (left out, retrained by the next run), to run,
+    """One row per experiment at ``profile``: configs, stored, damaged (left out, retrained by the next run), unsealed
+    (no manifest: left out unless ``FEDLIB_READ_UNSEALED=1``, retrained by the next run otherwise), to run,
     how far the interrupted runs got (they continue from there), the stored runs' wall hours (a run trained as one
     model with others counts its share: ``estimates.run_seconds``), absent data."""
     store, rows = Store.of(store, resolve_profile(profile)), []
@@ -324,6 +337,7 @@ def status(profile: str | None = None, where: dict | None = None, store: Store |
                 "configs": len(cfgs),
                 "stored": len(done),
                 "damaged": len(ex.damaged),
+                "unsealed": len(ex.unsealed),
                 "to run": len(cfgs) - len(done),
                 "resumable (round/T)": ", ".join(f"{i['round']}/{i['rounds']}" for i in going),
                 "stored wall h": round(hours, 1),

@@ -2,6 +2,7 @@
 machine?
 
     python -m fedlib.experiments.verify fedmcsa_table2 --profile paper --where seed=0 --runs 2
+    python -m fedlib.experiments.verify fedmcsa_table2 --profile paper --runs all
     python -m fedlib.experiments.verify adafl_table1 --profile paper --where seed=0 --where fraction=0.1 --tolerance 0.5
 
 Each chosen run is trained again from scratch (``fedlib.runs.train.train``, one process, nothing stored or changed) and
@@ -13,18 +14,27 @@ last-10 accuracies are within ``--tolerance`` points of the stored ones. The exi
 agree: a store edited by hand, its integrity digests rewritten to match, passes every check of ``fedlib.runs.store`` and
 fails here.
 
+Which runs: ``--runs all`` checks every stored run of the experiment (after ``--where``); ``--runs N`` (default
+5) a sample of N of them, drawn at random without replacement and kept in the experiment's order, every run when
+there are at most N. The sample's seed is printed and ``--sample-seed`` repeats it. At random rather than the first N
+(what this command once checked): the first runs of a grid are one cell's seeds, so a fault in another cell, or an
+edit made where the check never looks, would never be seen; drawn afresh each time, every stored run is checked
+sooner or later, and no run is known in advance to be skipped.
+
 "equal as stored" says whether every per-round accuracy and test loss came out as stored, at the 6 significant digits
 metrics.csv keeps (``fedlib.runs.stored.as_stored``). It is reported, not required: training is repeatable to the last
 bit only with the same CPU kind, thread count and torch, since another CPU (AVX2 against AVX-512) or thread count sums
-in another order and hundreds of rounds carry a last-bit difference forward. The runs are taken in the experiment's
-order, the first ``--runs`` of those stored (``--where`` to choose); the line before each says how long it took and on
-which CPU it was stored (``fedlib.executors.hardware.cpu_name``; the oldest stored runs say only "x86_64").
+in another order and hundreds of rounds carry a last-bit difference forward. The line before each run says how long
+it took and on which CPU it was stored (``fedlib.executors.hardware.cpu_name``; the oldest stored runs say only
+"x86_64").
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import random
+import secrets
 import sys
 
 import numpy as np
@@ -153,6 +163,31 @@ def verify(
     return pd.DataFrame(rows)
 
 
+SAMPLE = 5  # runs checked by default (``sample``)
+
+
+def sample(cfgs: list[RunConfig], runs: int | None, seed: int) -> list[RunConfig]:
+    """``runs`` of ``cfgs`` drawn at random without replacement by ``seed``, in their order (all of them when
+    ``runs`` is None or at least their number): see the module's docstring for why at random."""
+    if runs is None or runs >= len(cfgs):
+        return list(cfgs)
+    picked = set(random.Random(seed).sample(range(len(cfgs)), runs))
+    return [c for i, c in enumerate(cfgs) if i in picked]
+
+
+def _runs(text: str) -> int | None:
+    """``--runs``: a count >= 1, or "all" (None)."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--runs={text}: must be at least 1, or 'all'")
+    return value
+
+
 def _train_as_stored(cfg: RunConfig, meta: dict, progress: bool) -> RunResult:
     """``fedlib.runs.train.train(cfg)`` with as many torch threads as the stored run had (``meta["threads"]``; a
     grid's runs train on one thread each): the thread count decides how the CPU's matmuls sum, so on the same CPU
@@ -179,7 +214,18 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--profile", default=None, choices=PROFILES, help="default: FEDLIB_PROFILE or quick")
     ap.add_argument("--where", action="append", default=[], help="FIELD=VALUE filter, e.g. seed=0 or method.mu=0.1")
-    ap.add_argument("--runs", type=int, default=1, help="how many of the stored runs to train again (default 1)")
+    ap.add_argument(
+        "--runs",
+        type=_runs,
+        default=SAMPLE,
+        help=f"how many of the stored runs to train again, drawn at random, or 'all' (default {SAMPLE})",
+    )
+    ap.add_argument(
+        "--sample-seed",
+        type=int,
+        default=None,
+        help="the seed of the runs drawn (default: a fresh one, printed, so that a check can be repeated)",
+    )
     ap.add_argument(
         "--tolerance",
         type=float,
@@ -187,8 +233,6 @@ def main(argv=None) -> int:
         help=f"points of accuracy a summary may move (default {TOLERANCE})",
     )
     args = ap.parse_args(argv)
-    if args.runs < 1:
-        ap.error(f"--runs={args.runs}: must be at least 1")
     if not args.tolerance >= 0:  # NaN too
         ap.error(f"--tolerance={args.tolerance}: must be a number of points, 0 or more")
     try:
@@ -208,9 +252,11 @@ def main(argv=None) -> int:
         ap.error(
             f"no run of {args.experiment} at profile {profile} is stored in {store.root}{absent}: nothing to check"
         )
-    cfgs = ex.runs[: args.runs]
-    print(f"{len(cfgs)} of the {len(ex.runs)} stored runs of {args.experiment} ({profile}), results in {store.root}; "
-          f"training here on {hardware.cpu_name()}")  # fmt: skip
+    seed = secrets.randbelow(2**31) if args.sample_seed is None else args.sample_seed
+    cfgs = sample(ex.runs, args.runs, seed)
+    how = "all" if len(cfgs) == len(ex.runs) else f"drawn at random, --sample-seed {seed}; --runs all checks every one"
+    print(f"{len(cfgs)} of the {len(ex.runs)} stored runs of {args.experiment} ({profile}) ({how}), results in "
+          f"{store.root}; training here on {hardware.cpu_name()}")  # fmt: skip
     table = verify(cfgs, store, args.tolerance, columns=ex.columns)
     if table.empty:
         return 130  # stopped before the first run was checked

@@ -23,12 +23,15 @@ key (config.json must hash to the folder's key, so a run copied or linked under 
 one committed run stored under an older schema is pinned by name, ``LEGACY_KEYS``), its config (the fields reading needs)
 and meta (``diverged_at`` a round of the run), and its structure and numbers: regular files only (no fifo or
 device), the metrics rows its config's rounds and ``eval_every`` give, per-client arrays of matching shape and
-non-negative integer test sizes, every accuracy in [0, 1] and NaN only where a run leaves it undefined, and
-test_acc / test_acc_mean the weighted / unweighted means of the per-client accuracies (to their stored rounding).
+non-negative integer test sizes, every accuracy in [0, 1] and NaN only where a run leaves it undefined, and every
+metric that comes from a stored array recomputed from it (``fedlib.runs.stored``: test_acc / test_acc_mean from the
+per-client accuracies, test_loss from the per-client losses, selected and uploads from the selection trace).
 So a truncated, edited, swapped or half-copied run is never shown as a result: ``load`` warns naming its path, key
 and what is wrong and returns None, ``has`` is False (the next grid retrains it) and ``save`` moves the damaged
-folder to ``_damaged/`` (kept for inspection) before storing the new one. A run without a manifest (the oldest
-committed ones) gets every check but the hashes. Nothing is unpickled: JSON, CSV, and ``np.load(allow_pickle=False)``.
+folder to ``_damaged/`` (kept for inspection) before storing the new one. A run without a manifest is *unsealed*:
+it gets every check but the hashes and is then left out the same way, unless the store reads unsealed runs
+(``read_unsealed``, ``FEDLIB_READ_UNSEALED=1``), or the user vouches for it with ``reseal`` (every committed run has
+a manifest). Nothing is unpickled: JSON, CSV, and ``np.load(allow_pickle=False)``.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from fedlib.runs.stored import (
     METRICS_FORMAT,
     DamagedRun,
     DamagedRunWarning,
+    UnsealedRun,
     _read_file,
     _stat,
     read_run,
@@ -75,6 +79,18 @@ def checkpoint_seconds() -> float:
     if not (value > 0 and math.isfinite(value)):
         raise ValueError(f"{CHECKPOINT_ENV}={text!r}: a number of seconds > 0 (unset: 300)")
     return value
+
+
+UNSEALED_ENV = "FEDLIB_READ_UNSEALED"
+
+
+def read_unsealed_default() -> bool:
+    """``FEDLIB_READ_UNSEALED``: 1 reads runs without a manifest (marked unsealed), 0 or unset leaves them out; any
+    other value is an error naming it, so that a typo does not silently decide what a table shows."""
+    text = os.environ.get(UNSEALED_ENV, "").strip()
+    if text not in ("", "0", "1"):
+        raise ValueError(f"{UNSEALED_ENV}={text!r}: 1 (read runs without a manifest) or 0 / unset (leave them out)")
+    return text == "1"
 
 
 class StoreNotWritable(ValueError):
@@ -135,14 +151,19 @@ class Store:
     """The results store: a folder of runs, one per config key (``root``), written atomically and checked on every
     read. ``reads``: stores consulted after ``root`` for a run ``root`` lacks, never written (a run they hold is
     read from there; one trained again, ``force``, is written to ``root``). ``Store()``: the default store of a run
-    without a profile (``default_root``, ``default_reads``)."""
+    without a profile (``default_root``, ``default_reads``). ``read_unsealed``: whether a run without a manifest
+    that passes every other check is read (marked ``meta["unsealed"]``) rather than left out (None:
+    ``FEDLIB_READ_UNSEALED``; ``fedlib.runs.stored`` says why leaving it out is the default)."""
 
-    def __init__(self, root: str | os.PathLike | None = None, reads=()):
+    def __init__(self, root: str | os.PathLike | None = None, reads=(), read_unsealed: bool | None = None):
         if root is None:
             root, reads = default_root(), default_reads()
         self.root = Path(root)
         self.reads = tuple(r for r in map(Path, reads) if r != self.root)
-        self._checked: dict[Path, tuple] = {}  # folder -> (file stamps, problem or None)
+        if read_unsealed is not None and type(read_unsealed) is not bool:
+            raise TypeError(f"read_unsealed={read_unsealed!r} must be True, False or None ({UNSEALED_ENV})")
+        self.read_unsealed = read_unsealed_default() if read_unsealed is None else read_unsealed
+        self._checked: dict[Path, tuple] = {}  # folder -> (file stamps, problem or None, unsealed)
 
     @staticmethod
     def of(store: "Store | str | os.PathLike | None", profile: str | None = None) -> "Store":
@@ -197,22 +218,54 @@ class Store:
         return self.problem(cfg) is None and (self.path(cfg) / "metrics.csv").exists()
 
     def problem(self, cfg: RunConfig) -> str | None:
-        """What is wrong with ``cfg``'s stored run (None if it is sound or absent). Cached while its files are
-        unchanged, so asking again costs a few ``stat`` calls."""
+        """What is wrong with ``cfg``'s stored run (None if it is sound or absent; an unsealed run is a problem
+        unless the store reads them). Cached while its files are unchanged, so asking again costs a few ``stat``
+        calls."""
+        return self._check(cfg)[0]
+
+    def state(self, cfg: RunConfig) -> str:
+        """``cfg``'s stored run: "absent", "stored" (sound; or unsealed and read, ``read_unsealed``), "unsealed"
+        (no manifest, every other check passed: left out) or "damaged" -- what ``status`` and the experiment
+        summary count."""
+        problem, unsealed = self._check(cfg)
+        if problem is None:
+            return "stored" if (self.path(cfg) / "metrics.csv").exists() else "absent"
+        return "unsealed" if unsealed else "damaged"
+
+    def _check(self, cfg: RunConfig) -> tuple[str | None, bool]:
         folder = self.path(cfg)
         if not folder.is_dir():
-            return None
+            return None, False
         stamp = tuple((s.st_size, s.st_mtime_ns) if (s := _stat(folder / f)) else None for f in (*FILES, MANIFEST))
         hit = self._checked.get(folder)
         if hit is not None and hit[0] == stamp:
-            return hit[1]
-        try:
-            read_run(folder, cfg.key())
-            found = None
-        except DamagedRun as e:
-            found = str(e)
-        self._checked[folder] = (stamp, found)
-        return found
+            found, unsealed = hit[1:]
+        else:
+            try:
+                read_run(folder, cfg.key(), unsealed=True)
+                found, unsealed = None, not os.path.lexists(folder / MANIFEST)
+            except DamagedRun as e:
+                found, unsealed = str(e), False
+            self._checked[folder] = (stamp, found, unsealed)
+        if unsealed and not self.read_unsealed:
+            return f"stored run {folder} (key {cfg.key()}) is unsealed: it has no {MANIFEST}", True
+        return found, unsealed
+
+    def reseal(self, cfg: RunConfig) -> Path:
+        """Seal ``cfg``'s unsealed run (one without a manifest) after every check ``read_run`` makes, on the user's
+        word: the checks cannot recompute every headline number (``fedlib.runs.stored``), so only someone who knows
+        where the files came from should vouch for them. The manifest records ``"resealed"`` with the time, so that
+        such a run stays distinguishable from one sealed by the run that wrote it. A ``DamagedRun`` if the run fails a
+        check; a ValueError naming the folder if it is absent or already sealed."""
+        folder = self.path(cfg)
+        if not (folder / "metrics.csv").exists():
+            raise ValueError(f"reseal: no stored run of key {cfg.key()} in {self.root}")
+        if os.path.lexists(folder / MANIFEST):
+            raise ValueError(f"reseal: {folder} already has its {MANIFEST}")
+        read_run(folder, cfg.key(), unsealed=True)
+        seal(folder, resealed=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        self._checked.pop(folder, None)
+        return folder
 
     def _folders(self) -> list[Path]:
         """Every run folder (names not starting with "_"): ``root``'s, then those of ``reads`` that ``root`` lacks."""
@@ -226,11 +279,12 @@ class Store:
         return out
 
     def damaged(self) -> list[str]:
-        """What is wrong with each damaged run folder in the store (one line each, naming the folder)."""
+        """What is wrong with each damaged run folder in the store (one line each, naming the folder); an unsealed
+        one is listed unless the store reads them."""
         out = []
         for d in self._folders():
             try:
-                read_run(d)
+                read_run(d, unsealed=self.read_unsealed)
             except DamagedRun as e:
                 out.append(str(e))
         return out
@@ -261,7 +315,7 @@ class Store:
             seal(tmp)  # last: the manifest
             _open_up(tmp)
             if final.exists() and not replace and self.problem(cfg) is not None:
-                self._set_aside(final)  # a damaged run: keep it for inspection, store the new one
+                self._set_aside(final)  # a damaged or unsealed run: keep it for inspection, store the new one
             if final.exists() and replace:  # swap in the new folder, then drop the old one
                 old = Path(tempfile.mkdtemp(prefix=f"_tmp-old-{cfg.key()}-", dir=self.root))
                 os.replace(final, old / "run")
@@ -302,12 +356,16 @@ class Store:
 
     def load(self, cfg: RunConfig) -> RunResult | None:
         """``cfg``'s stored result, checked; None if there is none, or (with a ``DamagedRunWarning`` naming the
-        folder and the fault) if it is damaged -- a damaged run is never returned as a result."""
+        folder and the fault) if it is damaged, or unsealed and the store does not read those -- a damaged run is
+        never returned as a result."""
         p = self.path(cfg)
         if not p.is_dir():
             return None
         try:
-            res = read_run(p, cfg.key())
+            res = read_run(p, cfg.key(), unsealed=self.read_unsealed)
+        except UnsealedRun as e:
+            warnings.warn(str(e), DamagedRunWarning, stacklevel=2)
+            return None
         except DamagedRun as e:
             warnings.warn(f"{e}; left out (the next grid run retrains it)", DamagedRunWarning, stacklevel=2)
             return None

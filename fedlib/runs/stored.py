@@ -1,7 +1,16 @@
 """One stored run's folder, ``<root>/<key>/``, and how it is read: ``read_run`` checks it against its manifest,
 its key, its config and meta, and its structure and numbers before anything is returned (``fedlib.runs.store``
 describes the layout and the checks); ``seal`` writes the manifest last; ``as_stored`` rounds metrics as
-metrics.csv keeps them. A damaged run raises ``DamagedRun``, naming what is wrong."""
+metrics.csv keeps them. A damaged run raises ``DamagedRun``, naming what is wrong; a run without a manifest that
+passes every other check raises ``UnsealedRun`` unless the reader opts in (``unsealed=True``).
+
+Why a manifest-less run is left out rather than re-sealed on read: the checks recompute what can be recomputed
+(the client means of the per-client accuracies, the test loss from the per-client losses, the selected clients
+and uploads from the selection trace), but not every headline number has the arrays it comes from: AdaFL's
+``global_test_acc`` is one number per round on the data set's own test set. A metrics.csv whose global accuracy was
+raised by 50 points passes every structural check, so sealing it on read would turn an edit into a result with a
+valid manifest. Only the user can vouch for such a run (``fedlib.runs.store.Store.reseal``, recorded in its
+manifest), or read it as it is (``FEDLIB_READ_UNSEALED=1``), marked unsealed."""
 
 from __future__ import annotations
 
@@ -40,6 +49,12 @@ LATER_COLUMNS = ("gm_test_acc", "gm_test_acc_mean")  # metrics columns the oldes
 
 class DamagedRun(ValueError):
     """A stored run that fails its integrity check; the message names the folder and what is wrong."""
+
+
+class UnsealedRun(DamagedRun):
+    """A stored run without ``manifest.json`` that passes every structural and numeric check: nothing proves its
+    files are the ones its run wrote (deleting the manifest turned the checksum off), so it is left out of tables
+    unless the reader opts in (``read_run(..., unsealed=True)``, ``FEDLIB_READ_UNSEALED=1``)."""
 
 
 class DamagedRunWarning(UserWarning):
@@ -85,11 +100,13 @@ def _read_file(path: Path, size: int | None = None, most: int | None = None) -> 
         raise ValueError(f"cannot read {name} ({e.strerror or e})") from None
 
 
-def read_run(folder: Path, key: str | None = None) -> RunResult:
-    """A stored run read from ``folder`` and checked (manifest, key, structure, accuracies); raises ``DamagedRun``
+def read_run(folder: Path, key: str | None = None, unsealed: bool = False) -> RunResult:
+    """A stored run read from ``folder`` and checked (manifest, key, structure, numbers); raises ``DamagedRun``
     naming the folder.
 
-    ``key``: the folder's config key (default: its name); config.json must hash to it."""
+    ``key``: the folder's config key (default: its name); config.json must hash to it. ``unsealed``: return a run
+    without ``manifest.json`` (after every other check; its ``meta["unsealed"]`` is True) instead of raising
+    ``UnsealedRun``: see the module's docstring for why that is the reader's choice."""
     folder = Path(folder)
     key = key or folder.name
 
@@ -172,7 +189,16 @@ def read_run(folder: Path, key: str | None = None) -> RunResult:
         raise bad(f"clients.npz holds acc {acc.shape}, loss {loss.shape} for {len(want)} rounds x {len(n)} clients")
     if stored_acc.dtype.kind != "f":
         raise bad(f"clients.npz acc is {stored_acc.dtype}, not floating point")
-    _check_accuracies(bad, metrics, acc, stored_acc, n, np.array(want) == diverged_at)
+    diverged = np.array(want) == diverged_at
+    _check_accuracies(bad, metrics, acc, stored_acc, n, diverged)
+    _check_derived(bad, metrics, loss, n, traces.get("selected"), np.array(want), diverged)
+    if files is None:
+        if not unsealed:
+            raise UnsealedRun(
+                f"stored run {folder} (key {key}) is unsealed: it has no {MANIFEST}, so nothing shows its files are "
+                "the ones its run wrote; left out (FEDLIB_READ_UNSEALED=1 reads it, Store.reseal vouches for it)"
+            )
+        meta = {**meta, "unsealed": True}
     return RunResult(metrics, acc, loss, n, meta, cfg, traces=traces)
 
 
@@ -213,6 +239,42 @@ def _check_accuracies(bad, metrics, acc, stored, n, diverged) -> None:
             raise bad(f"metrics.csv {c} in round {t} is {got:.6g}, its per-client accuracies give {want:.6g}")
 
 
+def _check_derived(bad, metrics, loss, n, selected, rounds, diverged) -> None:
+    """The other metrics that come from stored arrays, recomputed (``fedlib.core.callbacks._evaluate_round``):
+    test_loss is the test-size-weighted mean of the per-client losses (0 where no client has test data), selected
+    the clients marked in the selection trace in that round, uploads their running sum over every round. The
+    per-client losses are float16 (each off by at most 2**-11 relative), the metric %.6g: a genuine run's two
+    differ by at most 4.9e-4 + 5e-6 relative; twice that is allowed (the committed runs use up to 0.46 of it). A
+    round whose weighted loss overflows float16 (inf) is not checked, nor the round a run diverged at. The counts
+    are exact. A run stored without the selection trace (the oldest) has only its losses checked."""
+    v = metrics["test_loss"].to_numpy(np.float64)
+    has = n > 0
+    if not has.any():
+        off = ~((v == 0) | diverged)
+        what = "0 (no client has test data)"
+        want = np.zeros_like(v)
+    else:
+        with np.errstate(invalid="ignore", over="ignore"):
+            want = np.where(has, loss, 0.0) @ n.astype(np.float64) / n.sum()
+            tol = 2 * (np.finfo(np.float16).eps / 2 + 5e-6) * np.abs(want)
+            off = ~((np.abs(v - want) <= tol) | ~np.isfinite(want) | diverged)
+        what = "the weighted mean of its per-client losses"
+    if off.any():
+        i = int(np.flatnonzero(off)[0])
+        raise bad(f"metrics.csv test_loss in round {rounds[i]} is {v[i]:.6g}, {what} gives {want[i]:.6g}")
+    if selected is None:
+        return
+    if selected.dtype != np.bool_ or selected.ndim != 2 or selected.shape[0] < rounds[-1]:
+        raise bad(f"clients.npz trace_selected is {selected.dtype} {selected.shape}, not rounds x clients booleans")
+    per_round = selected.sum(1)
+    for col, want_n in (("selected", per_round[rounds - 1]), ("uploads", np.cumsum(per_round)[rounds - 1])):
+        got = metrics[col].to_numpy(np.float64)
+        off = got != want_n
+        if off.any():
+            i = int(np.flatnonzero(off)[0])
+            raise bad(f"metrics.csv {col} in round {rounds[i]} is {got[i]:.6g}, its selection trace gives {want_n[i]}")
+
+
 def _unregistered(cfg: RunConfig) -> str:
     """The model and data set ``cfg`` names that this process has not registered ("" when none)."""
     named = (("model", cfg.model.name, ModelConfig, "name"), ("dataset", cfg.data.dataset, DataConfig, "dataset"))
@@ -223,12 +285,14 @@ def _unregistered(cfg: RunConfig) -> str:
     return " and ".join(missing)
 
 
-def seal(folder: Path) -> None:
-    """Write ``folder``'s manifest: each file's size and SHA-256 (what ``read_run`` checks), and its metrics rows."""
+def seal(folder: Path, resealed: str | None = None) -> None:
+    """Write ``folder``'s manifest: each file's size and SHA-256 (what ``read_run`` checks), and its metrics rows;
+    ``resealed``: the manifest of a run sealed after it was stored, by the user's word (``Store.reseal``), says so."""
     folder = Path(folder)
     files = {name: _digest((folder / name).read_bytes()) for name in FILES}
     rows = len(pd.read_csv(folder / "metrics.csv"))
-    (folder / MANIFEST).write_text(json.dumps({"format": 1, "rows": rows, "files": files}, indent=1, sort_keys=True))
+    doc = {"format": 1, "rows": rows, "files": files, **({"resealed": resealed} if resealed else {})}
+    (folder / MANIFEST).write_text(json.dumps(doc, indent=1, sort_keys=True))
 
 
 def as_stored(metrics: pd.DataFrame) -> pd.DataFrame:
