@@ -188,9 +188,10 @@ class Store:
     checkpoint_seconds: float | None = None
 
     def checkpoint(self, cfg: RunConfig) -> Checkpoint:
-        """Where ``cfg``'s run in progress keeps its snapshot, taken every ``checkpoint_seconds``."""
+        """Where ``cfg``'s run in progress keeps its snapshot, taken every ``checkpoint_seconds``; inside the store
+        (``root``): a ``_partial`` that is a link is not written or read through."""
         every = checkpoint_seconds() if self.checkpoint_seconds is None else self.checkpoint_seconds
-        return Checkpoint(self.root / "_partial" / f"{cfg.key()}.pt", every)
+        return Checkpoint(self.root / "_partial" / f"{cfg.key()}.pt", every, root=self.root)
 
     def has(self, cfg: RunConfig) -> bool:
         """Whether ``cfg`` has a stored result that passes its integrity check."""
@@ -293,8 +294,8 @@ class Store:
         """A stored run's metadata (versions, commit, device, wall time) without reading its metrics."""
         p = self.path(cfg) / "meta.json"
         try:
-            meta = json.loads(p.read_text())
-        except (OSError, ValueError) as e:
+            meta = json.loads(_read_file(p, most=CONFIG_BYTES))
+        except (ValueError, RecursionError) as e:
             raise DamagedRun(f"stored run {p.parent} (key {cfg.key()}): meta.json unreadable ({e})") from None
         if not isinstance(meta, dict):
             raise DamagedRun(f"stored run {p.parent} (key {cfg.key()}): meta.json is not a JSON object")
