@@ -21,7 +21,7 @@ folder for the paper profile (and for a config run on its own, which has no prof
 Integrity: every read checks a run against its manifest (sizes, checked before a file is read, and hashes), its
 key (config.json must hash to the folder's key, so a run copied or linked under another key is not that run; the
 one committed run stored under an older schema is pinned by name, ``LEGACY_KEYS``), its config (the fields reading needs)
-and meta (``diverged_at`` a round of the run), and its structure and numbers: regular files only (no fifo or
+and meta (``diverged_at`` a round of the run), and its structure and numbers: regular files only (no link, fifo or
 device), the metrics rows its config's rounds and ``eval_every`` give, per-client arrays of matching shape and
 non-negative integer test sizes, every accuracy in [0, 1] and NaN only where a run leaves it undefined, and
 test_acc / test_acc_mean the weighted / unweighted means of the per-client accuracies (to their stored rounding).
