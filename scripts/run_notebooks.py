@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import itertools
 import json
 import os
@@ -83,15 +84,34 @@ def _check_parameters(names: set, notebooks: list[Path], pm) -> None:
         )
 
 
+TAG_CHARS = 80  # a tag's readable part at most; with the notebook's name and profile a file name stays far below 255
+
+
 def tag(params: dict) -> str:
-    """The name suffix of a parametrised run: ``DATA_SEED-1_X-a`` (empty for the default run). Values become safe file
-    name parts (a "/" in a value made the executed copy's path point into a folder that does not exist); parameters
-    that do not change the results (PROFILE goes into the name anyway, STORED_ONLY, BACKEND, JOBS) are left out."""
+    """The name suffix of a parametrised run: ``DATA_SEED-1_X-a`` (empty for the default run); parameters that do
+    not change the results (PROFILE goes into the name anyway, STORED_ONLY, BACKEND, JOBS) are left out.
+
+    Values become safe file name parts (a "/" in a value made the executed copy's path point into a folder that does
+    not exist). Where that loses something -- a character replaced (a non-ASCII letter, a space, a "/"), a value that
+    reads back as another (the string "1" beside the number 1), or a name cut to ``TAG_CHARS`` (a 300-character value
+    failed with "File name too long") -- the tag ends in ``_h`` and 12 hex digits of the SHA-256 of the parameters
+    as given, so distinct parameters do not share a file name (they did: "é" and "ü" both became "X-_"). A tag kept
+    whole contains no such suffix: there every "_"-separated part but a key's own holds a "-"."""
 
     def safe(v) -> str:
         return re.sub(r"[^A-Za-z0-9.=+-]+", "_", str(v)).strip("_") or "_"
 
-    return "_".join(f"{safe(k)}-{safe(v)}" for k, v in params.items() if k not in JOB_PARAMS)
+    kept = {k: v for k, v in params.items() if k not in JOB_PARAMS}
+    text = "_".join(f"{safe(k)}-{safe(v)}" for k, v in kept.items())
+    whole = all(
+        k.isidentifier() and safe(k) == k and safe(v) == str(v) and "_" not in str(v) and _value(str(v)) == v
+        and type(_value(str(v))) is type(v)
+        for k, v in kept.items()
+    )  # fmt: skip
+    if whole and len(text) <= TAG_CHARS:
+        return text
+    digest = hashlib.sha256(repr(sorted((str(k), repr(v)) for k, v in kept.items())).encode()).hexdigest()[:12]
+    return f"{text[:TAG_CHARS].rstrip('_')}_h{digest}"
 
 
 def choose_profile(explicit: str | None, env: str | None) -> tuple[str, str | None]:

@@ -128,8 +128,23 @@ def test_the_kernels_log_stays_out_of_the_job_output(tmp_path, capfd):
 
 def test_parameter_values_become_safe_file_names():
     """``-p`` with a "/" in a value put it into a file name and failed with FileNotFoundError."""
-    assert runner.tag({"ROOT": "/data/x y", "SEEDS": [0, 1]}) == "ROOT-data_x_y_SEEDS-0_1"
+    said = runner.tag({"ROOT": "/data/x y", "SEEDS": [0, 1]})
+    assert re.fullmatch(r"ROOT-data_x_y_SEEDS-0_1_h[0-9a-f]{12}", said)  # characters replaced: a hash says which
     assert runner.tag({"PROFILE": "quick", "STORED_ONLY": True, "BACKEND": "ray", "JOBS": 2}) == ""  # same results
+    assert runner.tag({"DATA_SEED": 1, "X": "a", "Y": -0.5, "Z": None}) == "DATA_SEED-1_X-a_Y--0.5_Z-None"  # whole
+
+
+def test_parameter_file_names_are_bounded_and_distinct(tmp_path):
+    """A 300-character value failed with "File name too long"; "é" and "ü" (and "a/b" and "a b", the string "1" and
+    the number 1) gave one file name, so one run's notebook and figures overwrote the other's."""
+    values = ["a" * 300, "a" * 301, "é", "ü", "a/b", "a b", "a_b", "1", 1, 1.0, True, "True", [0, 1], "[0, 1]", "", "_"]
+    tags = [runner.tag({"X": v}) for v in values]
+    assert len(set(tags)) == len(values), tags
+    assert max(map(len, tags)) <= runner.TAG_CHARS + 14
+    for t in tags:  # a name the file system takes, of ASCII only
+        assert t.isascii() and "/" not in t
+        (tmp_path / f"12_fedmcsa_table1_{t}.paper.ipynb").write_text("{}")
+    assert runner.tag({"X": 1}) == "X-1" and runner.tag({"X": "a" * 300}) == runner.tag({"X": "a" * 300})
 
 
 def test_every_notebook_that_trains_takes_a_backend():

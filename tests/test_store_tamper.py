@@ -17,6 +17,7 @@ from fedlib import RunConfig, Store, run
 from fedlib.config.run import from_dict
 from fedlib.core import callbacks, simulation
 from fedlib.runs import checkpoint as checkpointing
+from fedlib.runs import nofollow
 from fedlib.runs.stored import LEGACY_KEYS, DamagedRun, DamagedRunWarning, read_run
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -64,6 +65,14 @@ def guarded_reads(monkeypatch):
 
     monkeypatch.setattr(Path, "read_bytes", guard(Path.read_bytes))
     monkeypatch.setattr(Path, "read_text", guard(Path.read_text))
+    real_regular = nofollow.read_regular  # the store's reads: a file is recorded once it was read whole
+
+    def read_regular(path, *args, **kwargs):
+        data = real_regular(path, *args, **kwargs)
+        read.append(Path(path).name)
+        return data
+
+    monkeypatch.setattr(nofollow, "read_regular", read_regular)
     return read
 
 

@@ -197,9 +197,26 @@ def _seeds(seeds) -> list:
     return seeds
 
 
-def _where(where: dict | None) -> dict:
-    """``where`` under flat names (dotted ones by their last component); unknown names are a ValueError."""
-    return {flat_name(k): v for k, v in (where or {}).items()}
+WHERE = "{field: value or [values]} (e.g. {'seed': 0} or {'method.mu': [0.1, 1.0]}; fields flat or dotted) or None"
+
+
+def _where(where: dict | None, name: str = "where") -> dict:
+    """``where`` under flat names (dotted ones by their last component). Anything but a dict of field names to a
+    value or a list of values is a ValueError naming the argument and what it takes, before anything trains: a
+    string (``"seed=0"``, as on the command line) or a list of pairs failed deep inside with an AttributeError, and
+    a set matched nothing (only a list is a set of accepted values). An unknown field is a ValueError too."""
+    if where is None:
+        return {}
+    if not isinstance(where, dict):
+        raise ValueError(f"{name}={where!r} is a {type(where).__name__}; it takes {WHERE}")
+    out = {}
+    for k, v in where.items():
+        if not isinstance(k, str):
+            raise ValueError(f"{name}={where!r}: the field {k!r} is not a field name (a str); it takes {WHERE}")
+        if isinstance(v, (set, frozenset, dict)):
+            raise ValueError(f"{name}[{k!r}]={v!r} is a {type(v).__name__}: give a value, or a list of values")
+        out[flat_name(k)] = v
+    return out
 
 
 def _matches(cfg: RunConfig, where: dict) -> bool:
@@ -269,6 +286,11 @@ def experiment(
     profile = resolve_profile(profile)
     grids.ray_backend(backend, address, jobs)  # bad values fail here, before any training
     check_threads(threads)
+    where = _where(where)  # before the step below, which may train
+    if fields is not None and not isinstance(fields, dict):
+        raise ValueError(
+            f"fields={fields!r} is a {type(fields).__name__}; it takes {{field: value or [values]}} or None"
+        )
     if name not in profiles.EXPERIMENTS:
         raise ValueError(f"experiment={name!r} is not one of: {', '.join(profiles.EXPERIMENTS)}")
     if available is not None and not isinstance(available, profiles.Available):
@@ -303,7 +325,6 @@ def experiment(
     if fields:
         fields = profiles.flat_cells([fields])[0]
         grid = [{**cell, **fields} for cell in grid]
-    where = _where(where)
     every = expand(base, grid) if grid else []
     cfgs = [c for c in every if _matches(c, where)]
     if every and where and not cfgs:

@@ -9,7 +9,6 @@ import errno
 import json
 import os
 import signal
-import stat
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ import torch
 
 from fedlib.core.callbacks import Callback
 from fedlib.core.state import Round, Run, State
+from fedlib.runs import nofollow
 
 
 @dataclass
@@ -141,6 +141,8 @@ class Checkpoint:
     how far the run got; one is written when ``every_seconds`` have passed since the last (0: every round).
     A snapshot records which run it belongs to (its file's name, ``key``: in a store, the config key; and the
     model's parameter names, dtypes and shapes) and only that run resumes it.
+    No link is followed: the snapshot and its info are read and written as regular files only (``nofollow``), and
+    in a store (``root``) nothing is read or written where a folder between the store and the file is a link.
     The result's ``meta['resumed']`` lists the round and git commit of each resumption, since a resumed
     run could mix code versions. ``Store.checkpoint(cfg)`` gives the one ``fedlib.runs.train.run`` uses.
     """
@@ -148,9 +150,11 @@ class Checkpoint:
     path: Path
     every_seconds: float = 300.0
     disabled: bool = False  # set when a write failed: the run continues without snapshots
+    root: Path | None = None  # the store the snapshot belongs to (``Store.checkpoint``): it stays inside it
 
     def __post_init__(self):
         self.path = Path(self.path)
+        self.root = Path(self.root) if self.root is not None else None
         if not self.every_seconds >= 0:
             raise ValueError(f"Checkpoint.every_seconds={self.every_seconds!r} must be a number >= 0")
 
@@ -163,12 +167,17 @@ class Checkpoint:
     def info_path(self) -> Path:
         return self.path.with_suffix(".json")
 
+    def outside(self) -> Path | None:
+        """The link between ``root`` and the snapshot (``_partial`` made a link to another folder), if there is one:
+        through it the store's snapshots would be read, written and deleted outside the store, so none are."""
+        return nofollow.link_on_the_way(self.root, self.path) if self.root is not None else None
+
     def info(self) -> dict | None:
         """{'round', 'rounds', 'elapsed'} of the snapshot on disk, without reading it; None if there is none."""
-        try:
-            if not _regular(self.info_path):  # a fifo or a device planted there would be read forever
-                return None
-            return json.loads(self.info_path.read_text())
+        if self.outside() is not None:
+            return None
+        try:  # a link is not followed, and a fifo or a device planted there would be read forever: neither is read
+            return json.loads(nofollow.read_regular(self.info_path, most=1 << 12))
         except (OSError, ValueError, RecursionError):
             return None
 
@@ -180,11 +189,16 @@ class Checkpoint:
         store cannot run code. One that is not such a snapshot (an older format, pickled or not naming its
         run, or damaged), or is another run's (copied under this one's name, or of another
         model), is refused with a warning, and the run restarts from round 1."""
-        if not self.path.exists():
+        if (link := self.outside()) is not None:
+            warnings.warn(
+                f"{link} is a symbolic link: no snapshot is read through it (the run starts at round 1)", stacklevel=2
+            )
+            return None
+        if not os.path.lexists(self.path):
             return None
         try:
-            if not _regular(self.path):  # a link to /dev/zero would be read until memory ran out
-                raise ValueError("not a regular file")
+            if not nofollow.regular(self.path):  # a link (to /dev/zero: read until memory ran out) is not followed
+                raise ValueError("not a regular file" + (" (a symbolic link)" if self.path.is_symlink() else ""))
             snap = torch.load(self.path, map_location="cpu", weights_only=True)
             if not isinstance(snap, dict) or snap.get("format") != SNAPSHOT_FORMAT:
                 raise ValueError(f"not a fedlib snapshot of format {SNAPSHOT_FORMAT}")
@@ -218,15 +232,21 @@ class Checkpoint:
         (``disabled``): the run goes on, it only loses the ability to resume."""
         if self.disabled:
             return
+        if (link := self.outside()) is not None:
+            self.disabled = True
+            warnings.warn(f"{link} is a symbolic link: no snapshot is written through it; the run continues without "
+                          "snapshots", stacklevel=2)  # fmt: skip
+            return
         snap = _to_plain({**snap, "commit": git_commit(), "format": SNAPSHOT_FORMAT, "key": self.key})
         # unique per process: two processes on one config never write the same temporary file
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
         info = {k: snap[k] for k in ("round", "rounds")} | {"elapsed": round(snap["elapsed"], 1)}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(snap, tmp)
+            with nofollow.create(tmp) as f:
+                torch.save(snap, f)
             os.replace(tmp, self.path)  # a reader (or a second interruption) never sees half a snapshot
-            self.info_path.write_text(json.dumps(info))
+            nofollow.replace_with(self.info_path, json.dumps(info).encode())  # a link there: replaced, not followed
         except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
             tmp.unlink(missing_ok=True)
             self.disabled = True
@@ -235,18 +255,15 @@ class Checkpoint:
             warnings.warn(f"{what} writing {self.path}; the run continues without snapshots", stacklevel=2)
 
     def clear(self) -> None:
-        for p in (self.path, self.info_path):
+        if self.outside() is not None:
+            return
+        for p in (self.path, self.info_path):  # a link is removed itself, never what it points to
             p.unlink(missing_ok=True)
 
 
 # 1: pickled objects, refused (loading one could run code); 2: tensors and plain data, refused (it does not say
 # which run it belongs to); 3: and its run's key and parameter shapes
 SNAPSHOT_FORMAT = 3
-
-
-def _regular(path: Path) -> bool:
-    """Whether ``path`` (followed through links) is a regular file: what a snapshot and its info are."""
-    return stat.S_ISREG(os.stat(path).st_mode)
 
 
 def param_shapes(state: State) -> dict:

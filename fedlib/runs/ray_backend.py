@@ -49,6 +49,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedlib.runs import nofollow
 from fedlib.runs.scheduling import DEFAULT_GPU_SHARE
 
 RAY_VERSION = "2.60.0"  # the tested version (requirements.txt)
@@ -126,8 +127,33 @@ def connect(address: str | None = None) -> bool:
     except Exception as e:
         if addr is None:
             raise
-        raise ConnectionError(f"{source}={addr!r}: could not connect to a Ray cluster there: {e}") from e
+        raise ConnectionError(f"{source}={addr!r}: could not connect to a Ray cluster there: {e}{auth_hint()}") from e
     return True
+
+
+AUTH_MODE = "RAY_AUTH_MODE"
+
+
+def auth_hint() -> str:
+    """What to check when a driver reached a cluster's port (``_probe`` passed) and Ray still would not connect.
+
+    A head started with token authentication refuses a driver without its token, and Ray says so only in its C++
+    log ("Authentication token is missing or incorrect"), retried for a minute; what it raises is a plain "Failed to
+    connect to Ray cluster", which named neither the token nor the variable. So the message names both: the
+    driver's ``RAY_AUTH_MODE`` and where Ray looks for the token (docs/cluster.md, step 1)."""
+    mode = os.environ.get(AUTH_MODE, "")
+    said = repr(mode) if mode else "not set"
+    where = "~/.ray/auth_token, or the file RAY_AUTH_TOKEN_PATH names, or RAY_AUTH_TOKEN itself"
+    if mode.strip().lower() == "token":
+        return (
+            f". {AUTH_MODE}=token is set here: if the cluster uses token authentication, this driver's token "
+            f"({where}) must be the head's (`ray get-auth-token` on the head prints it)"
+        )
+    return (
+        f". If the cluster uses token authentication (a head started with {AUTH_MODE}=token refuses a driver "
+        f"without its token), this driver lacks it: {AUTH_MODE} is {said} here; export {AUTH_MODE}=token and "
+        f"give it the head's token ({where}; see docs/cluster.md)"
+    )
 
 
 def node_label() -> str:
@@ -166,7 +192,10 @@ def _train_task(spec: dict) -> list:
     worker.worker_setup(spec["runs_per_node"].get(node_id, 1), threads=spec["threads"])
     device = "cuda" if ray.get_gpu_ids() else "cpu"  # a run without a GPU share stays on the CPU, even on a GPU node
     shared = spec["probe"] and Path(spec["probe"]).exists()  # the driver's store is reachable here: snapshot
-    checkpoints = {k: Checkpoint(Path(p), spec["every"]) if shared else None for k, p in zip(keys, spec["snapshots"])}
+    checkpoints = {  # a snapshot is <store>/_partial/<key>.pt (``Store.checkpoint``): it stays inside that store
+        k: Checkpoint(Path(p), spec["every"], root=Path(p).parents[1]) if shared else None
+        for k, p in zip(keys, spec["snapshots"])
+    }
 
     def located(e: BaseException) -> BaseException:
         if isinstance(e, DatasetNotFoundError):
@@ -297,7 +326,7 @@ class RayBackend:
         probe = store.root / "_partial" / f"ray-probe-{uuid.uuid4().hex}"
         try:
             probe.parent.mkdir(parents=True, exist_ok=True)
-            probe.touch()
+            nofollow.create(probe).close()  # a new file: nothing planted there is opened
             self._run(ray, todo, store, progress, data_root, probe, batch, cost)
         finally:
             probe.unlink(missing_ok=True)

@@ -21,7 +21,7 @@ folder for the paper profile (and for a config run on its own, which has no prof
 Integrity: every read checks a run against its manifest (sizes, checked before a file is read, and hashes), its
 key (config.json must hash to the folder's key, so a run copied or linked under another key is not that run; the
 one committed run stored under an older schema is pinned by name, ``LEGACY_KEYS``), its config (the fields reading needs)
-and meta (``diverged_at`` a round of the run), and its structure and numbers: regular files only (no fifo or
+and meta (``diverged_at`` a round of the run), and its structure and numbers: regular files only (no link, fifo or
 device), the metrics rows its config's rounds and ``eval_every`` give, per-client arrays of matching shape and
 non-negative integer test sizes, every accuracy in [0, 1] and NaN only where a run leaves it undefined, and every
 metric that comes from a stored array recomputed from it (``fedlib.runs.stored``: test_acc / test_acc_mean from the
@@ -209,9 +209,10 @@ class Store:
     checkpoint_seconds: float | None = None
 
     def checkpoint(self, cfg: RunConfig) -> Checkpoint:
-        """Where ``cfg``'s run in progress keeps its snapshot, taken every ``checkpoint_seconds``."""
+        """Where ``cfg``'s run in progress keeps its snapshot, taken every ``checkpoint_seconds``; inside the store
+        (``root``): a ``_partial`` that is a link is not written or read through."""
         every = checkpoint_seconds() if self.checkpoint_seconds is None else self.checkpoint_seconds
-        return Checkpoint(self.root / "_partial" / f"{cfg.key()}.pt", every)
+        return Checkpoint(self.root / "_partial" / f"{cfg.key()}.pt", every, root=self.root)
 
     def has(self, cfg: RunConfig) -> bool:
         """Whether ``cfg`` has a stored result that passes its integrity check."""
@@ -347,8 +348,8 @@ class Store:
         """A stored run's metadata (versions, commit, device, wall time) without reading its metrics."""
         p = self.path(cfg) / "meta.json"
         try:
-            meta = json.loads(p.read_text())
-        except (OSError, ValueError) as e:
+            meta = json.loads(_read_file(p, most=CONFIG_BYTES))
+        except (ValueError, RecursionError) as e:
             raise DamagedRun(f"stored run {p.parent} (key {cfg.key()}): meta.json unreadable ({e})") from None
         if not isinstance(meta, dict):
             raise DamagedRun(f"stored run {p.parent} (key {cfg.key()}): meta.json is not a JSON object")

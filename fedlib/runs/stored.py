@@ -18,7 +18,6 @@ import hashlib
 import io
 import json
 import os
-import stat
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +26,7 @@ import pandas as pd
 from fedlib.config.parts import DataConfig, ModelConfig
 from fedlib.config.run import RunConfig, from_dict
 from fedlib.core.state import COLUMNS, RunResult
+from fedlib.runs import nofollow
 
 FILES = ("config.json", "metrics.csv", "clients.npz", "meta.json")
 
@@ -83,21 +83,14 @@ ACC_COLUMNS = ("test_acc", "test_acc_mean")  # the metrics recomputed from the p
 
 
 def _read_file(path: Path, size: int | None = None, most: int | None = None) -> bytes:
-    """The bytes of the stored file ``path``; ValueError saying why it cannot be. Stat first: a symlink to /dev/zero
-    or a fifo would be read forever, and a size other than ``size`` (its manifest's) or above ``most`` is refused
-    before the file is read whole."""
-    name = path.name
+    """The bytes of the stored file ``path``; ValueError saying why it cannot be. Opened without following a link
+    and checked on the open file (``nofollow.read_regular``): a symlink (to /dev/zero, read forever, or to a file
+    outside the store) or a fifo is refused, and a size other than ``size`` (its manifest's) or above ``most`` is
+    refused before the file is read whole."""
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{name} is not a regular file")
-        if size is not None and st.st_size != size:
-            raise ValueError(f"{name} has {st.st_size} bytes, its manifest says {size}: changed after it was stored")
-        if most is not None and st.st_size > most:
-            raise ValueError(f"{name} has {st.st_size} bytes, more than a {name} holds ({most})")
-        return path.read_bytes()
+        return nofollow.read_regular(path, most=most, size=size)
     except OSError as e:
-        raise ValueError(f"cannot read {name} ({e.strerror or e})") from None
+        raise ValueError(f"cannot read {path.name} ({e.strerror or e})") from None
 
 
 def read_run(folder: Path, key: str | None = None, unsealed: bool = False) -> RunResult:
@@ -154,6 +147,8 @@ def read_run(folder: Path, key: str | None = None, unsealed: bool = False) -> Ru
     legacy = LEGACY_KEYS.get(key) == found
     if found != key and not legacy:
         raise bad(f"config.json is the config of key {found}, not of this folder's key")
+    if folder.is_symlink():  # its files would be read from wherever the link points, outside the store
+        raise bad(f"the folder is a symbolic link (to {os.readlink(folder)}): a run is read from its store only")
     # not ``validate()``: a run stored under its version's rules would read as damaged (and be retrained, its folder set
     # aside) once a later version tightens them; its key already ties config.json to the run. What reading needs:
     for field in ("rounds", "eval_every"):
