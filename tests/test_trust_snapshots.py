@@ -264,3 +264,10 @@ def test_a_short_store_key_is_refused_before_training(tmp_path, monkeypatch, sna
     with pytest.raises(ValueError, match="FEDLIB_STORE_KEY .* has 5 characters: give at least 16"):
         run(TINY, Store(tmp_path), progress=False)
     assert not (tmp_path / TINY.key()).exists()
+
+
+def test_the_store_key_is_not_shown(tmp_path, monkeypatch):
+    """A Checkpoint's repr (in a traceback, a log, pytest's output) showed the key."""
+    monkeypatch.setenv(seals.KEY_ENV, KEY)
+    ck = Checkpoint(tmp_path / "run.pt")
+    assert ck.secret == KEY.encode() and KEY not in repr(ck) and KEY not in str(ck)

@@ -169,7 +169,9 @@ class Checkpoint:
     path: Path
     every_seconds: float = 300.0
     disabled: bool = False  # set when a write failed: the run continues without snapshots
-    secret: bytes | str | None = None  # the keyed seal's key; None: FEDLIB_STORE_KEY (unset: no keyed seal)
+    # the keyed seal's key; None: FEDLIB_STORE_KEY (unset: no keyed seal). Kept out of the repr, so that no traceback
+    # or log shows it
+    secret: bytes | str | None = field(default=None, repr=False)
     resume_other_code: bool | None = None  # None: FEDLIB_RESUME_OTHER_CODE (unset: restart)
 
     def __post_init__(self):

@@ -56,13 +56,13 @@ def store_key(value: str | bytes | None = None) -> bytes | None:
 
 
 def _package_digest() -> str:
-    """SHA-256 of every file of the fedlib package (names and bytes; no caches): what decides its numbers. Taken
-    once, when this module is imported, so it describes the code this process runs rather than later edits."""
+    """SHA-256 of every Python file of the fedlib package (names and bytes): the code that decides its numbers (its
+    data files, the papers' published numbers and reference timings, decide none). Taken once, when this module is
+    imported, so it describes the code this process runs rather than later edits."""
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo"):
-            h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    for p in sorted(root.rglob("*.py")):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()
 
 
