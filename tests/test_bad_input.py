@@ -397,10 +397,14 @@ def test_a_full_disk_while_snapshotting_does_not_kill_the_run(tmp_path, monkeypa
 def test_snapshot_temporary_files_are_unique_per_process(tmp_path, monkeypatch):
     """Two processes on one config wrote the same .pt.tmp name."""
     names = []
-    real_save = torch.save
-    monkeypatch.setattr(torch, "save", lambda obj, f, *a, **k: (names.append(Path(f).name), real_save(obj, f))[1])
+    real_replace = os.replace  # each snapshot is written to its temporary file, then renamed into place
+    monkeypatch.setattr(os, "replace", lambda src, dst: (names.append(Path(src).name), real_replace(src, dst))[1])
     _simulate(TINY, small_synthetic(n_clients=4, rows=60), checkpoint=Checkpoint(tmp_path / "run.pt", 0))
-    assert names and all(n.startswith(f"run.pt.{os.getpid()}-") and n.endswith(".tmp") for n in names)
+    # the snapshot and the small info file beside it (replaced, not written through a link) each by a unique name
+    assert {n.split(".")[1] for n in names} == {"pt", "json"}
+    assert all(
+        n.startswith((f"run.pt.{os.getpid()}-", f"run.json.{os.getpid()}-")) and n.endswith(".tmp") for n in names
+    )
     assert len(set(names)) == len(names)
 
 

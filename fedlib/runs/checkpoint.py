@@ -9,7 +9,6 @@ import errno
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -25,6 +24,9 @@ import torch
 from fedlib.core.callbacks import Callback
 from fedlib.core.state import Round, Run, State
 from fedlib.runs import nofollow
+from fedlib.runs.seals import SealError, code_identity, git_commit, other_code, read_sealed, store_key, write_sealed
+
+__all__ = ["Checkpoint", "Checkpointing", "DeferredInterrupt", "StopOnRequest", "git_commit", "param_shapes"]
 
 
 @dataclass
@@ -51,9 +53,7 @@ class Checkpointing(Callback):
                     cb.load_state_dict(snap["callbacks"].get(cb.key, {}))
             run.t0 = time.perf_counter() - snap["elapsed"]
             run.done = snap["round"]
-            self.resumed = snap["resumed"] + [
-                {"round": snap["round"], "commit": snap["commit"], "elapsed": round(snap["elapsed"], 3)}
-            ]
+            self.resumed = snap["resumed"] + [_resumption(snap)]
         self.last_save = time.perf_counter()
 
     def after_round(self, run: Run, out: Round) -> None:
@@ -84,6 +84,19 @@ class Checkpointing(Callback):
         )
         self.last_save = time.perf_counter()
         return None if ck.disabled else ck.path
+
+
+def _resumption(snap: dict) -> dict:
+    """What ``meta['resumed']`` records of one resumption: the round, the time spent before, and the code that wrote
+    the snapshot (fedlib version, commit, package digest); resumed by other code (``resume_other_code``), also
+    ``code_changed`` and the code that went on (``resumed_by``), so both halves of the run are on record."""
+    code = snap["code"]
+    entry = {"round": snap["round"], "commit": code.get("commit"), "elapsed": round(snap["elapsed"], 3)}
+    entry |= {"fedlib": code.get("fedlib"), "source": code.get("source")}
+    if snap["code_changed"]:
+        now = code_identity()
+        entry |= {"code_changed": snap["code_changed"], "code": code, "resumed_by": now}
+    return entry
 
 
 @dataclass
@@ -139,24 +152,42 @@ class Checkpoint:
     therefore gives the numbers an uninterrupted run gives, bit for bit (tested over every registered
     algorithm). ``path`` (a ``.pt`` file) is written atomically, with a small ``.json`` beside it saying
     how far the run got; one is written when ``every_seconds`` have passed since the last (0: every round).
-    A snapshot records which run it belongs to (its file's name, ``key``: in a store, the config key; and the
-    model's parameter names, dtypes and shapes) and only that run resumes it.
-    No link is followed: the snapshot and its info are read and written as regular files only (``nofollow``), and
-    in a store (``root``) nothing is read or written where a folder between the store and the file is a link.
-    The result's ``meta['resumed']`` lists the round and git commit of each resumption, since a resumed
-    run could mix code versions. ``Store.checkpoint(cfg)`` gives the one ``fedlib.runs.train.run`` uses.
+
+    A snapshot is sealed like a stored result (``fedlib.runs.seals``): its SHA-256, written last, covers its
+    tensors and plain data and its identity -- the run it belongs to (its file's name, ``key``: in a store, the
+    config key; and the model's parameter names, dtypes and shapes) and the code that wrote it (fedlib's version,
+    git commit and package digest, torch's and numpy's versions); with ``secret`` (default ``FEDLIB_STORE_KEY``)
+    also an HMAC under that key, and then only a snapshot with a matching HMAC is resumed. A snapshot that fails
+    its seal (a flipped bit, an edit, a forgery without the key) or belongs to another run is set aside with a
+    warning and the run restarts: resuming it would store its rounds as this run's. One written by other code
+    (``seals.DECIDING``) restarts too, since its remaining rounds would be trained by code its first rounds were
+    not, unless ``resume_other_code`` (default ``FEDLIB_RESUME_OTHER_CODE=1``) says to go on; the result's
+    ``meta['resumed']`` then records both codes (``_resumption``). No link is followed: the snapshot and its info
+    are read and written as regular files only (``nofollow``), and in a store (``root``) nothing is read or written
+    where a folder between the store and the file is a link. ``Store.checkpoint(cfg)`` gives the one
+    ``fedlib.runs.train.run`` uses.
     """
 
     path: Path
     every_seconds: float = 300.0
     disabled: bool = False  # set when a write failed: the run continues without snapshots
     root: Path | None = None  # the store the snapshot belongs to (``Store.checkpoint``): it stays inside it
+    # the keyed seal's key; None: FEDLIB_STORE_KEY (unset: no keyed seal). Kept out of the repr, so that no traceback
+    # or log shows it
+    secret: bytes | str | None = field(default=None, repr=False)
+    resume_other_code: bool | None = None  # None: FEDLIB_RESUME_OTHER_CODE (unset: restart)
 
     def __post_init__(self):
         self.path = Path(self.path)
         self.root = Path(self.root) if self.root is not None else None
         if not self.every_seconds >= 0:
             raise ValueError(f"Checkpoint.every_seconds={self.every_seconds!r} must be a number >= 0")
+        # read here, where a run's snapshot is first asked for, so that a bad value stops it before it trains
+        self.secret = store_key(self.secret)
+        if self.resume_other_code is None:
+            self.resume_other_code = resume_other_code()
+        elif not isinstance(self.resume_other_code, bool):
+            raise TypeError(f"Checkpoint.resume_other_code={self.resume_other_code!r} must be True, False or None")
 
     @property
     def key(self) -> str:
@@ -173,7 +204,8 @@ class Checkpoint:
         return nofollow.link_on_the_way(self.root, self.path) if self.root is not None else None
 
     def info(self) -> dict | None:
-        """{'round', 'rounds', 'elapsed'} of the snapshot on disk, without reading it; None if there is none."""
+        """{'round', 'rounds', 'elapsed'} of the snapshot on disk, without reading it; None if there is none. Not
+        sealed: it only orders a grid's runs and reports progress, the snapshot itself is checked when resumed."""
         if self.outside() is not None:
             return None
         try:  # a link is not followed, and a fifo or a device planted there would be read forever: neither is read
@@ -185,10 +217,11 @@ class Checkpoint:
         """The snapshot on disk (tensors on the CPU), if there is one for a run of ``rounds`` rounds (else None).
         ``params``: the run's ``param_shapes``, which the snapshot's must equal.
 
-        Read with ``torch.load(weights_only=True)``: a snapshot is tensors and plain data, so a file planted in a
-        store cannot run code. One that is not such a snapshot (an older format, pickled or not naming its
-        run, or damaged), or is another run's (copied under this one's name, or of another
-        model), is refused with a warning, and the run restarts from round 1."""
+        Its seal is checked before anything reads its payload, and the payload is read with
+        ``torch.load(weights_only=True)``: a snapshot is tensors and plain data, so a file planted in a store cannot
+        run code. One that is not such a snapshot (an older format, unsealed, or damaged), fails its seal, is
+        another run's (copied under this one's name, or of another model), or was written by other code (unless
+        ``resume_other_code``) is set aside with a warning, and the run restarts from round 1."""
         if (link := self.outside()) is not None:
             warnings.warn(
                 f"{link} is a symbolic link: no snapshot is read through it (the run starts at round 1)", stacklevel=2
@@ -199,27 +232,48 @@ class Checkpoint:
         try:
             if not nofollow.regular(self.path):  # a link (to /dev/zero: read until memory ran out) is not followed
                 raise ValueError("not a regular file" + (" (a symbolic link)" if self.path.is_symlink() else ""))
-            snap = torch.load(self.path, map_location="cpu", weights_only=True)
-            if not isinstance(snap, dict) or snap.get("format") != SNAPSHOT_FORMAT:
+            identity, payload = read_sealed(self.path, self.secret)
+            if identity.get("format") != SNAPSHOT_FORMAT:
                 raise ValueError(f"not a fedlib snapshot of format {SNAPSHOT_FORMAT}")
             # resuming another run's snapshot would store its rounds as this run's
-            if snap.get("key") != self.key:
-                raise ValueError(f"a snapshot of run {snap.get('key')!r}, not of {self.key!r}")
+            if identity.get("key") != self.key:
+                raise ValueError(f"a snapshot of run {identity.get('key')!r}, not of {self.key!r}")
+            code = identity.get("code") if isinstance(identity.get("code"), dict) else {}
+            changed = other_code(code)
+            if changed and not self.resume_other_code:
+                return self._other_code(code, changed)
+            snap = torch.load(payload, map_location="cpu", weights_only=True)
+            if not isinstance(snap, dict) or snap.get("rounds") != identity.get("rounds"):
+                raise ValueError("its contents are not the snapshot its seal describes")
             if params is not None and snap.get("params") != params:
                 raise ValueError("its model's parameters (names, dtypes, shapes) are not this run's")
         except Exception as e:  # noqa: BLE001  (any unreadable file: refuse it, never execute it)
             aside = self._set_aside()
+            why = str(e) if isinstance(e, SealError) else f"{type(e).__name__}: {str(e)[:120]}"
             warnings.warn(
-                f"snapshot {self.path} is not usable ({type(e).__name__}: {str(e)[:120]}); moved to {aside.name} "
-                "and the run restarts from round 1",
+                f"snapshot {self.path} is not usable ({why}); moved to {aside.name} and the run restarts from round 1",
                 stacklevel=2,
             )
             return None
-        return _from_plain(snap) if snap.get("rounds") == rounds else None
+        if snap.get("rounds") != rounds:
+            return None
+        return _from_plain(snap) | {"code": code, "code_changed": changed}
 
-    def _set_aside(self) -> Path:
-        """Move a damaged snapshot out of the way (kept for inspection), so the next run does not trip on it."""
-        aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+    def _other_code(self, code: dict, changed: list[str]) -> None:
+        now = code_identity()
+        diff = ", ".join(f"{k} {str(code.get(k))[:12]} -> {str(now[k])[:12]}" for k in changed)
+        aside = self._set_aside("other-code")
+        warnings.warn(
+            f"snapshot {self.path} was written by other code ({diff}); moved to {aside.name} and the run restarts "
+            f"from round 1, so that all its rounds come from one code (to resume it instead, move it back and set "
+            f"{RESUME_ENV}=1: the run's meta.json then records both codes)",
+            stacklevel=3,
+        )
+        return None
+
+    def _set_aside(self, why: str = "damaged") -> Path:
+        """Move a refused snapshot out of the way (kept for inspection), so the next run does not trip on it."""
+        aside = self.path.with_name(f"{self.path.name}.{why}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
         try:
             os.replace(self.path, aside)
         except OSError:
@@ -228,8 +282,9 @@ class Checkpoint:
         return aside
 
     def save(self, snap: dict) -> None:
-        """Write a snapshot atomically. A failed write (a full disk) is reported naming the file and snapshots stop
-        (``disabled``): the run goes on, it only loses the ability to resume."""
+        """Write a snapshot atomically, sealed (``fedlib.runs.seals.write_sealed``: checksum last). A failed write (a
+        full disk) is reported naming the file and snapshots stop (``disabled``): the run goes on, it only loses the
+        ability to resume."""
         if self.disabled:
             return
         if (link := self.outside()) is not None:
@@ -237,17 +292,23 @@ class Checkpoint:
             warnings.warn(f"{link} is a symbolic link: no snapshot is written through it; the run continues without "
                           "snapshots", stacklevel=2)  # fmt: skip
             return
-        snap = _to_plain({**snap, "commit": git_commit(), "format": SNAPSHOT_FORMAT, "key": self.key})
+        snap = _to_plain(snap)
+        identity = {
+            "format": SNAPSHOT_FORMAT,
+            "key": self.key,
+            "round": snap["round"],
+            "rounds": snap["rounds"],
+            "code": code_identity(),
+        }
         # unique per process: two processes on one config never write the same temporary file
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
         info = {k: snap[k] for k in ("round", "rounds")} | {"elapsed": round(snap["elapsed"], 1)}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with nofollow.create(tmp) as f:
-                torch.save(snap, f)
+            write_sealed(tmp, identity, lambda f: torch.save(snap, f), self.secret)
             os.replace(tmp, self.path)  # a reader (or a second interruption) never sees half a snapshot
             nofollow.replace_with(self.info_path, json.dumps(info).encode())  # a link there: replaced, not followed
-        except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
+        except (OSError, RuntimeError) as e:  # an OSError as the OS gave it (write_sealed keeps torch's wrapping off)
             tmp.unlink(missing_ok=True)
             self.disabled = True
             no_space = getattr(e, "errno", None) == errno.ENOSPC or "No space left" in str(e)
@@ -262,8 +323,26 @@ class Checkpoint:
 
 
 # 1: pickled objects, refused (loading one could run code); 2: tensors and plain data, refused (it does not say
-# which run it belongs to); 3: and its run's key and parameter shapes
-SNAPSHOT_FORMAT = 3
+# which run it belongs to); 3: and its run's key and parameter shapes, refused (unsealed: an edit or a flipped bit
+# was resumed); 4: sealed (``fedlib.runs.seals``), with the code that wrote it
+SNAPSHOT_FORMAT = 4
+
+RESUME_ENV = "FEDLIB_RESUME_OTHER_CODE"
+
+
+def resume_other_code() -> bool:
+    """``FEDLIB_RESUME_OTHER_CODE``: 1 resumes a snapshot written by other code, 0 or unset restarts its run; any
+    other value is a ValueError naming it. An environment variable, so that it reaches a grid's workers, Ray
+    tasks and notebooks without an argument through every entry point."""
+    text = os.environ.get(RESUME_ENV, "").strip().lower()
+    if text in ("", "0", "no", "false"):
+        return False
+    if text in ("1", "yes", "true"):
+        return True
+    raise ValueError(
+        f"{RESUME_ENV}={os.environ[RESUME_ENV]!r}: 1 to resume a snapshot written by other code (recorded in the "
+        "run's meta.json), 0 or unset to restart such a run"
+    )
 
 
 def param_shapes(state: State) -> dict:
@@ -294,20 +373,3 @@ def _from_plain(obj):
     if isinstance(obj, (list, tuple)):
         return type(obj)(_from_plain(v) for v in obj)
     return obj
-
-
-def git_commit() -> str | None:
-    """The git commit of the checkout fedlib runs from (None outside a git checkout): recorded with every run."""
-    try:
-        return (
-            subprocess.run(
-                ["git", "rev-parse", "HEAD"],
-                cwd=Path(__file__).resolve().parent,
-                capture_output=True,
-                text=True,
-                timeout=5,
-            ).stdout.strip()
-            or None
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None

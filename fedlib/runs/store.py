@@ -9,8 +9,8 @@ Layout of ``<root>/<key>/``:
                   ``diverged_at``: the round a diverged run stopped at)
     manifest.json written last: each file's size and SHA-256, and the number of metrics rows
 
-Runs in progress keep a snapshot in ``<root>/_partial/<key>.pt`` (``fedlib.runs.checkpoint.Checkpoint``; not
-committed), removed once the run is stored.
+Runs in progress keep a snapshot in ``<root>/_partial/<key>.pt`` (``fedlib.runs.checkpoint.Checkpoint``, sealed by
+``fedlib.runs.seals``; not committed), removed once the run is stored.
 
 A run's folder is written in a temporary sibling and renamed into place, so a reader (or an
 interrupted grid) only ever sees complete results. The root is ``FEDLIB_RESULTS``, else the project's ``results/``
