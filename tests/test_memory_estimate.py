@@ -1,0 +1,76 @@
+"""The memory estimate (``fedlib.runs.feasibility.estimate``) errs high: each case trains in a fresh process, whose
+peak resident memory above what the interpreter held once fedlib and torch were imported (``ru_maxrss``) must not
+exceed the estimate, nor lie below a third of it (an estimate that high would refuse runs that fit). The cases span
+what the estimate counts: a data-bound run (many Synthetic clients: 4,000 of them once peaked at 2.9x the estimate,
+which counted one copy of the data where loading holds three), per-client state (a wide model: FedAvg, HeurFedAMP's
+attention over all clients, Ditto's personal models in float64) and the image path (MNIST's MLP). And ``run_grid``
+with ``jobs=N`` refuses, before anything trains, N units that would not fit side by side though each fits alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedlib import RunConfig
+from fedlib.data import readers
+from fedlib.runs import feasibility
+
+ROOT = Path(__file__).resolve().parents[1]
+HIGH_AT_MOST = 3.0  # the estimate may err high, but by no more than this factor
+
+CASES = {
+    "synthetic-500-clients": dict(dataset="synthetic", model="dnn", hidden=(20,), n_clients=500, rounds=2),
+    "wide-fedavg": dict(dataset="synthetic", model="dnn", hidden=(2000,), n_clients=100, rounds=2),
+    "wide-heurfedamp": dict(
+        dataset="synthetic", model="dnn", hidden=(2000,), n_clients=100, rounds=2, algorithm="heurfedamp"
+    ),
+    "wide-ditto-float64": dict(
+        dataset="synthetic", model="dnn", hidden=(1500,), n_clients=100, rounds=2, algorithm="ditto", dtype="float64"
+    ),
+    "wide-pfedme+mcsa": dict(
+        dataset="synthetic", model="dnn", hidden=(2000,), n_clients=100, rounds=2, algorithm="pfedme+mcsa"
+    ),
+    "mnist-mlp": dict(dataset="mnist", partition="labels", model="mlp", n_clients=20, rounds=2),
+}
+
+CHILD = """
+import json, resource, sys
+import fedlib.runs.train as t
+from fedlib import RunConfig
+cfg = RunConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(sys.argv[1]).items()}).validate()
+with open("/proc/self/statm") as f:
+    before = int(f.read().split()[1]) * resource.getpagesize()
+t.train(cfg, progress=False)
+print(json.dumps({"peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before}))
+"""
+
+
+def measured_peak(fields: dict) -> int:
+    """Bytes the run of ``fields`` adds at its peak to a fresh process that has imported fedlib."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(fields)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+@pytest.mark.parametrize("name", list(CASES))
+def test_estimate_errs_high(name):
+    fields = CASES[name]
+    if fields["dataset"] != "synthetic" and readers.missing([fields["dataset"]]):
+        pytest.skip(f"data absent: {fields['dataset']}")
+    cfg = RunConfig(**fields).validate()
+    estimated = sum(feasibility.estimate(cfg).values())
+    peak = measured_peak(fields)
+    print(f"{name}: peak {peak / 2**20:.0f} MB, estimate {estimated / 2**20:.0f} MB ({estimated / peak:.2f}x)")
+    assert peak <= estimated, f"{name}: measured {peak / 2**20:.0f} MB > estimated {estimated / 2**20:.0f} MB"
+    assert estimated <= HIGH_AT_MOST * peak, (
+        f"{name}: estimated {estimated / 2**20:.0f} MB, over {HIGH_AT_MOST}x the measured {peak / 2**20:.0f} MB"
+    )
