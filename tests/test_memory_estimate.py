@@ -74,3 +74,48 @@ def test_estimate_errs_high(name):
     assert estimated <= HIGH_AT_MOST * peak, (
         f"{name}: estimated {estimated / 2**20:.0f} MB, over {HIGH_AT_MOST}x the measured {peak / 2**20:.0f} MB"
     )
+
+
+def _two_units_that_fit_alone_only(monkeypatch):
+    """Two configs of different methods (two units), and a memory limit each fits in alone but both do not together
+    (their estimates and a worker process each)."""
+    from fedlib.executors import hardware
+    from fedlib.runs import grids, scheduling
+
+    cfgs = [RunConfig(n_clients=4, clients_per_round=2, rounds=2, local_steps=2, model="mlr", algorithm=a).validate()
+            for a in ("fedavg", "fedprox")]  # fmt: skip
+    together = scheduling.side_by_side([[c] for c in cfgs], 2)
+    alone = max(scheduling.unit_bytes([c]) for c in cfgs) + scheduling.WORKER_BYTES
+    assert alone < together
+    monkeypatch.setattr(hardware, "available_bytes", lambda device="cpu": (alone + together) / 2)
+    monkeypatch.setattr(grids, "_run_parallel", lambda *a, **k: pytest.fail("training started"))
+    return cfgs
+
+
+def test_run_grid_with_jobs_refuses_units_that_fit_alone_but_not_together(tmp_path, monkeypatch):
+    """Each run was checked alone: jobs=N of runs that fit one at a time but not N at a time started them all."""
+    from fedlib.runs import grids
+    from fedlib.runs.store import Store
+
+    cfgs = _two_units_that_fit_alone_only(monkeypatch)
+    store = Store(tmp_path / "store")
+    with pytest.raises(feasibility.TooLarge, match=r"jobs=2: the 2 largest units .* each fits alone: use jobs=1"):
+        grids.run_grid(cfgs[0], {"algorithm": ["fedavg", "fedprox"]}, store, progress=False, jobs=2, batch=1)
+    assert not any(store.has(c) for c in cfgs)
+    # jobs=None chooses the processes itself: as many as fit side by side, here one
+    monkeypatch.setattr(grids, "default_jobs", lambda *a, **k: 2)
+    grids.run_grid(cfgs[0], {"algorithm": ["fedavg", "fedprox"]}, store, progress=False, jobs=None, batch=1)
+    assert all(store.has(c) for c in cfgs)
+
+
+def test_cli_with_jobs_refuses_units_that_fit_alone_but_not_together(monkeypatch):
+    """The command line says so in one line naming --jobs, before training."""
+    from fedlib.experiments import cli
+
+    cfgs = _two_units_that_fit_alone_only(monkeypatch)
+    import types
+
+    monkeypatch.setattr(cli, "experiment", lambda *a, **k: types.SimpleNamespace(configs=cfgs, absent=[]))
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["fedmcsa_table2", "--profile", "smoke", "--jobs", "2", "--batch", "1"])
+    assert "jobs=2: the 2 largest units" in str(stop.value.code) and "--jobs 1" in str(stop.value.code)

@@ -9,7 +9,7 @@ one the server sent, plus the global model and a method's own state), what local
 trainers' parameters, gradients, optimiser state and start points, and their activations for a batch), and the data
 set's tensors, and what the run records as it goes (``records``: per round, who uploaded; per evaluated round, every
 client's accuracy and loss; AdaFL's scores; the attention trace, capped at ``ATTENTION_TRACE_BYTES``). It is meant
-to catch orders of magnitude, not to predict to the megabyte: it errs high by design (factors below), and only the
+to catch orders of magnitude, not to predict to the megabyte: it errs high (measured: ``estimate``), and only the
 runs about to train are checked (a stored result is read on any machine). It also counts each round's mini-batch plan
 (``plan``: the row indices of every local step of every client training, and pFedMe's inner steps, which repeat a
 step's batch ``inner_steps`` times): else ``local_steps=10**9`` would pass every check and then fail allocating it.
@@ -91,6 +91,11 @@ INNER_PLAN_BYTES = 9
 INNER_STEP_BYTES = 16
 
 
+class TooLarge(ValueError):
+    """A run, or runs side by side (``--jobs N``), that would need more memory than the machine has: refused before
+    anything trains; the command line prints it as one line."""
+
+
 def _bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
         if n < 1024 or unit == "PB":
@@ -139,9 +144,10 @@ def estimate(cfg) -> dict[str, float]:
     client's model, ``STATE_COPIES`` of it, and ``PERSONAL_COPIES`` more where the method keeps personal models),
     'training' (each client that trains: the method's ``trains``, all N for FedMCSA or pFedMe), 'data' (the data set
     at its load, ``DATA_LOAD_COPIES`` of its float32 arrays, a copy in the run's dtype where that differs, and the
-    padded evaluation blocks; feature-shift data: one copy of ``DATA``'s bound), 'plan', 'records'. It errs high: the measured peaks of ``tests/test_memory_estimate.py``
-    lie between a third of it and all of it; its parts are summed, though the data's load copies are freed before the
-    models are built (the allocator keeps them, ``fedlib.runs.malloc``, and the run reuses them)."""
+    padded evaluation blocks; feature-shift data: one copy of ``DATA``'s bound), 'plan', 'records'. It errs high:
+    the measured peaks of ``tests/test_memory_estimate.py`` lie between a third of it and all of it; its parts are
+    summed, though the data's load copies are freed before the models are built (the allocator keeps them,
+    ``fedlib.runs.malloc``, and the run reuses them)."""
     d, m = cfg.data, cfg.model
     b = 8 if cfg.dtype == "float64" else 4
     check_model(cfg)  # model_size builds the model for the data set's inputs
@@ -260,7 +266,7 @@ def check(cfg, limit: int | None = None) -> dict[str, float]:
     total = sum(parts.values())
     if limit is not None and total > limit:
         detail = ", ".join(f"{k} {_bytes(v)}" for k, v in parts.items())
-        raise ValueError(
+        raise TooLarge(
             f"RunConfig: this run would need about {_bytes(total)} of memory ({detail}), more than the "
             f"{_bytes(limit)} available; lower n_clients, the model's hidden widths, batch_size, local_steps or "
             "local_epochs (pFedMe: inner_steps), clients_per_round or rounds"
