@@ -73,7 +73,7 @@ def test_clients_per_round_above_n_clients_is_refused():
     "change, message",
     [
         (dict(batch_size=10**7), "batch_size=10000000 exceeds the 3000000 samples dataset='synthetic' can have"),
-        (dict(n_clients=10**9), "would need about .* TB of memory"),
+        (dict(n_clients=10**9), "would need about .* PB of memory"),
         (dict(model="dnn", hidden=(10**6,)), r"would need about .* GB of memory \(clients .*, training .*, data"),
         (dict(dataset="mnist", partition="iid", n_clients=10**5), "n_clients=100000 exceeds the 70000 samples"),
         # it passed, then failed allocating 93 GB for the rounds x clients 'selected' record (a MemoryError)

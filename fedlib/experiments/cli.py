@@ -36,6 +36,7 @@ from fedlib.executors.graphs import graphs_from_env
 from fedlib.experiments import profiles
 from fedlib.experiments.named import Experiment, _table, experiment, status
 from fedlib.runs import scheduling
+from fedlib.runs.feasibility import TooLarge
 from fedlib.runs.malloc import mode as malloc_mode
 from fedlib.runs.scheduling import BATCH
 from fedlib.runs.store import Store, StoreNotWritable, checkpoint_seconds
@@ -216,8 +217,8 @@ def _main(ap, args, where, backend) -> int:
             try:
                 table = _table(queue, store, cols, jobs=args.jobs, backend=backend, batch=args.batch,
                                threads=args.threads)  # fmt: skip
-            except (ConnectionError, ImportError, StoreNotWritable, *DATA_ERRORS) as e:
-                # a wrong --address / RAY_ADDRESS, Ray not installed; a store that is a file or read-only (refused
+            except (ConnectionError, ImportError, StoreNotWritable, TooLarge, *DATA_ERRORS) as e:
+                # a wrong --address / RAY_ADDRESS, Ray not installed; runs too large (alone or side by side); a store that is a file or read-only (refused
                 # before anything trains); a data file absent, damaged or malformed (the message names it; the runs
                 # finished before it are stored)
                 raise SystemExit(f"python -m fedlib.experiments: error: {e}") from None

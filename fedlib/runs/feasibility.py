@@ -9,7 +9,7 @@ one the server sent, plus the global model and a method's own state), what local
 trainers' parameters, gradients, optimiser state and start points, and their activations for a batch), and the data
 set's tensors, and what the run records as it goes (``records``: per round, who uploaded; per evaluated round, every
 client's accuracy and loss; AdaFL's scores; the attention trace, capped at ``ATTENTION_TRACE_BYTES``). It is meant
-to catch orders of magnitude, not to predict to the megabyte: it errs high by design (factors below), and only the
+to catch orders of magnitude, not to predict to the megabyte: it errs high (measured: ``estimate``), and only the
 runs about to train are checked (a stored result is read on any machine). It also counts each round's mini-batch plan
 (``plan``: the row indices of every local step of every client training, and pFedMe's inner steps, which repeat a
 step's batch ``inner_steps`` times): else ``local_steps=10**9`` would pass every check and then fail allocating it.
@@ -31,7 +31,8 @@ import torch
 
 from fedlib.core.callbacks import ATTENTION_TRACE_BYTES
 from fedlib.data import own, partition
-from fedlib.data.domains import CLASSES
+from fedlib.data.domains import CLASSES, DOMAINS
+from fedlib.data.federated import PAD_WASTE
 from fedlib.executors import hardware
 from fedlib.models.registry import MODELS, check_output
 
@@ -65,9 +66,18 @@ DIRICHLET_MIN_SIZE = 10
 # conv nets take images of at least this side (AlexNet's three 3x3/2 max-pools: 63; fedlib.models.convnets), else any
 IMAGE_SIDE_MIN = {"alexnet": 63}
 
-STATE_COPIES = 3  # client models, the models the server sent, and a method's per-client state (pFedMe, SCAFFOLD)
+# Copies of every client's model held at the peak (measured peaks, in a fresh process, ``tests/test_memory_estimate.py``:
+# FedAvg-like methods 4-6.7 copies, those keeping personal models apart 7-10.8, where each counts its training too):
+# the clients' models and those the server sent, the round's stacked uploads and the aggregate's workspace, the
+# evaluated models, and the last round's buffers, freed but kept for reuse (``fedlib.runs.malloc``)
+STATE_COPIES = 7
+PERSONAL_COPIES = 4  # more where clients keep models apart (personal evaluation, a method's personal models)
 TRAIN_COPIES = 4  # per trainer: parameters, gradients, momentum, the start point (anchor)
 ACTIVATION_COPIES = 3  # forward outputs kept for backward, their gradients, workspace
+# Copies of the data set (float32, as read or generated) while it loads (measured: 3.0-3.3): Synthetic's per-client
+# arrays, their concatenation and the train and test stacks; an image set's uint8 arrays (kept by the reader), their
+# float32 conversion, its normalised copy and the stacks. A run of another dtype then holds a converted copy too.
+DATA_LOAD_COPIES = 3.5
 ROW_BYTES = 2048  # one evaluated round's metrics row: a dict of ~17 Python numbers (fedlib.core.callbacks.Evaluation)
 # a round's mini-batch plan (fedlib.data.federated), per (step, client, row): ``sample_steps``'s float64 draws, their
 # int64 rows, the sorted rows and those plus the offsets; ``sample_epochs``: per (epoch, client, row slot) the int64
@@ -79,6 +89,11 @@ EPOCH_WORK_BYTES = 64
 # chain executor's bool comparison of consecutive steps; per inner step the step vector and a Python list entry
 INNER_PLAN_BYTES = 9
 INNER_STEP_BYTES = 16
+
+
+class TooLarge(ValueError):
+    """A run, or runs side by side (``--jobs N``), that would need more memory than the machine has: refused before
+    anything trains; the command line prints it as one line."""
 
 
 def _bytes(n: float) -> str:
@@ -125,23 +140,57 @@ def _conv_activations(name: str, attention: str, input_shape: tuple, n_classes: 
 
 
 def estimate(cfg) -> dict[str, float]:
-    """Bytes the run of ``cfg`` holds at its peak, by part: 'clients', 'training', 'data', 'plan', 'records'."""
+    """Bytes the run of ``cfg`` adds at its peak to a process that has imported fedlib, by part: 'clients' (every
+    client's model, ``STATE_COPIES`` of it, and ``PERSONAL_COPIES`` more where the method keeps personal models),
+    'training' (each client that trains: the method's ``trains``, all N for FedMCSA or pFedMe), 'data' (the data set
+    at its load, ``DATA_LOAD_COPIES`` of its float32 arrays, a copy in the run's dtype where that differs, and the
+    padded evaluation blocks; feature-shift data: one copy of ``DATA``'s bound), 'plan', 'records'. It errs high:
+    the measured peaks of ``tests/test_memory_estimate.py`` lie between a third of it and all of it; its parts are
+    summed, though the data's load copies are freed before the models are built (the allocator keeps them,
+    ``fedlib.runs.malloc``, and the run reuses them)."""
     d, m = cfg.data, cfg.model
     b = 8 if cfg.dtype == "float64" else 4
     check_model(cfg)  # model_size builds the model for the data set's inputs
     shape = input_shape(d.dataset)
-    samples = d.n_clients * SYNTHETIC_MEAN_SIZE if d.dataset == "synthetic" else samples_of(d.dataset)
     params, acts = model_size(m.name, m.hidden, m.attention, shape, 10)  # class count: a rounding error here
     n = d.n_clients
-    s = cfg.selection
-    trainers = n if not cfg.method.SELECTS else min(n, s.clients_per_round or math.ceil((s.fraction or 1.0) * n))
+    alg = cfg.method.build(cfg)
+    trainers = n if alg.trains == "all" else _selected(cfg)
+    personal = alg.evaluate == "personal" or alg.personal is not None
+    values = data_samples(cfg) * math.prod(shape)
+    evaluated = 1.0 if cfg.eval_train else 1 - d.train_frac  # rows evaluated per client, padded into blocks
+    held = 4 * DATA_LOAD_COPIES + (b if b != 4 else 0) + b * PAD_WASTE * evaluated
+    if d.dataset in DOMAINS:  # ``DATA`` counts every domain's whole training set: a bound many times what loads
+        held = b
     return {
-        "clients": n * params * b * STATE_COPIES,
+        "clients": n * params * b * (STATE_COPIES + PERSONAL_COPIES * personal),
         "training": trainers * (params * TRAIN_COPIES + cfg.local.batch_size * acts * ACTIVATION_COPIES) * b,
-        "data": samples * math.prod(shape) * b,
+        "data": values * held,
         "plan": plan(cfg),
         "records": records(cfg),
     }
+
+
+EXACT_SIZES_UP_TO = 10**6  # Synthetic clients whose sizes ``data_samples`` draws (8 MB); beyond, their mean
+
+
+def data_samples(cfg) -> int:
+    """Samples in the data set a run of ``cfg`` loads: Synthetic's drawn sizes (``client_sizes``: heavy-tailed, so
+    the largest of 4,000 clients holds 547,550 samples and their mean is not a bound; ``SYNTHETIC_MEAN_SIZE`` a client
+    above ``EXACT_SIZES_UP_TO`` clients, where the sample mean falls below it), else the whole data set's."""
+    d = cfg.data
+    if d.dataset != "synthetic":
+        return samples_of(d.dataset)
+    if d.n_clients > EXACT_SIZES_UP_TO:
+        return d.n_clients * SYNTHETIC_MEAN_SIZE
+    return int(client_sizes(cfg).sum())
+
+
+def _selected(cfg) -> int:
+    """Clients selected a round: ``clients_per_round``, or the fraction's (the largest of a schedule's)."""
+    n, s = cfg.data.n_clients, cfg.selection
+    fraction = max(s.fraction_schedule[:2]) if s.fraction_schedule else s.fraction
+    return min(n, s.clients_per_round or math.ceil((fraction or 1.0) * n))
 
 
 def plan(cfg) -> float:
@@ -180,14 +229,17 @@ def records(cfg) -> float:
     """Bytes of what ``fedlib.core.simulation.simulate`` records over the run: 'selected' (rounds x N, bool); per evaluated
     round (every ``eval_every`` and the last) every client's accuracy and loss (float64, kept in lists and then copied
     into arrays: 4 x 8 bytes a client) and the metrics row; AdaFL's selection scores (rounds x N float64, list and
-    array); the attention trace, as if every method kept one of a model of 7 parameter tensors, up to its cap
-    (N = 100: 5.6 MB). Unchecked, ``rounds=10**9`` would pass every other check and then fail allocating 'selected'."""
+    array); the attention trace of a method that keeps one (``Algorithm.traces``), as if of a model of 7 parameter
+    tensors, up to its cap (N = 100: 5.6 MB). Unchecked, ``rounds=10**9`` would pass every other check and then fail
+    allocating 'selected'."""
     n, rounds = cfg.data.n_clients, cfg.rounds
     evaluated = -(-rounds // cfg.eval_every) + 1
     total = rounds * n + evaluated * (4 * 8 * n + ROW_BYTES)
     if cfg.selection.rule == "attention":
         total += 2 * 8 * rounds * n
-    return total + min(ATTENTION_TRACE_BYTES, 10 * (7 + 1) * 8 * n * n)
+    if "attention" in cfg.method.build(cfg).traces:
+        total += min(ATTENTION_TRACE_BYTES, 10 * (7 + 1) * 8 * n * n)
+    return total
 
 
 def run_bytes(est: dict) -> float:
@@ -214,7 +266,7 @@ def check(cfg, limit: int | None = None) -> dict[str, float]:
     total = sum(parts.values())
     if limit is not None and total > limit:
         detail = ", ".join(f"{k} {_bytes(v)}" for k, v in parts.items())
-        raise ValueError(
+        raise TooLarge(
             f"RunConfig: this run would need about {_bytes(total)} of memory ({detail}), more than the "
             f"{_bytes(limit)} available; lower n_clients, the model's hidden widths, batch_size, local_steps or "
             "local_epochs (pFedMe: inner_steps), clients_per_round or rounds"

@@ -19,7 +19,7 @@ from fedlib.runs.estimates import known_times
 from fedlib.runs.malloc import mode as malloc_mode
 from fedlib.runs.pool import _run_parallel
 from fedlib.runs.results import Results, ResultsTable, summary_row, tidy_frame
-from fedlib.runs.scheduling import BATCH, _longest_first, batches, check_jobs, default_jobs
+from fedlib.runs.scheduling import BATCH, _longest_first, batches, check_jobs, check_side_by_side, default_jobs
 from fedlib.runs.store import Store
 from fedlib.runs.threads import check as check_threads
 from fedlib.runs.threads import computing
@@ -163,6 +163,7 @@ def run_configs(
     # runs that were stopped part-way first: they continue from their snapshot (see ``Store.checkpoint``)
     stopped = [c for c in todo if store.checkpoint(c).info() is not None]
     todo = stopped + [c for c in todo if c not in stopped]
+    asked = jobs
     if cluster is None:
         jobs = default_jobs(todo, batch) if jobs is None else jobs
     cost = None
@@ -174,6 +175,8 @@ def run_configs(
             cluster.run(todo, store, progress, data_root, batch, cost=cost)
         else:
             units = batches(todo, batch, jobs, cost=cost)
+            if jobs > 1 and len(units) > 1:  # the units that train at once must fit together, not just each alone
+                jobs = check_side_by_side(units, jobs, explicit=asked is not None)
             if jobs > 1 and len(units) > 1:
                 _run_parallel(units, store, jobs, progress, data_root, cost)
             else:

@@ -150,6 +150,44 @@ def default_jobs(cfgs: list[RunConfig], batch: int = BATCH) -> int:
     return max(1, jobs)
 
 
+WORKER_BYTES = 400 * 2**20  # a worker process's own memory before its run: Python, torch, fedlib (measured: 320 MB)
+
+
+def unit_bytes(unit: list[RunConfig]) -> float:
+    """A unit's estimated peak (``feasibility.estimate``): its runs' own parts, and its data once."""
+    ests = [feasibility.estimate(c) for c in unit]
+    return max(e["data"] for e in ests) + sum(feasibility.run_bytes(e) for e in ests)
+
+
+def side_by_side(units: list[list[RunConfig]], jobs: int) -> float:
+    """Bytes ``jobs`` worker processes may hold at once: the ``jobs`` largest units (``unit_bytes``; any of them
+    may train at the same time) and each process's own ``WORKER_BYTES``."""
+    sizes = sorted((unit_bytes(u) for u in units), reverse=True)[:jobs]
+    return sum(sizes) + len(sizes) * WORKER_BYTES
+
+
+def check_side_by_side(units: list[list[RunConfig]], jobs: int, explicit: bool = True) -> int:
+    """The ``jobs`` that trains ``units`` within the memory available: ``jobs`` itself when the ``jobs`` largest
+    units fit side by side (``side_by_side``); else, for a ``jobs`` the user chose (``explicit``), a ValueError
+    naming it, the need and the most that fit, raised before any run trains (each run was checked alone, and
+    ``--jobs 4`` of runs of 5 GB each on 16 GB would otherwise be refused by nothing and fail, or swap, as they
+    started); for a chosen one (``jobs=None``, ``default_jobs``), the most that fit."""
+    avail = hardware.available_bytes(units[0][0].resolved_device()) if units and units[0] else None
+    if avail is None or jobs <= 1 or side_by_side(units, jobs) <= avail:
+        return jobs
+    fits = max([k for k in range(1, jobs) if side_by_side(units, k) <= avail], default=1)
+    if not explicit:
+        return fits
+    mb = 2**20
+    sizes = sorted((unit_bytes(u) for u in units), reverse=True)[:jobs]
+    raise feasibility.TooLarge(
+        f"jobs={jobs}: the {len(sizes)} largest units of runs that would train side by side need about "
+        f"{side_by_side(units, jobs) / mb:,.0f} MB together ({', '.join(f'{b / mb:,.0f}' for b in sizes)} MB, and "
+        f"{WORKER_BYTES / mb:.0f} MB for each worker process), more than the {avail / mb:,.0f} MB available; each "
+        f"fits alone: use jobs={fits} (--jobs {fits}), or fewer runs per unit (batch=, --batch)"
+    )
+
+
 def jobs_arg(text: str) -> int | None:
     """A ``--jobs`` value on a command line (``python -m fedlib.experiments``, ``scripts/run_notebooks.py``): a
     count >= 1, or ``auto`` (None: ``default_jobs``); else a ValueError naming the flag."""
