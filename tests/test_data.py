@@ -7,6 +7,7 @@ from helpers import shared_data_root
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import fedlib
 from fedlib.config.run import RunConfig
 from fedlib.data import load_federated, partition_summary
 from fedlib.data.federated import FederatedData, Split, gather_rows, sample_epochs, sample_steps
@@ -139,10 +140,21 @@ def test_mnist_labels_partition_pfedme_recipe():
     fd = load_federated(cfg, root=shared_data_root())
     summ = partition_summary(cfg, root=shared_data_root())
     assert int(fd.train.sizes.sum() + fd.test.sizes.sum()) == 70_000
-    assert fd.input_shape == (28, 28) and fd.n_classes == 10 and fd.global_test is None
+    assert fd.input_shape == (1, 28, 28) and fd.n_classes == 10 and fd.global_test is None  # one grey channel
     assert (summ.n_labels == 2).all()
     assert summ.labels.tolist()[:3] == ["0,1", "1,2", "2,3"]  # client u holds (u + j) mod 10
     assert abs(float(fd.train.x.mean())) < 0.05  # standardised over the pool
+
+
+@requires_mnist
+@pytest.mark.parametrize("model", ["lenet", "cnn", "mobilenetv2"])
+def test_conv_nets_train_on_grey_images(model):
+    """MNIST loaded as (n, 28, 28): LeNet passed the config's model check, which takes the data set's images as
+    (1, 28, 28), then failed building the model ("not enough values to unpack"). Grey images get their channel."""
+    cfg = RunConfig(dataset="mnist", partition="shards", model=model, n_clients=10, clients_per_round=2, rounds=1,
+                    local_steps=1)  # fmt: skip
+    res = fedlib.train(cfg.validate(), progress=False, data_root=shared_data_root())
+    assert np.isfinite(res.metrics.test_acc.iloc[-1])
 
 
 @requires_mnist
@@ -168,7 +180,7 @@ def test_mnist_shards_partition_mcmahan():
     fd = load_federated(cfg, root=shared_data_root())
     assert fd.train.sizes.tolist() == [600] * 100 and int(fd.test.sizes.sum()) == 0
     gx, gy = fd.global_test
-    assert gx.shape == (10_000, 28, 28) and float(gx.max()) == 1.0
+    assert gx.shape == (10_000, 1, 28, 28) and float(gx.max()) == 1.0
     summ = partition_summary(cfg, root=shared_data_root())
     assert (summ.n_labels <= 2).mean() > 0.9  # a shard rarely straddles two labels
 

@@ -50,8 +50,11 @@ _IMAGE_LOADERS = {"mnist": "load_mnist", "fmnist": "load_fashion_mnist", "cifar1
 
 
 def _as_float(x: np.ndarray) -> np.ndarray:
+    """Images in torch's (n, C, H, W) layout: colour ones from (n, H, W, C), grey ones (MNIST, Fashion-MNIST's
+    (n, H, W)) with one channel, so that a conv net takes them as it takes any image (a Linear chain flattens
+    either way)."""
     x = x.astype(np.float32)
-    return x.transpose(0, 3, 1, 2) if x.ndim == 4 else x  # (n, H, W, C) -> (n, C, H, W), torch's layout
+    return x.transpose(0, 3, 1, 2) if x.ndim == 4 else x[:, None] if x.ndim == 3 else x
 
 
 def _normalise(x: np.ndarray, how: str, ref: np.ndarray | None = None) -> np.ndarray:
