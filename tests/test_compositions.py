@@ -88,7 +88,9 @@ def test_fields_beside_a_preset_win():
 def test_unknown_preset_names_the_presets():
     with pytest.raises(ValueError, match=r"RunConfig.local='adafI' must be a LocalConfig or .* 'adafl' \(lr=0.01"):
         RunConfig(local="adafI")
-    with pytest.raises(ValueError, match=r"RunConfig.selection='adafI' is not one of: uniform, attention, or a preset"):
+    with pytest.raises(
+        ValueError, match=r"RunConfig.selection='adafI' is not one of: uniform, attention, power_of_choice, or a preset"
+    ):
         RunConfig(selection="adafI").validate()
     with pytest.raises(TypeError, match="RunConfig.local=5 must be a LocalConfig"):
         RunConfig(local=5)
