@@ -88,7 +88,9 @@ def test_fields_beside_a_preset_win():
 def test_unknown_preset_names_the_presets():
     with pytest.raises(ValueError, match=r"RunConfig.local='adafI' must be a LocalConfig or .* 'adafl' \(lr=0.01"):
         RunConfig(local="adafI")
-    with pytest.raises(ValueError, match=r"RunConfig.selection='adafI' is not one of: uniform, attention, or a preset"):
+    with pytest.raises(
+        ValueError, match=r"RunConfig.selection='adafI' is not one of: uniform, attention, power_of_choice, or a preset"
+    ):
         RunConfig(selection="adafI").validate()
     with pytest.raises(TypeError, match="RunConfig.local=5 must be a LocalConfig"):
         RunConfig(local=5)
@@ -137,7 +139,8 @@ def test_the_grid_has_both_outcomes():
     """The teeth of the grid: it holds refused cells (Local with a selection rule, FedBN without BatchNorm, a local
     module without slots), so a refusal that stopped refusing would move a cell into ``RUNS`` and train it."""
     names = {c.name() for c in REFUSED}
-    assert {"local-adafl-none-chain", "fedbn-uniform-none-chain", "fedavg-uniform-se-conv"} <= names
+    assert {"local-adafl-none-chain", "local-power_of_choice-none-chain", "fedbn-uniform-none-chain"} <= names
+    assert "fedavg-uniform-se-conv" in names
     assert {"fedmcsa-adafl-hybrid-bn", "fedbn-attention-ca-bn", "scaffold-adafl-none-conv"} <= {c.name() for c in RUNS}
 
 

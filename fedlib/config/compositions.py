@@ -1,7 +1,7 @@
 """Which of the papers' parts combine with which: the grid, each cell's outcome, and the table the docs print.
 
 A run composes five choices (``fedlib.config.presets``): the selection rule (``SELECTIONS``: uniform, AdaFL's
-attention at a fixed count, the ``adafl`` preset with its dynamic fraction), the method (every registered one,
+attention at a fixed count, Power-of-Choice, the ``adafl`` preset with its dynamic fraction), the method (every registered one,
 ``fedlib.config.options.METHODS``), pFedLA's local module (``LOCAL_MODULES``), the model kind (``KINDS``, each with
 a representative model; ``kind_of`` sorts every registered model into one) and a paper's local optimiser settings
 (``LOCAL_PRESETS``; None keeps the config's own). A cell's outcome is what ``RunConfig.validate`` says of its config
@@ -9,7 +9,7 @@ a representative model; ``kind_of`` sorts every registered model into one) and a
 cannot drift from what the library does. ``tests/test_compositions.py`` trains every cell that runs on tiny data
 and checks that the table in docs/compositions.md is ``markdown()``.
 
-The grid has 3 x (every method) x 5 x 3 x 4 cells; it is printed as its pairs (``PAIRS``: method x selection, method x kind,
+The grid has 4 x (every method) x 5 x 3 x 4 cells; it is printed as its pairs (``PAIRS``: method x selection, method x kind,
 method x local module, method x local settings, local module x kind), each at neutral values of the other choices
 (``pair_config``). That is exact because every refusal is one of a pair: a cell runs if and only if all its pairs
 run (``factored``, checked over the whole grid by the test), so a new rule that ties three choices together fails
@@ -29,12 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedlib.config.options import METHODS
+from fedlib.config.parts import RULES
 from fedlib.config.presets import LOCAL, SELECTION
 from fedlib.config.run import RunConfig
 from fedlib.models.local_attention import ATTENTIONS
 from fedlib.models.registry import MODELS
 
-SELECTIONS = ("uniform", "attention", *SELECTION)  # the rules, then the presets
+SELECTIONS = (*RULES, *SELECTION)  # the rules, then the presets
 LOCAL_MODULES = ATTENTIONS  # none, se, eca, ca, hybrid
 LOCAL_PRESETS: tuple[str | None, ...] = (None, *LOCAL)
 

@@ -64,7 +64,11 @@ def partitions_of(dataset: str) -> tuple[str, ...]:
 # the data sets whose pixels ``normalize`` scales: Synthetic is its generator's numbers, the feature-shift sets are
 # normalised per domain as FedBN does (``fedlib.data.domains``)
 _PIXELS = tuple(d for d in PARTITIONS if d != "synthetic" and d not in DOMAINS)
-RULES = ("uniform", "attention")  # selection rules; a selection preset (``fedlib.config.presets``) expands to one
+RULES = (
+    "uniform",
+    "attention",
+    "power_of_choice",
+)  # selection rules; a selection preset (``fedlib.config.presets``) expands to one
 # partitions whose clients' own test splits are the run's only test data (the others keep the data set's test set)
 OWN_TEST = ("natural", "labels")
 
@@ -263,7 +267,8 @@ class SelectionConfig(Part):
     rule: str = option(
         "uniform",
         choices=RULES,
-        doc="uniform | attention (AdaFL Eq. 1-2: probabilities from model divergence); presets expand to these",
+        doc="uniform | attention (AdaFL Eq. 1-2: probabilities from model divergence) | power_of_choice (Cho et al. "
+        "2020: the m of highest loss among d candidates); presets expand to these",
     )
     clients_per_round: int | None = option(20, ge=1, doc="S clients uploading per round")
     fraction: float | None = option(None, gt=0, le=1, doc="C (instead of clients_per_round)")
@@ -275,6 +280,21 @@ class SelectionConfig(Part):
         when=lambda s: s.rule == "attention",
         when_doc="selection='attention'",
         doc="AdaFL alpha: decay of the previous attention score",
+    )
+    poc_candidates: int | None = option(
+        None,
+        ge=1,
+        when=lambda s: s.rule == "power_of_choice",
+        when_doc="selection='power_of_choice'",
+        doc="Power-of-Choice d: candidates drawn by data share, m <= d <= n_clients (None: d = 2m, at most N)",
+    )
+    poc_loss: str = option(
+        "pow-d",
+        choices=("pow-d",),
+        when=lambda s: s.rule == "power_of_choice",
+        when_doc="selection='power_of_choice'",
+        doc="how a candidate's loss is measured: pow-d, on all its training data (the paper's cpow-d and rpow-d "
+        "are not implemented)",
     )
 
     def check(self, where: str | None = None, rename: Callable[[str], str] | None = None) -> None:
@@ -299,6 +319,12 @@ class SelectionConfig(Part):
                 raise ValueError(
                     "RunConfig: fraction_schedule replaces clients_per_round and fraction; set both to None"
                 )
+        d, m = self.poc_candidates, self.clients_per_round
+        if self.rule == "power_of_choice" and d is not None and m is not None and d < m:
+            raise ValueError(
+                f"RunConfig.poc_candidates={d} must be >= clients_per_round={m}: Power-of-Choice keeps m of its d "
+                "candidates (d = m is data-share sampling without the loss)"
+            )
 
     def __eq__(self, other: object) -> bool:
         # ``cfg.selection == "attention"`` (the flat config's spelling, for users) compares the rule; the library

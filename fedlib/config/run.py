@@ -201,6 +201,22 @@ class RunConfig(Part):
         return " ".join(f"{k}={v}" for k, v in self.changed().items()) or "defaults"
 
     # -- checks -------------------------------------------------------------------------------------
+    def _check_candidates(self) -> None:
+        """Power-of-Choice's d between the run's largest per-round count m and n_clients (it keeps m of d)."""
+        import numpy as np
+
+        from fedlib.core.selection import build_selection
+
+        s, n = self.selection, self.data.n_clients
+        sel = build_selection(self, np.ones(n))
+        largest = max(sel.count(n, t) for t in range(1, self.rounds + 1))
+        assert s.poc_candidates is not None
+        if not largest <= s.poc_candidates <= n:
+            raise ValueError(
+                f"RunConfig.poc_candidates={s.poc_candidates} must be between the run's largest clients per round "
+                f"(m = {largest}) and n_clients={n}: Power-of-Choice keeps m of its d candidates"
+            )
+
     def _check_parts(self) -> None:
         """Each part of its class: a TypeError naming the part and what it takes (``RunConfig(data=5)``,
         ``RunConfig(method="fedavg")``), before ``validate`` would call ``check`` on something that has none."""
@@ -268,6 +284,8 @@ class RunConfig(Part):
 
             fs = s.fraction_schedule
             StepFraction(float(fs[0]), float(fs[1]), fs[2], fs[3] if len(fs) == 4 else self.rounds)
+        if s.rule == "power_of_choice" and s.poc_candidates is not None and m.SELECTS:
+            self._check_candidates()
         if self.device == "cuda":
             import torch
 

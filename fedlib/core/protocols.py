@@ -56,11 +56,16 @@ class Selector(Protocol):
 
     - ``observes``: whether the round calls ``observe(selected, uploads, reference)`` after aggregating (AdaFL's
       attention scores read the distance of each upload to what the server made of it);
+    - ``probes``: whether ``select`` needs the candidates' losses; the round then calls ``select(t, n_clients, rng,
+      losses=f)``, where ``f(clients)`` returns each client's mean training loss on the model it would start the
+      round from (Power-of-Choice ranks its candidates by it); the evaluation is work the clients do, so a selector
+      that probes records whom it asked (its ``traces``);
     - ``traces(rounds)``: per-round records the stage keeps for the result (AdaFL: ``selection_scores``);
     - ``state_dict()`` / ``load_state_dict(d)``: what a snapshot must hold to resume the stage (plain data).
     """
 
     observes: ClassVar[bool] = False
+    probes: ClassVar[bool] = False
 
     def select(self, t: int, n_clients: int, rng: np.random.Generator) -> np.ndarray: ...
 
@@ -106,6 +111,10 @@ class SelectionSpec(Protocol):
     def fraction_schedule(self) -> tuple | None: ...
     @property
     def attn_decay(self) -> float: ...
+    @property
+    def poc_candidates(self) -> int | None: ...
+    @property
+    def poc_loss(self) -> str: ...
 
 
 class ModelSpec(Protocol):

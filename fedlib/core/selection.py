@@ -7,9 +7,10 @@ independent knobs here, so every combination in its ablation (and beyond) is a c
 - *how many*: a fraction schedule gamma(t); K = gamma(t) M clients in round t.
   ``ConstantFraction`` (the usual FL) or ``StepFraction`` (AdaFL Sec. 2.3: F distinct fractions
   from gamma^(1) to gamma^(T), each held Delta_T = T / F rounds; Figure 2).
-- *which*: ``UniformSelection`` (K clients uniformly without replacement, McMahan et al.) or
+- *which*: ``UniformSelection`` (K clients uniformly without replacement, McMahan et al.),
   ``AttentionSelection`` (AdaFL Sec. 2.2: K clients without replacement with probabilities
-  p = a^(t), the attention scores, updated from model divergence after each aggregation).
+  p = a^(t), the attention scores, updated from model divergence after each aggregation) or
+  ``PowerOfChoice`` (Cho, Wang and Joshi's baseline for loss-biased selection; its own section below).
 
 Symbols -> arguments: M -> ``n_clients``; gamma^(t) -> ``fraction(t)``; K -> ``count(t, M)``;
 a^(t) -> ``AttentionSelection.scores``; alpha -> ``decay``; n (data-size shares) -> ``n_samples``.
@@ -22,6 +23,7 @@ removing float noise (0.30000000000000004 * 100 is 30, not 31 under a ceiling).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
@@ -213,7 +215,146 @@ def attention_update(scores: np.ndarray, selected: np.ndarray, d: np.ndarray, de
     return a
 
 
-def build_selection(cfg: RunSpec, n_samples: np.ndarray | None = None) -> UniformSelection | AttentionSelection:
+# -- which: Power-of-Choice ----------------------------------------------------------------------------
+LOSSES = ("pow-d",)  # how a candidate's loss is measured (the paper's cpow-d and rpow-d are not implemented)
+
+
+@dataclass
+class PowerOfChoice(Selector):
+    """Power-of-Choice client selection: of d candidates drawn by data share, the m whose loss is highest.
+
+    Cho, Wang and Joshi, "Client Selection in Federated Learning: Convergence Analysis and Power-of-Choice Selection
+    Strategies", 2020 (arXiv:2010.01243), the pow-d strategy. Its convergence analysis shows that skewing selection
+    towards clients of higher local loss speeds up convergence at the price of a non-vanishing error term; d sets the
+    skew, and d = m is the unbiased data-share sampling the paper starts from.
+
+    Round t, as the paper's steps and this class's arguments:
+
+    1. the server draws a candidate set A of d clients without replacement, client k with probability p_k = n_k / n
+       (its share of the training data; ``n_samples``), by numpy's ``Generator.choice(replace=False, p=...)`` on the
+       run's selection stream, as ``AttentionSelection`` draws;
+    2. it sends the current model to the candidates and each returns its local loss F_k(w^(t)), the mean cross-entropy
+       over all its training rows (pow-d; ``losses``, computed by the round: ``fedlib.core.protocols.Selector.probes``);
+    3. it keeps the m = K(t) candidates of highest loss (ties to the lower client index, so a seed gives one selection).
+
+    Symbols -> arguments: d -> ``candidates`` (``RunConfig.poc_candidates``), m -> ``count(t, M)`` (``clients_per_round``,
+    ``fraction`` or ``fraction_schedule``, as for every rule), p_k -> ``n_samples`` / their sum; the strategy ->
+    ``loss`` (``RunConfig.poc_loss``).
+
+    The paper's other variants, not implemented (``poc_loss`` accepts only "pow-d"): cpow-d, where each candidate
+    estimates its loss on a mini-batch of b rows instead of all its data (less computation), and rpow-d, where the
+    server ranks by the loss each client reported while training in the last round it took part in (no extra
+    communication or computation, stale values). Its aggregation averages the m selected updates with equal weights,
+    since data share already entered through the draw; here the method aggregates as it always does (its own weights),
+    so that the rule composes with every method as AdaFL's selection does.
+
+    Choices the paper leaves open:
+
+    - "the current global model" for a method without one: each candidate's loss is that of the model it would start
+      the round from (``fedlib.core.state.start_models``): the global model for FedAvg's family (with the client's own
+      local parameters where the method keeps some, FedBN's BatchNorm), the personalised model the server last sent it
+      for FedMCSA's family;
+    - d: ``None`` stands for d = min(M, 2 m(t)), the smallest whole multiple of m that skews at all (the paper tries
+      several d; a fixed one does not follow a fraction schedule's m); a given d must be at least the largest m of the run and at most M (``RunConfig.validate``);
+    - d = m or m = M: every candidate is kept, so no loss is computed (and none is charged).
+
+    Cost: the losses are computation the candidates do and upload (one forward pass over their training data, one
+    number each) beyond their local training. ``traces`` records them per round ('candidate_losses', rounds x M: the
+    candidates' losses, NaN for clients not asked), so ``probe_rows`` gives the rows evaluated each round.
+    """
+
+    probes: ClassVar[bool] = True  # the round passes ``select`` the candidates' losses
+
+    n_samples: np.ndarray
+    candidates: int | None = None  # d; None: min(M, 2 m(t))
+    loss: str = "pow-d"
+    clients_per_round: int | None = None
+    fraction: float | None = None
+    schedule: CountSchedule | None = None
+    history: list[np.ndarray] = field(default_factory=list, init=False)  # candidate losses (NaN: not asked)
+
+    def __post_init__(self) -> None:
+        n = np.asarray(self.n_samples, dtype=np.float64)
+        if n.ndim != 1 or (n <= 0).any():
+            raise ValueError("PowerOfChoice.n_samples must be positive client data sizes")
+        if self.candidates is not None and (isinstance(self.candidates, bool) or self.candidates < 1):
+            raise ValueError(f"poc_candidates (d) = {self.candidates!r} must be None or an integer >= 1")
+        if self.loss not in LOSSES:
+            raise ValueError(f"poc_loss={self.loss!r} is not one of: {', '.join(LOSSES)}")
+        self.n_samples = n
+
+    def count(self, n_clients: int, t: int = 1) -> int:
+        sched: CountSchedule = self.schedule or ConstantFraction(self.fraction, self.clients_per_round)
+        return sched.count(t, n_clients)
+
+    def d(self, t: int, n_clients: int) -> int:
+        """The round's candidate count d (at least m, at most M)."""
+        m = self.count(n_clients, t)
+        if self.candidates is None:
+            return min(n_clients, 2 * m)
+        if not m <= self.candidates <= n_clients:
+            raise ValueError(
+                f"poc_candidates (d) = {self.candidates} must be between the round's m = {m} and M = {n_clients}"
+            )
+        return self.candidates
+
+    def select(
+        self,
+        t: int,
+        n_clients: int,
+        rng: np.random.Generator,
+        losses: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> np.ndarray:
+        if n_clients != len(self.n_samples):
+            raise ValueError(f"PowerOfChoice has sizes for {len(self.n_samples)} clients, the data has {n_clients}")
+        m, d = self.count(n_clients, t), self.d(t, n_clients)
+        row = np.full(n_clients, np.nan)
+        if m == n_clients:
+            self.history.append(row)
+            return np.arange(n_clients)
+        p = self.n_samples / self.n_samples.sum()
+        cand = np.sort(rng.choice(n_clients, size=d, replace=False, p=p))
+        if d == m:  # every candidate is kept: nothing to rank
+            self.history.append(row)
+            return cand
+        if losses is None:
+            raise ValueError("PowerOfChoice.select needs the candidates' losses (the round passes losses=)")
+        f = np.asarray(losses(cand), dtype=np.float64)
+        row[cand] = f
+        self.history.append(row)
+        return top_loss(cand, f, m)
+
+    def traces(self, rounds: int) -> dict:
+        """'candidate_losses' (rounds x M): round t's candidates' losses on their start models, NaN elsewhere."""
+        return {"candidate_losses": np.array(self.history[-rounds:])} if self.history else {}
+
+    def state_dict(self) -> dict:
+        return {"history": list(self.history)}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.history = [np.asarray(h, dtype=np.float64) for h in d["history"]]
+
+
+def top_loss(candidates: np.ndarray, losses: np.ndarray, m: int) -> np.ndarray:
+    """The m of ``candidates`` with the highest ``losses`` (ties to the lower client index), sorted.
+
+    A NaN loss (a candidate whose model has diverged) ranks highest: the server cannot tell it is small."""
+    cand = np.asarray(candidates)
+    f = np.where(np.isnan(losses), np.inf, np.asarray(losses, dtype=np.float64))
+    order = np.lexsort((cand, -f))  # by loss descending, then by client index
+    return np.sort(cand[order[:m]])
+
+
+def probe_rows(candidate_losses: np.ndarray, n_samples: np.ndarray) -> np.ndarray:
+    """Training rows the candidates evaluated in each round (from the 'candidate_losses' trace): the computation
+    Power-of-Choice asks of clients beyond their local training, one forward pass per row."""
+    asked = ~np.isnan(np.asarray(candidate_losses, dtype=np.float64))
+    return (asked * np.asarray(n_samples, dtype=np.int64)[None, :]).sum(1)
+
+
+def build_selection(
+    cfg: RunSpec, n_samples: np.ndarray | None = None
+) -> UniformSelection | AttentionSelection | PowerOfChoice:
     """The selection stage a ``RunConfig`` names: ``selection`` x (``clients_per_round`` | ``fraction`` | ``fraction_schedule``)."""
     s, schedule = cfg.selection, None
     if s.fraction_schedule is not None:
@@ -225,4 +366,10 @@ def build_selection(cfg: RunSpec, n_samples: np.ndarray | None = None) -> Unifor
         if n_samples is None:
             raise ValueError("selection='attention' needs the clients' training-set sizes (n_samples)")
         return AttentionSelection(np.asarray(n_samples), s.attn_decay, s.clients_per_round, s.fraction, schedule)
-    raise ValueError(f"RunConfig.selection={s.rule!r} is not one of: uniform, attention")
+    if s.rule == "power_of_choice":
+        if n_samples is None:
+            raise ValueError("selection='power_of_choice' needs the clients' training-set sizes (n_samples)")
+        return PowerOfChoice(
+            np.asarray(n_samples), s.poc_candidates, s.poc_loss, s.clients_per_round, s.fraction, schedule
+        )
+    raise ValueError(f"RunConfig.selection={s.rule!r} is not one of: uniform, attention, power_of_choice")

@@ -20,7 +20,7 @@ from fedlib.core.callbacks import Callback, Evaluation, declared_traces
 from fedlib.core.protocols import Executor
 from fedlib.core.stages import Algorithm, ClientWork, Params, keep_local, mix
 from fedlib.core.state import Round, Run, RunResult, Schedule, moved, start_models
-from fedlib.data.federated import BatchPlan, FederatedData
+from fedlib.data.federated import BatchPlan, FederatedData, Split, gather_rows
 from fedlib.models.groups import param_groups
 
 
@@ -38,7 +38,10 @@ def run_round(run: Run, t: int) -> Round:
     state.round = t
     scale = run.schedule.lr_scale(t)
     local = unscheduled if scale == 1 else dataclasses.replace(unscheduled, lr=unscheduled.lr * scale)
-    sel = np.asarray(select.select(t, n, run.rng))
+    if select.probes:  # Power-of-Choice: the candidates' losses on the models they would start from
+        sel = np.asarray(select.select(t, n, run.rng, losses=lambda c: start_losses(run, c)))  # type: ignore[call-arg]
+    else:
+        sel = np.asarray(select.select(t, n, run.rng))
     run.lap("selection")
     trainers = sel if alg.trains == "selected" else np.arange(n)
     tr = torch.as_tensor(trainers, device=dev)
@@ -74,6 +77,24 @@ def run_round(run: Run, t: int) -> Round:
         select.observe(sel, up, ref)
     run.lap("aggregation")
     return Round(t, sel, mixing, up)
+
+
+def start_losses(run: Run, clients: np.ndarray) -> np.ndarray:
+    """Each of ``clients``' mean training loss on the model it would start the round from (``start_models``: the
+    global model, with the client's own local parameters where the method keeps some; the personalised model the
+    server sent it for methods that start from one): what a Power-of-Choice candidate computes and reports."""
+    train, dev = run.data.train, run.data.train.x.device
+    c = torch.as_tensor(np.asarray(clients), device=dev)
+    sizes, offsets = train.sizes[c], train.offsets[c]
+    rows = torch.cat([torch.arange(int(a), int(a) + int(k), device=dev) for a, k in zip(offsets, sizes)])
+    part = Split(gather_rows(train.x, rows), train.y[rows], torch.cumsum(sizes, 0) - sizes, sizes)
+    alg, state = run.alg, run.state
+    if alg.start == "global" and all(alg.shared(k) for k in state.client_params):
+        _, loss, n = run.executor.evaluate(run.model, state.global_params, part, False)
+    else:
+        _, loss, n = run.executor.evaluate(run.model, start_models(alg, state, c)[0], part, True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return loss / n
 
 
 def _stepped(model: nn.Module, global_params: Params, mean: Params) -> tuple[Params, Params]:

@@ -229,13 +229,13 @@ def records(cfg) -> float:
     """Bytes of what ``fedlib.core.simulation.simulate`` records over the run: 'selected' (rounds x N, bool); per evaluated
     round (every ``eval_every`` and the last) every client's accuracy and loss (float64, kept in lists and then copied
     into arrays: 4 x 8 bytes a client) and the metrics row; AdaFL's selection scores (rounds x N float64, list and
-    array); the attention trace of a method that keeps one (``Algorithm.traces``), as if of a model of 7 parameter
-    tensors, up to its cap (N = 100: 5.6 MB). Unchecked, ``rounds=10**9`` would pass every other check and then fail
-    allocating 'selected'."""
+    array; Power-of-Choice's candidate losses the same); the attention trace of a method that keeps one
+    (``Algorithm.traces``), as if of a model of 7 parameter tensors, up to its cap (N = 100: 5.6 MB). Unchecked,
+    ``rounds=10**9`` would pass every other check and then fail allocating 'selected'."""
     n, rounds = cfg.data.n_clients, cfg.rounds
     evaluated = -(-rounds // cfg.eval_every) + 1
     total = rounds * n + evaluated * (4 * 8 * n + ROW_BYTES)
-    if cfg.selection.rule == "attention":
+    if cfg.selection.rule in ("attention", "power_of_choice"):
         total += 2 * 8 * rounds * n
     if "attention" in cfg.method.build(cfg).traces:
         total += min(ATTENTION_TRACE_BYTES, 10 * (7 + 1) * 8 * n * n)
