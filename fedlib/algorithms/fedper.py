@@ -12,7 +12,7 @@ Paper symbols -> ``RunConfig``: K_B (base layers) -> every parameter outside the
 
 Choice: the paper places one or two layers in K_P (ResNet/MobileNet, Section 4); fedlib's head is the last Linear
 layer of each model, the one layer producing the logits (the contract tests check that), so every model splits the
-same way. A model whose only layer is its head (MLR; a DNN with ``hidden=()``) has no body to share, and FedPer on it
+same way. A model whose only layer is its head (MLR) has no body to share, and FedPer on it
 would be Local with a selection: refused at validate (``check_split``), as is a user model declaring no head.
 """
 
@@ -44,8 +44,7 @@ def check_split(name: str, cfg: RunSpec) -> None:
         having = ", ".join(n for n in MODELS if groups_of(n) - {HEAD, "attn"})
         raise ValueError(
             f"RunConfig: algorithm={name!r} splits the model into a shared and a local part, but model={m.name!r} "
-            f"as configured is its head alone (no body to split off; hidden widths give a chain one); models with a "
-            f"body: {having}"
+            f"as configured is its head alone (no body to split off); models with a body: {having}"
         )
 
 
