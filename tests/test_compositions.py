@@ -22,8 +22,8 @@ from fedlib.runs import train as train_module
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "compositions.md"
 BEGIN, END = "<!-- compositions:begin -->", "<!-- compositions:end -->"
-SHAPES = {"chain": (60,), "conv": (1, 8, 8), "bn": (1, 16, 16)}
-HIDDEN = {"chain": (8,), "conv": (8, 8), "bn": (8, 8)}
+SHAPES = {"chain": (60,), "head": (60,), "conv": (1, 8, 8), "bn": (1, 16, 16)}
+HIDDEN = {"chain": (8,), "head": (), "conv": (8, 8), "bn": (8, 8)}
 PAIRS = C.pair_outcomes()
 GRID = [c for c in C.cells() if c.local is None]  # the local settings: their own test (cheapest kind)
 RUNS = [c for c in GRID if not C.factored(c, PAIRS)]

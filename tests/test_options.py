@@ -88,7 +88,7 @@ def test_every_method_option_defaults_to_the_schema1_value():
         for f in dataclasses.fields(cls):
             if f.name in LEGACY:
                 assert f.default == LEGACY[f.name], (name, f.name)
-        RunConfig(algorithm=name, model="lenet" if cls.LOCAL_GROUPS else "mlr").validate()
+        RunConfig(algorithm=name, model="lenet" if cls.LOCAL_GROUPS else "dnn").validate()
 
 
 def test_flat_view_is_the_schema1_config():

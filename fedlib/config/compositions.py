@@ -9,7 +9,7 @@ a representative model; ``kind_of`` sorts every registered model into one) and a
 cannot drift from what the library does. ``tests/test_compositions.py`` trains every cell that runs on tiny data
 and checks that the table in docs/compositions.md is ``markdown()``.
 
-The grid has 4 x (every method) x 5 x 3 x 4 cells; it is printed as its pairs (``PAIRS``: method x selection, method x kind,
+The grid has 4 x (every method) x 5 x 4 x 4 cells; it is printed as its pairs (``PAIRS``: method x selection, method x kind,
 method x local module, method x local settings, local module x kind), each at neutral values of the other choices
 (``pair_config``). That is exact because every refusal is one of a pair: a cell runs if and only if all its pairs
 run (``factored``, checked over the whole grid by the test), so a new rule that ties three choices together fails
@@ -32,8 +32,9 @@ from fedlib.config.options import METHODS
 from fedlib.config.parts import RULES
 from fedlib.config.presets import LOCAL, SELECTION
 from fedlib.config.run import RunConfig
+from fedlib.models.groups import HEAD
 from fedlib.models.local_attention import ATTENTIONS
-from fedlib.models.registry import MODELS
+from fedlib.models.registry import MODELS, groups_of
 
 SELECTIONS = (*RULES, *SELECTION)  # the rules, then the presets
 LOCAL_MODULES = ATTENTIONS  # none, se, eca, ca, hybrid
@@ -50,7 +51,8 @@ class Kind:
 
 
 KINDS = {
-    "chain": Kind("MLR / DNN / MLP (Linear chains)", "dnn", (("dataset", "synthetic"),)),
+    "chain": Kind("DNN / MLP (Linear chains)", "dnn", (("dataset", "synthetic"),)),
+    "head": Kind("MLR (its head alone)", "mlr", (("dataset", "synthetic"),)),
     "conv": Kind("CNN (no BatchNorm)", "cnn", (("dataset", "mnist"), ("partition", "iid"))),
     "bn": Kind("BN nets (LeNet, AlexNet, MobileNetV2)", "lenet", (("dataset", "mnist"), ("partition", "iid"))),
 }
@@ -60,9 +62,14 @@ BASE = RunConfig.of(n_clients=4, clients_per_round=2, rounds=5, local_steps=1, b
 
 def kind_of(model: str) -> str:
     """The kind of registered model ``model``, from what its ``ModelSpec`` declares: BatchNorm layers (``groups``
-    holds "bn": pFedLA's nets, FedBN's subject), a Linear chain (kernel "chain"), else a conv net without them."""
+    holds "bn": pFedLA's nets, FedBN's subject), no parameter outside its declared head (MLR: nothing for the
+    split-model methods to split), a Linear chain (kernel "chain"), else a conv net without them."""
     spec = MODELS[model]
-    return "bn" if "bn" in spec.groups else "chain" if spec.kernel == "chain" else "conv"
+    if "bn" in spec.groups:
+        return "bn"
+    if not groups_of(model) - {HEAD, "attn"}:
+        return "head"
+    return "chain" if spec.kernel == "chain" else "conv"
 
 
 @dataclass(frozen=True)

@@ -118,8 +118,13 @@ class SelectionSpec(Protocol):
 
 
 class ModelSpec(Protocol):
-    """The run config's model part (``RunConfig.model``): whether pFedLA's attention is there and kept local."""
+    """The run config's model part (``RunConfig.model``): the registry name and widths (the split-model methods check
+    the built model's groups), whether pFedLA's attention is there and kept local."""
 
+    @property
+    def name(self) -> str: ...
+    @property
+    def hidden(self) -> tuple | None: ...
     @property
     def attention(self) -> str: ...
     @property

@@ -18,13 +18,18 @@ from fedlib.executors.sgd import LocalSGD, Params, RunsSGD, _check, client_opt
 
 class ModuleForward:
     """``forward`` for objectives on the loop path: the module holds the parameters (``params`` is its own
-    ``named_parameters()``), input gradients by ``torch.autograd.grad(..., create_graph=True)``."""
+    ``named_parameters()``), input gradients by ``torch.autograd.grad(..., create_graph=True)``. An objective that
+    substitutes some of them (FedRep's ``FrozenParts`` holds a part constant with ``detach``) is run on what it
+    passes (``functional_call``), as on the stacked executor; the module's own buffers are used and updated."""
 
     def __init__(self, module: nn.Module):
         self.module = module
+        self.own = dict(module.named_parameters())  # load_state_dict copies into these: they stay the module's
 
     def __call__(self, params, x):
-        return self.module(x)
+        if len(params) == len(self.own) and all(params.get(n) is p for n, p in self.own.items()):
+            return self.module(x)
+        return torch.func.functional_call(self.module, params, (x,), strict=False)
 
     @staticmethod
     def input_grad(fn, z):

@@ -26,7 +26,7 @@ Interface (``Objective``):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, ClassVar, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -49,7 +49,11 @@ class Forward(Protocol):
 
 
 class Objective:
-    """Base class of client objectives (see the module docstring)."""
+    """Base class of client objectives (see the module docstring). ``MERGES``: the objective has no per-call context
+    and is a hashable value, so the calls of several batched runs with equal objectives train as one call
+    (``fedlib.runs.batching``; FedRep's ``FrozenParts``); objectives with context (FedMix's pairs) run alone."""
+
+    MERGES: ClassVar[bool] = False
 
     def context(self, step: int, clients: int | slice | torch.Tensor, dtype: torch.dtype) -> Context:
         return {}

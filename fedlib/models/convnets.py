@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from fedlib.models.groups import head
 from fedlib.models.local_attention import KINDS, make_attention
 
 # Attention options pFedLA's counts imply for each net (see the module docstring); passed to make_attention.
@@ -119,7 +120,7 @@ class LeNet(nn.Module):
             raise ValueError(f"input_shape={tuple(input_shape)} is too small for LeNet")
         self.fc1, self.bn3 = nn.Linear(16 * h * w, h1), nn.BatchNorm1d(h1)
         self.fc2, self.bn4 = nn.Linear(h1, h2), nn.BatchNorm1d(h2)
-        self.fc3 = nn.Linear(h2, n_classes)
+        self.fc3 = head(nn.Linear(h2, n_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.attn1(max_pool_2x2(relu(self.bn1(self.conv1(x)))))
@@ -170,7 +171,7 @@ class AlexNet(nn.Module):
             cin = cout
         self.fc1, self.bn6 = nn.Linear(256 * 6 * 6, h1), nn.BatchNorm1d(h1)
         self.fc2, self.bn7 = nn.Linear(h1, h2), nn.BatchNorm1d(h2)
-        self.fc3 = nn.Linear(h2, n_classes)
+        self.fc3 = head(nn.Linear(h2, n_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for j, (*_, pool) in enumerate(self.CONVS, start=1):
@@ -247,7 +248,7 @@ class MobileNetV2(nn.Module):
                 cin = c
         self.blocks = nn.Sequential(*blocks)
         self.head_conv, self.head_bn = nn.Conv2d(cin, 1280, 1, bias=False), nn.BatchNorm2d(1280)
-        self.classifier = nn.Linear(1280, n_classes)
+        self.classifier = head(nn.Linear(1280, n_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = relu(self.stem_bn(self.stem_conv(x)), six=True)

@@ -5,6 +5,17 @@ from __future__ import annotations
 
 from torch import nn
 
+HEAD = "head"  # the classifier layer(s) producing the logits, declared by every registered model (``head``)
+
+
+def head(module: nn.Module) -> nn.Module:
+    """Declare ``module`` the model's classifier head (group "head") and return it: the last layer(s), whose output
+    is the logits. The split-model methods (FedPer, FedRep, LG-FedAvg) split a model at this declaration, since the
+    papers define their split as "the base layers" vs "the personalisation/classifier layers", which a name cannot
+    tell reliably (``fc3`` is LeNet's head, ``fc2`` is not)."""
+    module.fedlib_group = HEAD
+    return module
+
 
 def _own_group(module: nn.Module) -> str:
     declared = getattr(module, "fedlib_group", None)  # a module class or instance may declare its group
@@ -18,8 +29,9 @@ def _own_group(module: nn.Module) -> str:
 def param_groups(model: nn.Module) -> dict[str, str]:
     """Every ``model.state_dict()`` key -> its group: "bn" (parameters and buffers of backbone BatchNorm
     layers: what FedBN, Li et al. 2021, keeps on the client), "attn" (pFedLA's local attention modules,
-    modules declaring ``fedlib_group = "attn"``: what pFedLA, Liang et al., keeps on the client) or ""
-    (everything else).
+    modules declaring ``fedlib_group = "attn"``: what pFedLA, Liang et al., keeps on the client), "head" (the
+    classifier layer(s) a model declares with ``head``: where the split-model methods split it) or "" (everything
+    else: the body).
 
     Decided by module types (or a module's ``fedlib_group`` attribute), not by names. The outermost
     grouped module wins: a BatchNorm inside an attention module (CA's ``norm``) is "attn", since sharing

@@ -21,7 +21,8 @@ Capabilities are declared, not guessed from names:
   ``ModelSpec.kernel`` on the built module (``model.fedlib_kernel``); any other module falls back to the
   structural rule.
 - ``param_groups(model)``: each state-dict key -> "bn" (backbone BatchNorm, what FedBN keeps local),
-  "attn" (pFedLA's local attention modules) or "" (everything else), from module types, not names.
+  "attn" (pFedLA's local attention modules), "head" (the classifier layer(s), declared by every registered model with
+  ``fedlib.models.groups.head``: where the split-model methods split it) or "" (the body), not from names.
 
 New entries are covered by the contract tests in ``tests/test_models.py`` automatically. Users add theirs with
 ``register_model`` (``fedlib.register_model``): a plain factory, checked when it is registered.
@@ -40,6 +41,7 @@ import torch
 from torch import nn
 
 from fedlib.models import convnets
+from fedlib.models.groups import HEAD, head
 
 KERNELS = ("chain", "vmap", "loop")  # executor kernels, fastest first (see ``kernel_of``)
 
@@ -56,7 +58,7 @@ class ModelSpec:
     attention_slots: bool = False  # build takes attention= (pFedLA's local attention after each conv layer)
     kernel: str = "chain"  # executor kernel of the built model, one of KERNELS (see ``kernel_of``)
     example_shapes: tuple[tuple[int, ...], ...] = ((60,), (1, 28, 28))  # inputs it takes (contract tests)
-    groups: tuple[str, ...] = ()  # parameter groups of the built model besides "" and "attn" (``param_groups``)
+    groups: tuple[str, ...] = (HEAD,)  # parameter groups of the built model besides "" and "attn" (``param_groups``)
     version: int | None = None  # None: a built-in model; a user model's (``register_model``), in its runs' keys
 
     def __post_init__(self):
@@ -70,7 +72,7 @@ def _chain(input_shape, n_classes, hidden) -> nn.Module:
     for h in hidden:
         layers += [nn.Linear(d, h), nn.ReLU()]
         d = h
-    layers.append(nn.Linear(d, n_classes))
+    layers.append(head(nn.Linear(d, n_classes)))
     return nn.Sequential(*layers)
 
 
@@ -115,7 +117,7 @@ def fedmix_cnn(input_shape, n_classes, hidden=(512, 512)) -> nn.Module:
         nn.Linear(h1, h2),
         nn.ReLU(),
         nn.Dropout(0.1),
-        nn.Linear(h2, n_classes),
+        head(nn.Linear(h2, n_classes)),
     )
 
 
@@ -148,7 +150,7 @@ MODELS: dict[str, ModelSpec] = {
         "LeNet with BN, pFedLA Table 7 (digits, 3x28x28)",
         attention_slots=True,
         kernel="loop",
-        groups=("bn",),
+        groups=("bn", HEAD),
         example_shapes=((3, 28, 28), (3, 32, 32)),
     ),
     "alexnet": ModelSpec(
@@ -158,7 +160,7 @@ MODELS: dict[str, ModelSpec] = {
         "AlexNet with BN, pFedLA Table 8 = FedBN's AlexNet (Office, 3x224x224)",
         attention_slots=True,
         kernel="loop",
-        groups=("bn",),
+        groups=("bn", HEAD),
         example_shapes=((3, 224, 224), (3, 64, 64)),
     ),
     "mobilenetv2": ModelSpec(
@@ -168,7 +170,7 @@ MODELS: dict[str, ModelSpec] = {
         "MobileNetV2 with pFedLA Table 10's bottleneck, classification head",
         attention_slots=True,
         kernel="loop",
-        groups=("bn",),
+        groups=("bn", HEAD),
         example_shapes=((3, 28, 28), (3, 64, 64)),
     ),
 }
@@ -196,8 +198,9 @@ def register_model(
     e.g. ``(1, 28, 28)``; ``hidden`` the widths, ``default_hidden`` when the config gives none). A builder of two
     parameters, ``builder(input_shape, n_classes)``, is accepted for a model without widths (``default_hidden=()``).
     ``attention_slots``: the builder takes ``attention=`` (pFedLA's local attention). ``groups``: the parameter
-    groups the built model has besides the shared ones ("bn": BatchNorm that FedBN keeps local; checked on the built
-    model, since a method that keeps a group local would otherwise train as FedAvg). ``kernel``: "chain", "vmap" or
+    groups the built model has besides the shared ones ("bn": BatchNorm that FedBN keeps local; "head": the classifier
+    layer(s), declared in the builder with ``fedlib.models.groups.head``, where FedPer, FedRep and LG-FedAvg split the
+    model; checked on the built model, since a method that keeps a group local would otherwise train as FedAvg). ``kernel``: "chain", "vmap" or
     "loop" (``KERNELS``); None reads it off the built model (``kernel_of``: a Flatten/Linear/ReLU chain -> "chain", no
     buffers -> "vmap", else "loop"), which is the fastest it runs under.
 
@@ -230,10 +233,11 @@ def register_model(
         raise ValueError(
             f"register_model: kernel={kernel!r} is not one of: {', '.join(KERNELS)} (or None: read it off the model)"
         )
-    bad = [g for g in groups if g != "bn"]
-    if not isinstance(groups, tuple) or bad:
+    bad = [g for g in groups if g not in ("bn", HEAD)] if isinstance(groups, tuple) else [groups]
+    if bad:
         raise ValueError(
-            f"register_model: groups={groups!r} must be a tuple of 'bn' (BatchNorm kept local by FedBN) or ()"
+            f"register_model: groups={groups!r} must be a tuple of 'bn' (BatchNorm kept local by FedBN) and 'head' "
+            "(a classifier layer declared with fedlib.models.groups.head: FedPer, FedRep, LG-FedAvg split there), or ()"
         )
     hidden = tuple(default_hidden)
     if not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden):
@@ -297,6 +301,11 @@ def _probe(name, build, hidden, attention_slots, shapes, kernel, groups) -> tupl
 
         if "bn" in groups and "bn" not in param_groups(model).values():
             raise ValueError(f"register_model: model {name!r} declares groups=('bn',) but has no BatchNorm layer")
+        if HEAD in groups and HEAD not in param_groups(model).values():
+            raise ValueError(
+                f"register_model: model {name!r} declares groups=('head',) but no module of it declares the head "
+                "(wrap its classifier layer in fedlib.models.groups.head)"
+            )
         return model, kind
     raise ValueError(
         f"register_model: builder of model {name!r} builds for none of example_shapes={tuple(shapes)!r} "
@@ -436,3 +445,25 @@ def linear_chain(model: nn.Module) -> list[str] | None:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def groups_of(name: str, hidden=None, attention: str = "none") -> frozenset[str]:
+    """The parameter groups (``param_groups``) of registry model ``name`` built with ``hidden`` and ``attention``, on
+    its first example shape: what a config's model has, for checks before a run (a split-model method on MLR, whose
+    one layer is its head, has no body to split off). Built on torch's "meta" device (no memory, no initialisation)
+    where the builder allows it; cached per registration."""
+    return _groups_of(MODELS[name], None if hidden is None else tuple(hidden), attention)
+
+
+@functools.lru_cache(maxsize=64)
+def _groups_of(spec: ModelSpec, hidden, attention: str) -> frozenset[str]:
+    from fedlib.models.groups import param_groups
+
+    kw = {"attention": attention} if spec.attention_slots else {}
+    widths = spec.default_hidden if hidden is None else hidden
+    try:
+        with torch.device("meta"):
+            model = spec.build(spec.example_shapes[0], 10, widths, **kw)
+    except Exception:  # noqa: BLE001 (a user's builder that needs real tensors: built on the CPU)
+        model = spec.build(spec.example_shapes[0], 10, widths, **kw)
+    return frozenset(param_groups(model).values())

@@ -185,7 +185,8 @@ def _per_row(params) -> bool:
 
 
 def _train_key(model, params, plan: BatchPlan, data, opt, anchor, drift, objective) -> tuple | None:
-    if objective is not None and type(objective) is not CrossEntropy:
+    own = objective is not None and type(objective) is not CrossEntropy
+    if own and not objective.MERGES:
         return None  # objectives with per-call context (FedMix's pairs and means) run alone
     # runs of different optimisers (lr, mu, momentum, weight decay) merge with their own numbers (``RunsSGD``), but
     # not on the CPU's shrinking stacks: they sort the clients by step count, which interleaves the runs, and the
@@ -193,7 +194,7 @@ def _train_key(model, params, plan: BatchPlan, data, opt, anchor, drift, objecti
     merge_opts = plan.active is None or _per_row(params)
     return (
         type(model), _shapes(params), id(data), None if merge_opts else opt, anchor is None, drift is None,
-        plan.steps, tuple(plan.index.shape[2:]), plan.weight is None, plan.active is None,
+        plan.steps, tuple(plan.index.shape[2:]), plan.weight is None, plan.active is None, objective if own else None,
     )  # fmt: skip
 
 
