@@ -146,10 +146,32 @@ class DataConfig(Part):
         doc="share of each domain's training set (None: the data set's own -- "
         "digits 10% as FedBN, Office/DomainNet 100%); pFedLA Figure 4(c)",
     )
+    val_frac: float = option(
+        0.0,
+        ge=0,
+        lt=1,
+        doc="share of each client's training rows held out as its validation split (val_acc, val_loss; the summary's "
+        "test_acc_at_best_val); 0: none (fedlib.data.holdout)",
+    )
+    new_client_frac: float = option(
+        0.0,
+        ge=0,
+        lt=1,
+        doc="share of the clients that never train, evaluated with the global model and after fine-tuning "
+        "(new_test_acc, new_ft_test_acc); 0: none (fedlib.data.holdout)",
+    )
+    new_client_finetune_epochs: int = option(
+        1,
+        ge=1,
+        when=lambda d: d.new_client_frac > 0,
+        when_doc="new_client_frac > 0",
+        doc="k local epochs a new client fine-tunes the global model for (new_ft_test_acc)",
+    )
 
     def check(self, where: str | None = None, rename: Callable[[str], str] | None = None) -> None:
         self._check_domains()
         super().check(where, rename)
+        self._check_new_clients()
         if self.dataset in own.USER_DATASETS:  # its partitions, clients and test data (``fedlib.data.own.check``)
             own.check(self)
             return
@@ -163,6 +185,18 @@ class DataConfig(Part):
                 f"RunConfig.train_frac={self.train_frac!r} must be in (0, 1) for partition={self.partition!r}: its "
                 "clients' test splits (the other 1 - train_frac of each) are the run's only test data, and 1 leaves "
                 f"none (every test metric NaN); the partitions that keep the data set's test set ({others}) take 1"
+            )
+
+    def _check_new_clients(self) -> None:
+        """``new_client_frac`` holds out round(frac * N) clients: at least one, and at least one left to train."""
+        if self.new_client_frac <= 0:
+            return
+        n_new = round(self.new_client_frac * self.n_clients)
+        if not 1 <= n_new <= self.n_clients - 1:
+            raise ValueError(
+                f"RunConfig.new_client_frac={self.new_client_frac!r} holds out round({self.new_client_frac} * "
+                f"n_clients={self.n_clients}) = {n_new} clients; it must hold out at least one and leave at least one "
+                "to train"
             )
 
     def _check_domains(self) -> None:

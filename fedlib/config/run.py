@@ -260,9 +260,15 @@ class RunConfig(Part):
                     "steps (its client procedure has no momentum or weight decay)"
                 )
         m.check_with(self)
-        if m.SELECTS and s.clients_per_round is not None and s.clients_per_round > self.data.n_clients:
+        training = self.data.n_clients - round(self.data.new_client_frac * self.data.n_clients)
+        if m.SELECTS and s.clients_per_round is not None and s.clients_per_round > training:
+            held = (
+                f" less the {self.data.n_clients - training} new_client_frac holds out"
+                if training < self.data.n_clients
+                else ""
+            )
             raise ValueError(
-                f"RunConfig.clients_per_round={s.clients_per_round} must be <= n_clients={self.data.n_clients} "
+                f"RunConfig.clients_per_round={s.clients_per_round} must be <= n_clients={self.data.n_clients}{held} "
                 "(S clients are sampled from the N; use fraction=1.0 for all of them)"
             )
         spec = MODELS[self.model.name]

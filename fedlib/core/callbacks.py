@@ -9,6 +9,7 @@ per-round metrics), the traces a method or model declares, a progress bar and a 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -22,8 +23,8 @@ from tqdm.auto import tqdm
 
 from fedlib.core import metrics as M
 from fedlib.core.stages import Algorithm
-from fedlib.core.state import COLUMNS, Round, Run, State, evaluation_params
-from fedlib.data.federated import FederatedData
+from fedlib.core.state import COLUMNS, NEW_COLUMNS, VAL_COLUMNS, Round, Run, State, evaluation_params
+from fedlib.data.federated import FederatedData, sample_epochs
 from fedlib.models.local_attention import hybrid_logits
 
 # the attention trace's cap (``AttentionTrace``: windows x (layers + 1) x N x N float64); above it the run keeps none
@@ -75,15 +76,22 @@ class OnRound(Callback):
 
 @dataclass
 class Evaluation(Callback):
-    """Per-round metrics (``COLUMNS``) and per-client accuracies and losses, every ``every`` rounds and the last."""
+    """Per-round metrics (``COLUMNS``) and per-client accuracies and losses, every ``every`` rounds and the last;
+    with the evaluation protocols' columns where the run's data holds them out (``fedlib.data.holdout``):
+    ``VAL_COLUMNS`` (every client's evaluated model on its validation rows) and ``NEW_COLUMNS`` (``new_clients``)."""
 
     every: int = 1
     train: bool = False
+    finetune_epochs: int = 1  # a new client's fine-tuning epochs (``new_client_finetune_epochs``)
     rows: list = field(default_factory=list)
     accs: list = field(default_factory=list)
     losses: list = field(default_factory=list)
     uploads: int = 0
     key: ClassVar[str] = "evaluation"
+    init: dict = field(default_factory=dict)  # the model's initial tensors: a new client's local parameters
+
+    def on_start(self, run: Run) -> None:
+        self.init = {n: t.detach().clone() for n, t in run.model.state_dict().items()}
 
     def after_round(self, run: Run, out: Round) -> None:
         self.uploads += len(out.selected)
@@ -95,6 +103,8 @@ class Evaluation(Callback):
             alg.before_eval(run.executor, run.model, state, run.data.train, run.eval_gen)
         row = _evaluate_round(alg, state, run.data, run.model, out.t, len(out.selected), self.uploads, self.train,
                               run.t0, run.executor.evaluate)  # fmt: skip
+        if run.data.new_clients is not None:
+            row.update(new_clients(run, out.t, self.init, self.finetune_epochs))
         if not np.isfinite(row["test_loss"]) or (self.train and not np.isfinite(row["train_loss"])):
             run.diverged_at = out.t
         if run.diverged_at == out.t:  # a non-finite model: no accuracy to report (argmax of NaN is class 0)
@@ -111,7 +121,8 @@ class Evaluation(Callback):
         return r["test_acc"] if not np.isnan(r["test_acc"]) else r["global_test_acc"]
 
     def frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.rows, columns=list(COLUMNS))
+        extra = [c for c in (*VAL_COLUMNS, *NEW_COLUMNS) if self.rows and c in self.rows[0]]
+        return pd.DataFrame(self.rows, columns=[*COLUMNS, *extra])
 
     def state_dict(self) -> dict:
         return {"rows": self.rows, "accs": self.accs, "losses": self.losses, "uploads": self.uploads}
@@ -280,8 +291,50 @@ def _evaluate_round(alg: Algorithm, state: State, data: FederatedData, model: nn
     if data.global_test is not None and alg.evaluate == "global" and not per_client:
         c, _, k = evaluate(model, params, data.global_split, False)
         row["global_test_acc"] = float(c.sum() / k.sum())
+    if data.val is not None:  # the same models on each client's validation rows (``val_frac``)
+        c, loss, k = evaluate(model, params, data.val, per_client)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            row["val_acc"], row["val_loss"] = M.weighted_mean(c / k, k), float(loss.sum() / max(k.sum(), 1))
     row["seconds"] = time.perf_counter() - t0
     return row
+
+
+def new_clients(run: Run, t: int, init: dict, epochs: int) -> dict:
+    """The clients that never trained (``FederatedData.new_clients``), on their test splits: ``new_test_acc`` with
+    the global model, ``new_ft_test_acc`` after each fine-tunes it for ``epochs`` (``new_client_finetune_epochs``) epochs of its
+    own training rows (sample-weighted; ``*_mean`` unweighted, as ``test_acc``). PFLlib's and FL-bench's new-client
+    evaluation.
+
+    What a new client receives: the global model's shared parameters, and its local ones (FedBN's BN, pFedLA's
+    attention) as the model initialised them, which is what a client joining the federation would have. A method
+    that keeps no global model (Local, FedMCSA, HeurFedAMP: their server sends only personalised models) gives a new
+    client its initial model, so its new_test_acc is the initial model's and its new_ft_test_acc that of k epochs
+    of local training from it: such a method has nothing for a client it has not seen, and the column says so.
+    Fine-tuning is plain SGD with the run's optimiser at round t's learning rate (lr, momentum, weight decay; no
+    proximal term and none of the method's own client procedure: the same fine-tuning for every method, so the
+    column compares what the methods' global models give). Its mini-batches are drawn from a stream of (seed, t)
+    of its own, so the training's stream is untouched and a resumed run draws the same ones."""
+    alg, state, new, dev = run.alg, run.state, run.data.new_clients, run.data.train.x.device
+    assert new is not None and alg.local is not None  # ``build_algorithm`` sets the local stage
+    k = new.n_clients
+    one = {n: state.global_params[n] if alg.shared(n) else init[n].to(dev) for n in state.global_params}
+    start = {n: v.unsqueeze(0).expand(k, *v.shape).clone() for n, v in one.items()}
+    shared = all(alg.shared(n) for n in one)
+    out = {}
+    for name, params in (("new_test_acc", one if shared else start), ("new_ft_test_acc", None)):
+        if params is None:
+            entropy = np.random.SeedSequence((run.seed, t, 3)).generate_state(2, np.uint64)
+            gen = torch.Generator().manual_seed(int(entropy[0] >> np.uint64(1)))
+            plan = sample_epochs(new.train.layout(), torch.arange(k), epochs, run.schedule.batch_size, gen)
+            opt = dataclasses.replace(alg.local, mu=0.0, lr=alg.local.lr * run.schedule.lr_scale(t))
+            plan = type(plan)(
+                plan.index.to(dev), *(None if x is None else x.to(dev) for x in (plan.weight, plan.active))
+            )
+            params = {**start, **run.executor.train(run.model, start, plan, new.train, opt)}
+        c, _, n = run.executor.evaluate(run.model, params, new.test, params is not one)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[name], out[f"{name}_mean"] = M.weighted_mean(c / n, n), M.unweighted_mean(c / n, n)
+    return out
 
 
 def declared_traces(alg: Algorithm, model: nn.Module, n_clients: int, rounds: int) -> list[Callback]:

@@ -42,6 +42,11 @@ COLUMNS = (
     "uploads",
     "seconds",
 )
+# the evaluation protocols' columns, after COLUMNS in a run whose data holds them out (``fedlib.data.holdout``):
+# val_* each client's model on its validation rows (sample-weighted, as test_acc), new_* the clients that never
+# trained, with the global model and after fine-tuning it (``fedlib.core.callbacks.NewClients``)
+VAL_COLUMNS = ("val_acc", "val_loss")
+NEW_COLUMNS = ("new_test_acc", "new_test_acc_mean", "new_ft_test_acc", "new_ft_test_acc_mean")
 
 
 @dataclass
@@ -78,11 +83,22 @@ class RunResult:
         """Best/final/last-10 accuracies, uploads and time. A diverged run (``diverged_at``: its round, else None)
         reports its final and last-10 accuracies as NaN and its best over the rounds before it diverged.
 
-        Where the metrics hold a validation accuracy (``val_acc``), also ``test_acc_at_best_val``: the test accuracy
-        in the round best on validation (``metrics.at_best``). None of the protocols here holds out a validation
-        split (the metrics are ``COLUMNS``: test and train), so the papers' best round is picked on the test set."""
+        ``best_acc`` picks the round on the test set, as the papers do (FedMCSA's BMTA, AdaFL's best accuracy).
+        Where the metrics hold a validation accuracy (``val_acc``: ``val_frac`` > 0), also ``test_acc_at_best_val``,
+        the test accuracy in the round best on validation (``metrics.at_best``), which does not peek at the test
+        set (and ``global_acc_at_best_val``, the global model's on the data set's own test set, where there is one). Where they hold new clients' accuracies (``new_client_frac`` > 0), those of the final round
+        (``final_new_acc``: the global model, ``final_new_ft_acc``: after fine-tuning) and, with a validation split,
+        at the round best on validation (``new_acc_at_best_val``, ``new_ft_acc_at_best_val``)."""
         m = self.metrics
         val = {"test_acc_at_best_val": M.at_best(m.val_acc, m.test_acc)} if "val_acc" in m else {}
+        if "val_acc" in m and not m.global_test_acc.isna().all():  # AdaFL's setting: the data set's own test set
+            val["global_acc_at_best_val"] = M.at_best(m.val_acc, m.global_test_acc)
+        if "new_test_acc" in m:
+            val["final_new_acc"] = float(m.new_test_acc.iloc[-1])
+            val["final_new_ft_acc"] = float(m.new_ft_test_acc.iloc[-1])
+            if "val_acc" in m:
+                val["new_acc_at_best_val"] = M.at_best(m.val_acc, m.new_test_acc)
+                val["new_ft_acc_at_best_val"] = M.at_best(m.val_acc, m.new_ft_test_acc)
         return {
             "best_acc": M.best(m.test_acc),
             "best_acc_mean": M.best(m.test_acc_mean),

@@ -21,7 +21,7 @@ import functools
 
 import numpy as np
 
-from fedlib.data import domains, own, partition, readers
+from fedlib.data import domains, holdout, own, partition, readers
 from fedlib.data.federated import BatchPlan, FederatedData, Split, sample_epochs, sample_steps
 from fedlib.data.own import register_dataset, unregister_dataset
 from fedlib.data.synthetic import synthetic
@@ -117,8 +117,10 @@ def _load_cached(
 
 
 def load_federated(cfg, root=None) -> FederatedData:
-    """The federated data set a ``RunConfig`` names (cached in-process, so a grid loads it once)."""
-    return _load(cfg, root)[0]
+    """The federated data set a ``RunConfig`` names (cached in-process, so a grid loads it once), with the clients
+    and validation rows its evaluation protocols hold out (``fedlib.data.holdout``)."""
+    d = cfg.data
+    return holdout.apply(_load(cfg, root)[0], d.val_frac, d.new_client_frac, d.data_seed)
 
 
 def partition_summary(cfg, root=None):

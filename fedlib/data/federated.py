@@ -125,7 +125,9 @@ class FederatedData:
     """A federated data set: ``train`` and ``test`` splits of N clients plus an optional global test set.
 
     ``name`` says what it is (e.g. "synthetic(0.5,0.5)"); ``n_classes`` and ``input_shape``
-    let the model registry build matching models.
+    let the model registry build matching models. The evaluation protocols (``fedlib.data.holdout``) add ``val``,
+    each client's validation rows taken from its training data, and ``new_clients``, the clients held out of
+    training (their indices among the data set's clients in ``new_ids``).
     """
 
     name: str
@@ -134,6 +136,9 @@ class FederatedData:
     n_classes: int
     input_shape: tuple[int, ...]
     global_test: tuple[torch.Tensor, torch.Tensor] | None = None
+    val: Split | None = None
+    new_clients: FederatedData | None = None
+    new_ids: tuple[int, ...] = ()
 
     @property
     def n_clients(self) -> int:
@@ -200,8 +205,10 @@ class FederatedData:
             gx, gy = self.global_test
             gt = (gx.to(device=device, dtype=dtype if gx.is_floating_point() else None), gy.to(device))
         return FederatedData(
-            self.name, self.train.to(device, dtype), self.test.to(device, dtype), self.n_classes, self.input_shape, gt
-        )
+            self.name, self.train.to(device, dtype), self.test.to(device, dtype), self.n_classes, self.input_shape, gt,
+            None if self.val is None else self.val.to(device, dtype),
+            None if self.new_clients is None else self.new_clients.to(device, dtype), self.new_ids,
+        )  # fmt: skip
 
 
 @dataclass

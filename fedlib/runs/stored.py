@@ -25,7 +25,7 @@ import pandas as pd
 
 from fedlib.config.parts import DataConfig, ModelConfig
 from fedlib.config.run import RunConfig, from_dict
-from fedlib.core.state import COLUMNS, RunResult
+from fedlib.core.state import COLUMNS, NEW_COLUMNS, VAL_COLUMNS, RunResult
 from fedlib.runs import nofollow
 
 FILES = ("config.json", "metrics.csv", "clients.npz", "meta.json")
@@ -164,6 +164,19 @@ def read_run(folder: Path, key: str | None = None, unsealed: bool = False) -> Ru
     lacking = [c for c in COLUMNS if c not in metrics.columns and c not in LATER_COLUMNS]
     if lacking:
         raise bad(f"metrics.csv lacks columns {', '.join(lacking)}")
+    protocols = (
+        *(VAL_COLUMNS if cfg.data.val_frac > 0 else ()),
+        *(NEW_COLUMNS if cfg.data.new_client_frac > 0 else ()),
+    )
+    lacking = [c for c in protocols if c not in metrics.columns]
+    if lacking:  # the evaluation protocols its config holds out data for (``fedlib.data.holdout``)
+        raise bad(f"metrics.csv lacks columns {', '.join(lacking)} (val_frac={cfg.data.val_frac}, "
+                  f"new_client_frac={cfg.data.new_client_frac})")  # fmt: skip
+    extra = [c for c in (*VAL_COLUMNS, *NEW_COLUMNS) if c in metrics.columns and c not in protocols]
+    if extra:
+        raise bad(f"metrics.csv has columns {', '.join(extra)}, which its config holds out no data for")
+    if "val_loss" in metrics.columns and (metrics["val_loss"].to_numpy(np.float64) < 0).any():
+        raise bad("metrics.csv val_loss holds negative values (a cross-entropy is >= 0)")
     want = expected_rounds(cfg, diverged_at)
     if metrics["round"].tolist() != want:
         got = metrics["round"].tolist()
@@ -180,6 +193,13 @@ def read_run(folder: Path, key: str | None = None, unsealed: bool = False) -> Ru
         raise bad(f"clients.npz unreadable ({type(e).__name__}: {str(e)[:100]})") from None
     if n.ndim != 1 or n.dtype.kind not in "iu" or (n < 0).any():
         raise bad(f"clients.npz n (client test sizes) is not a list of non-negative integers ({n.dtype} {n.shape})")
+    held = round(cfg.data.new_client_frac * cfg.data.n_clients)
+    if held and (
+        len(n) != cfg.data.n_clients - held or meta.get("new_clients") is None or len(meta["new_clients"]) != held
+    ):
+        raise bad(f"clients.npz holds {len(n)} clients and meta.json new_clients {meta.get('new_clients')!r}; "
+                  f"new_client_frac={cfg.data.new_client_frac} of n_clients={cfg.data.n_clients} trains "
+                  f"{cfg.data.n_clients - held} and holds out {held}")  # fmt: skip
     if acc.shape != (len(want), len(n)) or loss.shape != acc.shape:
         raise bad(f"clients.npz holds acc {acc.shape}, loss {loss.shape} for {len(want)} rounds x {len(n)} clients")
     if stored_acc.dtype.kind != "f":

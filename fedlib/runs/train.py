@@ -67,16 +67,18 @@ def run_callbacks(
     on_round=None,
     eval_every: int = 1,
     eval_train: bool = False,
+    finetune_epochs: int = 1,
     progress: bool = True,
     desc: str = "",
     extra: Sequence[Callback] = (),
 ) -> Iterator[list[Callback]]:
     """The callbacks ``train`` hands ``simulate``, in their order: the caller's ``on_round(t, selected, mixing,
-    state)``, the evaluation (every ``eval_every`` rounds and the last; ``eval_train``: on the training data too), the
+    state)``, the evaluation (every ``eval_every`` rounds and the last; ``eval_train``: on the training data too;
+    ``finetune_epochs``: a new client's, ``new_client_finetune_epochs``), the
     progress bar, ``extra``, snapshots and resuming (``checkpoint``: after the callbacks whose round it saves), and
     last Ctrl-C: within the block a first Ctrl-C finishes the round, snapshots it and stops (``DeferredInterrupt``);
     ``stop``: a flag of the caller's instead (a batched run's, whose Ctrl-C the main thread takes)."""
-    saver, evaluation = Checkpointing(checkpoint), Evaluation(eval_every, eval_train)
+    saver, evaluation = Checkpointing(checkpoint), Evaluation(eval_every, eval_train, finetune_epochs)
     with DeferredInterrupt() if stop is None else contextlib.nullcontext(stop) as flag:
         yield [OnRound(on_round), evaluation, ProgressBar(rounds, desc, progress, evaluation), *extra, saver,
                StopOnRequest(flag, saver)]  # fmt: skip
@@ -135,6 +137,7 @@ def train(
         watch = [threads_module.LoadWatch()] if chosen["threads_by"] == "fedlib" and together is None else []
         with run_callbacks(cfg.rounds, checkpoint=checkpoint, stop=together.stop if together is not None else None,
                            on_round=tick, eval_every=cfg.eval_every, eval_train=cfg.eval_train, progress=progress,
+                           finetune_epochs=cfg.data.new_client_finetune_epochs,
                            desc=f"{cfg.method.NAME} {cfg.data.dataset}/{m.name}", extra=[*callbacks, *watch]) as cbs:  # fmt: skip
             result = simulate(algorithm, data, model, executor, schedule, rounds=cfg.rounds, seed=cfg.seed,
                               callbacks=cbs, client_init=client_init)  # fmt: skip
@@ -152,6 +155,8 @@ def train(
         result.meta["batched"] = together.runs
     if "attention_trace" in simulated:  # why the run keeps no attention trace (core.callbacks.AttentionTrace)
         result.meta["attention_trace"] = simulated["attention_trace"]
+    if data.new_ids:  # the clients new_client_frac held out (fedlib.data.holdout), by their index in the data set
+        result.meta["new_clients"] = list(data.new_ids)
     if "diverged_at" in simulated:
         result.meta["diverged_at"] = simulated["diverged_at"]
         warnings.warn(
