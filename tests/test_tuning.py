@@ -28,6 +28,7 @@ def _fake(store: Store, cfg: RunConfig, test_acc, gm=None):
         m["gm_test_acc"] = _repeat_last(gm, rounds)
         m["gm_test_acc_mean"] = m["gm_test_acc"] - 0.01
     m["selected"], m["uploads"], m["seconds"] = 3, 3 * np.arange(1, len(rounds) + 1), 1.0
+    m["test_loss"] = 0.0  # the weighted mean of the per-client losses (zeros below), which a read recomputes
     store.save(cfg, RunResult(m, _clients(acc), np.zeros((len(rounds), 2)), N, {}, cfg))
 
 
@@ -149,6 +150,7 @@ def test_a_diverged_run_never_wins(tmp_path, grid):
     m["round"], m["test_acc"], m["test_acc_mean"] = rounds, [0.95, np.nan], [0.94, np.nan]  # round 2: NaN
     m["selected"], m["uploads"], m["seconds"] = 3, [3, 6], 1.0
     z = np.zeros((len(rounds), 2))
+    z[1], m["test_loss"] = np.nan, [0.0, np.nan]  # the losses a read recomputes test_loss from: NaN where it diverged
     store.save(diverged, RunResult(m, _clients(m.test_acc), z, N, {"diverged_at": 2}, diverged), replace=True)
     for cfg in grid[4:]:
         _fake(store, cfg, [0.9], gm=[0.8])
