@@ -186,7 +186,7 @@ def _per_row(params) -> bool:
 
 def _train_key(model, params, plan: BatchPlan, data, opt, anchor, drift, objective) -> tuple | None:
     own = objective is not None and type(objective) is not CrossEntropy
-    if own and not objective.MERGES:
+    if own and not getattr(objective, "MERGES", False):  # undeclared: it may hold per-call context
         return None  # objectives with per-call context (FedMix's pairs and means) run alone
     # runs of different optimisers (lr, mu, momentum, weight decay) merge with their own numbers (``RunsSGD``), but
     # not on the CPU's shrinking stacks: they sort the clients by step count, which interleaves the runs, and the
