@@ -42,3 +42,31 @@ def simulate_with(alg, data, model, executor, rounds, *, local_steps=20, local_e
         schedule = Schedule(local_steps, local_epochs, batch_size, lr_decay)
         return simulate(alg, data, model, executor, schedule, rounds=rounds, seed=seed, callbacks=callbacks,
                         client_init=client_init)  # fmt: skip
+
+
+def stop_in_round(cfg, store, t_stop: int, monkeypatch, left: bool = True):
+    """``cfg`` run in ``store``, snapshotting every round, and stopped by a Ctrl-C in round ``t_stop``: its snapshot
+    (of round ``t_stop - 1``) is left (``left=False``: where the test keeps it from being written). Returns the
+    run's ``Checkpoint``."""
+    import pytest
+
+    from fedlib.core import callbacks
+    from fedlib.runs.store import Store
+    from fedlib.runs.train import run
+
+    real = callbacks._evaluate_round
+
+    def evaluate(alg, state, data, model, t, *rest):
+        if t == t_stop:
+            raise KeyboardInterrupt
+        return real(alg, state, data, model, t, *rest)
+
+    with monkeypatch.context() as m:
+        m.setattr(Store, "checkpoint_seconds", 0.0)
+        m.setattr(callbacks, "_evaluate_round", evaluate)
+        with pytest.raises(KeyboardInterrupt):
+            run(cfg, store, progress=False)
+    checkpoint = store.checkpoint(cfg)
+    if left:
+        assert checkpoint.info()["round"] == t_stop - 1
+    return checkpoint

@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import stop_in_round
 
 from fedlib import RunConfig, Store, run
 from fedlib.config.run import from_dict
-from fedlib.core import callbacks, simulation
+from fedlib.core import simulation
 from fedlib.runs import checkpoint as checkpointing
 from fedlib.runs import nofollow
 from fedlib.runs.stored import LEGACY_KEYS, DamagedRun, DamagedRunWarning, read_run
@@ -270,28 +271,11 @@ def test_configs_reads_no_device_fifo_or_huge_config(tmp_path, guarded_reads):
 TINY = RunConfig(n_clients=4, clients_per_round=2, rounds=6, local_steps=2, model="mlr")
 
 
-def _stopped_at(cfg, store: Store, t_stop: int, monkeypatch) -> None:
-    """``cfg`` run in ``store`` and killed in round ``t_stop``: its snapshot (of round ``t_stop - 1``) is left."""
-    real = callbacks._evaluate_round
-
-    def evaluate(alg, state, data, model, t, *rest):
-        if t == t_stop:
-            raise KeyboardInterrupt
-        return real(alg, state, data, model, t, *rest)
-
-    with monkeypatch.context() as m:
-        m.setattr(Store, "checkpoint_seconds", 0.0)
-        m.setattr(callbacks, "_evaluate_round", evaluate)
-        with pytest.raises(KeyboardInterrupt):
-            run(cfg, store, progress=False)
-    assert store.checkpoint(cfg).info()["round"] == t_stop - 1
-
-
 @pytest.mark.parametrize("other", [dict(seed=1), dict(model="dnn")], ids=["same model", "another model"])
 def test_a_snapshot_copied_to_another_run_is_not_resumed(other, tmp_path, monkeypatch):
     a, b = TINY, TINY.replace(**other)
     store = Store(tmp_path / "s")
-    _stopped_at(a, store, 5, monkeypatch)
+    stop_in_round(a, store, 5, monkeypatch)
     ck_a, ck_b = store.checkpoint(a), store.checkpoint(b)
     shutil.copy(ck_a.path, ck_b.path)
     shutil.copy(ck_a.info_path, ck_b.info_path)

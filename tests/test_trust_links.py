@@ -14,11 +14,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import stop_in_round
 
 import fedlib
 from fedlib import RunConfig, Store, run
 from fedlib.config.run import from_dict
-from fedlib.core import callbacks
 from fedlib.runs import nofollow
 from fedlib.runs.stored import DamagedRun, DamagedRunWarning, read_run
 
@@ -34,22 +34,6 @@ def _victim(tmp_path: Path) -> Path:
     victim = tmp_path / "elsewhere" / "notes.txt"
     victim.write_text(PRECIOUS)
     return victim
-
-
-def _stopped_at(cfg, store: Store, t_stop: int, monkeypatch) -> None:
-    """``cfg`` run in ``store``, snapshotting every round, and killed in round ``t_stop``."""
-    real = callbacks._evaluate_round
-
-    def evaluate(alg, state, data, model, t, *rest):
-        if t == t_stop:
-            raise KeyboardInterrupt
-        return real(alg, state, data, model, t, *rest)
-
-    with monkeypatch.context() as m:
-        m.setattr(Store, "checkpoint_seconds", 0.0)
-        m.setattr(callbacks, "_evaluate_round", evaluate)
-        with pytest.raises(KeyboardInterrupt):
-            run(cfg, store, progress=False)
 
 
 # -- _partial/ ------------------------------------------------------------------------------------------------------
@@ -78,7 +62,7 @@ def test_a_linked_snapshot_info_is_not_read(tmp_path):
 def test_a_snapshot_linked_to_a_file_outside_is_not_resumed(tmp_path, monkeypatch):
     """A ``_partial/<key>.pt`` linked to a snapshot elsewhere (here: this very run's, moved out) was resumed from."""
     store = Store(tmp_path / "store")
-    _stopped_at(TINY, store, 5, monkeypatch)
+    stop_in_round(TINY, store, 5, monkeypatch)
     ck = store.checkpoint(TINY)
     outside = tmp_path / "elsewhere.pt"
     shutil.move(ck.path, outside)
@@ -98,7 +82,7 @@ def test_a_linked_partial_folder_keeps_snapshots_out_of_the_other_folder(tmp_pat
     store.root.mkdir()
     os.symlink(other, store.root / "_partial")
     with pytest.warns(UserWarning, match=r"_partial is a symbolic link: no snapshot is written through it"):
-        _stopped_at(TINY, store, 5, monkeypatch)
+        stop_in_round(TINY, store, 5, monkeypatch, left=False)
     assert sorted(p.name for p in other.iterdir()) == ["keep.txt"]
     assert store.checkpoint(TINY).info() is None
     # a snapshot placed there is neither read nor deleted through the link

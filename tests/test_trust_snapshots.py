@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import stop_in_round
 
 import fedlib
 from fedlib import RunConfig, Store, run
-from fedlib.core import callbacks
 from fedlib.runs import seals
 from fedlib.runs.checkpoint import Checkpoint
 
@@ -24,21 +24,8 @@ KEY = "0123456789abcdef0123456789abcdef"
 
 
 def _stopped(store: Store, monkeypatch, t_stop: int = 5, cfg: RunConfig = TINY) -> Checkpoint:
-    """``cfg`` run in ``store`` and killed in round ``t_stop``: its snapshot (of round ``t_stop - 1``) is left."""
-    real = callbacks._evaluate_round
-
-    def evaluate(alg, state, data, model, t, *rest):
-        if t == t_stop:
-            raise KeyboardInterrupt
-        return real(alg, state, data, model, t, *rest)
-
-    with monkeypatch.context() as m:
-        m.setattr(callbacks, "_evaluate_round", evaluate)
-        with pytest.raises(KeyboardInterrupt):
-            run(cfg, store, progress=False)
-    ck = store.checkpoint(cfg)
-    assert ck.info()["round"] == t_stop - 1
-    return ck
+    """``cfg`` run in ``store`` and stopped in round ``t_stop``: its snapshot (of round ``t_stop - 1``) is left."""
+    return stop_in_round(cfg, store, t_stop, monkeypatch)
 
 
 @pytest.fixture
