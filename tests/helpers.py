@@ -70,3 +70,21 @@ def stop_in_round(cfg, store, t_stop: int, monkeypatch, left: bool = True):
     if left:
         assert checkpoint.info()["round"] == t_stop - 1
     return checkpoint
+
+
+def batched_and_solo(cfgs, root):
+    """Each config's stored result trained batched (``run_configs``' default) and one at a time (``batch=1``), in two
+    stores under ``root``, as pairs: a batched run must store its solo run's numbers. Compare their metrics but the
+    wall time (``untimed_metrics``)."""
+    from fedlib.runs import grids
+    from fedlib.runs.store import Store
+
+    batched, solo = Store(root / "b"), Store(root / "s")
+    grids.run_configs(cfgs, batched, progress=False)
+    grids.run_configs(cfgs, solo, progress=False, batch=1)
+    return [(batched.load(c), solo.load(c)) for c in cfgs]
+
+
+def untimed_metrics(res):
+    """A result's per-round metrics without the wall-time column, the one a batched run may not share."""
+    return res.metrics[[k for k in res.metrics.columns if k != "seconds"]]

@@ -5,7 +5,7 @@ leaves the others alone; a stop snapshots every run; ``run_configs`` batches by 
 import numpy as np
 import pytest
 import torch
-from helpers import simulate_with, small_synthetic
+from helpers import batched_and_solo, simulate_with, small_synthetic, untimed_metrics
 from test_checkpoint import _same
 
 from fedlib import RunConfig, Store
@@ -280,13 +280,8 @@ def test_batches_group_by_data_model_and_method_and_respect_the_caps(monkeypatch
 
 def test_run_configs_batches_and_stores_each_run_as_its_solo_run(tmp_path):
     cfgs = [_synthetic(seed=s, sigma=sg) for s in (0, 1) for sg in (1.0, 50.0)]
-    batched, solo = Store(tmp_path / "b"), Store(tmp_path / "s")
-    grids.run_configs(cfgs, batched, progress=False)
-    grids.run_configs(cfgs, solo, progress=False, batch=1)
-    for c in cfgs:
-        x, y = batched.load(c), solo.load(c)
-        cols = [k for k in x.metrics.columns if k != "seconds"]
-        assert x.metrics[cols].equals(y.metrics[cols])
+    for x, y in batched_and_solo(cfgs, tmp_path):
+        assert untimed_metrics(x).equals(untimed_metrics(y))
         assert np.array_equal(x.client_acc, y.client_acc) and np.array_equal(x.client_loss, y.client_loss)
         assert x.meta["batched"] == 4 and "batched" not in y.meta
 
