@@ -165,6 +165,21 @@ def test_feddyn_state_is_all_zero_for_clients_never_selected_and_alpha_matters()
     assert not torch.allclose(out[0], out[1])
 
 
+def test_feddyn_linear_term_covers_the_shared_parameters_only():
+    """Parameters kept on the clients (here a DNN's head, as a declared local group) are never aggregated: they take
+    no g_k and no h; the shared body does."""
+    data = small_synthetic(n_clients=4, rows=40)
+    cfg = RunConfig(algorithm="feddyn", n_clients=4, clients_per_round=2, lr=0.1, model="dnn", dyn_alpha=0.1)
+    alg = build_algorithm(cfg)
+    alg.local_groups = ("head",)
+    model = build_model("dnn", data.input_shape, 10, (8,), seed=0, dtype=torch.float64)
+    res = simulate_with(alg, data, model, StackedExecutor(), 2, local_steps=2, batch_size=4, progress=False)
+    st = res.state.extra["feddyn"]
+    heads = {n for n in res.state.global_params if not alg.shared(n)}
+    assert heads and not heads & set(st.g) and set(st.g) == set(st.h) == set(res.state.global_params) - heads
+    assert all(st.h[n].any() for n in st.h)
+
+
 def test_feddyn_bad_options_are_refused():
     for bad, match in (
         (dict(dyn_alpha=0.0), r"RunConfig.dyn_alpha=0.0 must be in \(0, 10\]"),
