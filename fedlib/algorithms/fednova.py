@@ -28,8 +28,8 @@ and a_i are equal.
 
 Choices, stated because the paper leaves them open for our setting:
 - BatchNorm running statistics take FedAvg's mean, not the normalised one: they are not sums of gradient steps,
-  and the normalised update extrapolates (sum_i c_i > 1 whenever the tau_i differ), which can drive a running
-  variance below zero.
+  and the normalised update extrapolates (without momentum sum_i c_i = (sum_i p_i tau_i)(sum_i p_i / tau_i) > 1
+  whenever the tau_i differ; about 25 for 1 and 100 steps at equal p), which can drive a running variance below zero.
 - A client that took no step this round (a plan that stops it before its first step) has no direction (0/0): it
   is left out of p and tau_eff; its upload is the model it received. If no client stepped the model stays.
 - Weight decay is part of the client's gradient (as in the authors' optimiser), so it does not change a_i; the lr
