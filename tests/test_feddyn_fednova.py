@@ -323,5 +323,5 @@ def test_fednova_normalises_by_the_steps_a_client_really_took(executor):
 
 
 def test_fednova_bad_option_is_refused():
-    with pytest.raises(ValueError, match=r"nova_tau_eff='uniform' is not one of: steps, normalizer"):
+    with pytest.raises(ValueError, match=r"nova_tau_eff='uniform' is not one of: normalizer, steps"):
         RunConfig(algorithm="fednova", nova_tau_eff="uniform").validate()

@@ -13,8 +13,9 @@ Paper symbols -> options / run:
     rho              -> ``momentum`` (the clients' heavy-ball SGD; the buffer starts at 0 every round)
     a_i              -> tau_i for plain SGD; with momentum sum_{k < tau_i} (1 - rho^{k+1}) / (1 - rho), the sum of
                         the weights the momentum puts on the tau_i gradients (||a_i||_1 of the paper)
-    tau_eff          -> ``nova_tau_eff``: 'steps', sum_i p_i tau_i (the paper's equation, the default), or
-                        'normalizer', sum_i p_i a_i (the authors' code for momentum without a proximal term)
+    tau_eff          -> ``nova_tau_eff``: 'normalizer' (the default), sum_i p_i ||a_i||_1, the effective steps of
+                        the paper's general rule, which its authors' optimiser computes; or 'steps', sum_i p_i tau_i,
+                        its plain-SGD form, applied as printed under momentum too
 
 With plain SGD the two ``nova_tau_eff`` are the same, and with equal tau_i FedNova is FedAvg exactly (tested: every
 coefficient tau_eff p_i / a_i is p_i to the bit, so the update adds 0 to FedAvg's mean). With momentum and equal
@@ -128,10 +129,10 @@ def nova_server(global_params: Params, mean: Params, state: State) -> Params:
 class FedNova(MethodOptions):
     NAME = "fednova"
     nova_tau_eff: str = option(
-        "steps",
-        choices=("steps", "normalizer"),
-        doc="tau_eff: 'steps' sum_i p_i tau_i (the paper's equation) or 'normalizer' sum_i p_i a_i (the authors' "
-        "code with momentum: FedAvg exactly when every client takes the same steps); the same without momentum",
+        "normalizer",
+        choices=("normalizer", "steps"),
+        doc="tau_eff: 'normalizer' sum_i p_i a_i (the paper's effective steps, its authors' optimiser: FedAvg exactly "
+        "when every client takes the same steps) or 'steps' sum_i p_i tau_i; the same without momentum",
     )
 
     def build(self, cfg: RunSpec) -> Algorithm:
