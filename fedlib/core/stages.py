@@ -164,7 +164,9 @@ class ClientWork:
     """What a method's client procedure (``Algorithm.local_update``) is handed for the round's K training clients:
     their indices ``clients``, the models they ``start`` from and their proximal ``anchor`` (name -> (K, ...)),
     their rows of ``plan`` on ``split``, the run's ``state`` and ``local``, the round's optimiser (the schedule's
-    lr of the round applied: the one lr every client procedure steps with)."""
+    lr of the round applied: the one lr every client procedure steps with). ``shared``: which parameter names
+    travel to the server (``Algorithm.shared``, the model's local groups resolved), for client procedures whose
+    own terms concern only what the server aggregates (FedDyn's linear term)."""
 
     executor: Executor
     model: nn.Module
@@ -175,6 +177,7 @@ class ClientWork:
     state: State
     clients: torch.Tensor
     local: LocalSGD
+    shared: Callable[[str], bool] = field(default=all_shared)
 
     def train(self, params: Params, plan: BatchPlan | None = None, opt: LocalSGD | None = None, **kw: Any) -> Params:
         """``executor.train`` of ``params`` on the round's split, with the round's plan and optimiser unless given."""

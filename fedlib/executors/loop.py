@@ -84,13 +84,17 @@ class LoopExecutor:
             return objective.loss(forward, trainable, _as_inputs(data.x[rows], dtype), data.y[rows], None, ctx)
 
         def generic_terms(trainable, i):
-            """The gradients of mu/2 ||w - anchor_i||^2 and of <drift_i, w> (SCAFFOLD's c - c_i), added to the
-            data loss's: mu (w - anchor_i) and drift_i, each rounded as autograd rounded them when they were terms
-            of the loss (bit for bit: (mu / 2) (2 (w - a)) is mu (w - a) exactly, and the data loss's gradient plus
-            one term adds the same two numbers in either order; no method has both terms). Autograd through the
+            """The gradients of <drift_i, w> (SCAFFOLD's c - c_i, FedDyn's -g_k) and of mu/2 ||w - anchor_i||^2,
+            added to the data loss's in that order: drift_i, then mu (w - anchor_i), each rounded as autograd rounded
+            them when they were terms of the loss (bit for bit: (mu / 2) (2 (w - a)) is mu (w - a) exactly, and the
+            data loss's gradient plus one term adds the same two numbers in either order). With both terms (FedDyn)
+            the order is the stacked update's (``sgd._sgd_update``: the drift first). Autograd through the
             terms would cost a few small operations per parameter tensor a step, forward and backward: for a conv
             model with dozens of tensors, a tenth or more of a pFedMe or Ditto round (``python -m benchmarks
             --e2e``)."""
+            if drift is not None:
+                names = [n for n in trainable if n in drift]
+                _add_grads([trainable[n] for n in names], [drift[n][i] for n in names])
             mu = client_opt(opt, i).mu
             if mu:  # one call per operation for all tensors (torch.optim's foreach ops: the same arithmetic)
                 assert anchor is not None  # ``_check``: a proximal term needs an anchor
@@ -98,9 +102,6 @@ class LoopExecutor:
                 pull = torch._foreach_sub([trainable[n].detach() for n in names], [anchor[n][i] for n in names])
                 torch._foreach_mul_(pull, mu)
                 _add_grads([trainable[n] for n in names], pull)
-            if drift is not None:
-                names = [n for n in trainable if n in drift]
-                _add_grads([trainable[n] for n in names], [drift[n][i] for n in names])
 
         terms = generic_terms if drift is not None or any(o.mu for o in _opts(opt)) else None
         return self.each_client(model, params, plan, opt, step_loss, terms)
