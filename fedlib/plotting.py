@@ -84,6 +84,17 @@ METHOD_NAMES = {
     "ditto": "Ditto",
     "fedavgm": "FedAvgM",
     "fedadam": "FedAdam",
+    "fedper": "FedPer",
+    "fedrep": "FedRep",
+    "lgfedavg": "LG-FedAvg",
+    "fedbabu": "FedBABU",
+    "fedrod": "FedRoD",
+    "apfl": "APFL",
+    "fedfomo": "FedFomo",
+    "fedala": "FedALA",
+    "fedamp": "FedAMP",
+    "feddyn": "FedDyn",
+    "fednova": "FedNova",
 }
 
 

@@ -50,3 +50,54 @@ def paper_vs_ours(table: pd.DataFrame, paper: str, which: str, keys=("dataset", 
     out["diff"] = out.ours_weighted - out.paper
     cols = list(keys) + ["paper", "ours_weighted", "ours_weighted_std", "diff", "ours_unweighted", "runs"]
     return out[cols + ["diverged"] * ("diverged" in out)].round(2)
+
+
+def leaders(
+    summary: pd.DataFrame, method: str, value: str = "ours_weighted", keys=("dataset", "model")
+) -> pd.DataFrame:
+    """Per cell (``keys``) of ``ours_summary``: ``method``'s accuracy, the best other method and its accuracy, and
+    ``method``'s margin over it (negative: another method leads); how many methods the cell compares."""
+    rows = []
+    for cell, g in summary.groupby(list(keys), sort=False):
+        own = g[g.algorithm == method][value]
+        others = g[g.algorithm != method].dropna(subset=[value])
+        if others.empty:
+            continue
+        best = others.loc[others[value].idxmax()]
+        mine = float(own.iloc[0]) if len(own) else float("nan")
+        rows.append(
+            {
+                **dict(zip(keys, cell if isinstance(cell, tuple) else (cell,))),
+                method: mine,
+                "best other": best.algorithm,
+                "its accuracy": float(best[value]),
+                "margin": mine - float(best[value]),
+                "methods": int(g[value].notna().sum()),
+            }
+        )
+    return pd.DataFrame(rows).round(2)
+
+
+def methods_pivot(
+    summary: pd.DataFrame, value: str = "ours_weighted", keys=("dataset", "model"), order=None
+) -> pd.DataFrame:
+    """``ours_summary`` as one row per method (in ``order``, else as they first appear) and one column per cell
+    (``keys``); a method a cell does not run (a split-model method on MLR) is empty there."""
+    out = summary.pivot_table(index="algorithm", columns=list(keys), values=value, sort=False)
+    rows = [m for m in (order or dict.fromkeys(summary.algorithm)) if m in out.index]
+    return out.reindex(rows).round(2)
+
+
+def personal_and_global(frame: pd.DataFrame, keys=("dataset", "model", "algorithm")) -> pd.DataFrame:
+    """For the methods that evaluate a global model beside the personal ones (the per-round ``gm_test_acc``): the
+    best personal and the best global sample-weighted mean test accuracy (%, mean over seeds) and their gap. ``frame``:
+    the per-round frame (``Experiment.frame``)."""
+    has = frame.groupby("key").gm_test_acc.transform(lambda s: s.notna().any())
+    sub = frame[has]
+    if sub.empty:
+        return pd.DataFrame(columns=[*keys, "personal", "global", "gap"])
+    per_run = sub.groupby(["key", *keys]).agg(personal=("test_acc", "max"), glob=("gm_test_acc", "max")).reset_index()
+    out = per_run.groupby(list(keys))[["personal", "glob"]].mean() * 100
+    out = out.rename(columns={"glob": "global"})
+    out["gap"] = out.personal - out["global"]
+    return out.reset_index().round(2)

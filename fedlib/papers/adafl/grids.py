@@ -71,11 +71,15 @@ NAMES = {
 
 def label(cfg: RunConfig) -> str:
     """The AdaFL paper's name of a config: AdaFL / Attn.-0.1 / Dyn. FedAvg / FedAvg-0.5 for FedAvg (Tables 1-2),
-    AdaFL+FedProx / FedProx-0.1 ... for the others (Tables 3-4); other methods keep their registry name."""
+    AdaFL+FedProx / FedProx-0.1 ... for the others (Tables 3-4), PoC-0.1 / Dyn. PoC for Power-of-Choice's selection;
+    other methods keep their registry name."""
     alg = cfg.get("algorithm")
     name = NAMES.get(alg, alg)
     attn, dyn = cfg.get("selection") == "attention", cfg.get("fraction_schedule") is not None
     frac = f"{cfg.get('fraction'):g}" if cfg.get("fraction") is not None else f"S{cfg.get('clients_per_round')}"
+    if cfg.get("selection") == "power_of_choice":  # the beyond table's rows
+        poc = "PoC" if alg == "fedavg" else f"PoC+{name}"
+        return f"Dyn. {poc}" if dyn else f"{poc}-{frac}"
     if attn and dyn:
         return "AdaFL" if alg == "fedavg" else f"AdaFL+{name}"
     if attn:
@@ -221,6 +225,24 @@ def dynamics(profile: str, available: "Available | None" = None):
     return base, shards + [{**mcsa, "selection": "attention"}, mcsa]
 
 
+# Power-of-Choice (Cho, Wang and Joshi 2020) beside AdaFL's selection, at Table 1's MNIST setting (T = 1000): at
+# 10% of the clients, and under AdaFL's dynamic fraction, so that it uploads exactly AdaFL's budget every round
+# (sum_t gamma^(t) M); d = 2m candidates (its paper's d = 2m setting). Table 1's rows are its runs (the same keys).
+# CIFAR-10 cells where the data is present.
+POC = {"selection": "power_of_choice"}
+BEYOND = {
+    **ABLATION,
+    "PoC-0.1": {**POC, "fraction": 0.1},
+    "Dyn. PoC": {**POC, "fraction_schedule": (0.1, 0.5, 5)},
+}
+
+
+def beyond(profile: str, available: "Available | None" = None):
+    """Table 1 with Power-of-Choice at AdaFL's upload budget as extra rows."""
+    rounds, seeds = {"smoke": (6, [0]), "quick": (100, [0]), "paper": (1000, [0, 1, 2])}[profile]
+    return _adafl(rounds, seeds, labels=BEYOND, smoke=profile == "smoke")
+
+
 EXPERIMENTS = {
     "adafl_table1": table1,
     "adafl_fig3": fig3,
@@ -228,4 +250,5 @@ EXPERIMENTS = {
     "adafl_fedmix_scale": fedmix_scale,
     "adafl_scaffold_control": scaffold_control,
     "adafl_dynamics": dynamics,
+    "adafl_beyond": beyond,
 }

@@ -176,10 +176,32 @@ def office_fig4(profile: str, available: "Available | None" = None):
     return base, fig4_cells(seeds, extra, percents, **data("office31"))
 
 
+# The split-model baselines as pFedLA's base methods (Table 1's digits setting): FedPer and FedRep keep the head on
+# the client, FedRoD adds a personal head beside a shared generic one; each under every attention kind, the modules
+# local as in Table 1. Their heads are the model's declared ``head`` group (LeNet's last linear layer).
+BEYOND_METHODS = {"fedper": {}, "fedrep": {}, "fedrod": {}}
+
+
+def beyond(profile: str, available: "Available | None" = None):
+    """Table 1's grid with FedPer, FedRep and FedRoD as the base methods."""
+    from fedlib.config.options import METHODS as REGISTERED
+
+    doms = digits_domains(available)
+    rounds, seeds, attns, extra = {
+        "smoke": (2, [0], ["none", "se"], {"domain_percent": 0.02}),
+        "quick": (30, [0], ATTENTIONS, {"eval_every": 5}),
+        "paper": (100, [0, 1, 2, 3, 4], ATTENTIONS, {"eval_every": 10}),
+    }[profile]
+    methods = [m for m in BEYOND_METHODS if m in REGISTERED]
+    cells = [{"algorithm": m, **BEYOND_METHODS[m], "attention": attns, "seed": seeds, **extra} for m in methods]
+    return digits_base(doms, rounds), (cells if len(doms) >= 2 else [])
+
+
 EXPERIMENTS = {
     "pfedla_table1": table1,
     "pfedla_fig4": fig4,
     "pfedla_attention_init": attention_init,
     "pfedla_office_table3": office_table3,
     "pfedla_office_fig4": office_fig4,
+    "pfedla_beyond": beyond,
 }
