@@ -20,6 +20,7 @@ from fedlib.core.callbacks import Callback, Evaluation, declared_traces
 from fedlib.core.protocols import Executor
 from fedlib.core.stages import Algorithm, ClientWork, Params, keep_local, mix
 from fedlib.core.state import Round, Run, RunResult, Schedule, moved, start_models
+from fedlib.data import holdout
 from fedlib.data.federated import BatchPlan, FederatedData, Split, gather_rows
 from fedlib.models.groups import param_groups
 
@@ -52,7 +53,9 @@ def run_round(run: Run, t: int) -> Round:
     if alg.local_update is None:
         trained = run.executor.train(run.model, start, plan, data.train, local, anchor=anchor if local.mu else None)
     else:  # a method's own client procedure (pFedMe, SCAFFOLD, ...), built from executor.train calls
-        work = ClientWork(run.executor, run.model, start, anchor, plan, data.train, state, tr, local)
+        work = ClientWork(
+            run.executor, run.model, start, anchor, plan, data.train, state, tr, local, run.val, run.rng, alg.shared
+        )
         trained = alg.local_update(work)
     for name, v in trained.items():
         state.client_params[name][tr] = v
@@ -144,7 +147,8 @@ def simulate(
     if evaluation is None:
         evaluation = Evaluation()
         given.append(evaluation)
-    run = Run(alg, data, model, executor, rounds, seed, schedule)
+    data, held = method_validation(alg, data, seed)
+    run = Run(alg, data, model, executor, rounds, seed, schedule, val=data.val if data.val is not None else held)
     run.callbacks = [*declared_traces(alg, model, data.n_clients, rounds), *given]
     for name, v in (client_init or {}).items():
         if alg.shared(name):  # the server would overwrite it: a shared parameter has one initial value
@@ -172,6 +176,19 @@ def simulate(
     accs, losses = np.array(evaluation.accs), np.array(evaluation.losses)
     return RunResult(evaluation.frame(), accs, losses, data.test.sizes.cpu().numpy(), state=run.state, traces=traces,
                      meta=meta)  # fmt: skip
+
+
+def method_validation(alg: Algorithm, data: FederatedData, seed: int) -> tuple[FederatedData, Split | None]:
+    """(data, held): where the method's client procedure needs validation rows (``Algorithm.validation`` > 0) and
+    the data holds none out (``val_frac`` = 0), each client's ``floor(validation * n_i)`` training rows (at most
+    n_i - 1) leave ``data.train`` and are returned as ``held``, drawn as ``holdout.validation_split`` draws a
+    validation split but seeded by the run's ``seed`` (the method's own rows, not the data config's protocol: they
+    are not evaluated as ``val_*`` columns). Otherwise ``data`` as it is and None."""
+    if alg.validation <= 0 or data.val is not None:
+        return data, None
+    cut, dev = holdout.validation_split(data, alg.validation, seed), data.train.x.device
+    assert cut.val is not None  # validation > 0
+    return dataclasses.replace(cut, train=cut.train.to(dev), val=None), cut.val.to(dev)
 
 
 def finite(*params: Params) -> bool:
