@@ -29,8 +29,9 @@ Choices where the paper leaves one:
 - P_{i,n} accumulates the raw w_n, negative ones included, so a model that hurt client i loses affinity (as the
   PFLlib code's ``weight_vector``); P_{i,i} is never used (a client is not its own candidate).
 - Validation rows: the data's validation split where the run has one (``val_frac`` > 0), else ``fomo_val_frac`` of
-  each client's training rows, held out of its training (``Algorithm.validation``; 0.2 as PFLlib's ``val_ratio``).
-  A client without validation rows keeps its own model.
+  each client's training rows, held out of its training (``Algorithm.validation``; 0.2 as PFLlib's ``val_ratio``):
+  drawn as the data's validation split would be, the same rows for every run on the data, whatever its seed
+  (``simulation.method_validation``). A client without validation rows keeps its own model.
 - The distance ||theta_n - theta_i|| is over the model's parameters (not buffers such as BatchNorm statistics, as
   the paper's theta and the PFLlib code's ``parameters()``); the update of step 3 applies to every floating tensor
   that travels, buffers included, with the same weights. Tensors a method keeps local (``Algorithm.shared``) are

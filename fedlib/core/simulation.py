@@ -10,6 +10,8 @@ loop itself keeps no files, clocks or signal handlers: those are callbacks of th
 from __future__ import annotations
 
 import dataclasses
+import threading
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -147,7 +149,7 @@ def simulate(
     if evaluation is None:
         evaluation = Evaluation()
         given.append(evaluation)
-    data, held = method_validation(alg, data, seed)
+    data, held = method_validation(alg, data)
     run = Run(alg, data, model, executor, rounds, seed, schedule, val=data.val if data.val is not None else held)
     run.callbacks = [*declared_traces(alg, model, data.n_clients, rounds), *given]
     for name, v in (client_init or {}).items():
@@ -178,17 +180,37 @@ def simulate(
                      meta=meta)  # fmt: skip
 
 
-def method_validation(alg: Algorithm, data: FederatedData, seed: int) -> tuple[FederatedData, Split | None]:
+def method_validation(alg: Algorithm, data: FederatedData) -> tuple[FederatedData, Split | None]:
     """(data, held): where the method's client procedure needs validation rows (``Algorithm.validation`` > 0) and
     the data holds none out (``val_frac`` = 0), each client's ``floor(validation * n_i)`` training rows (at most
-    n_i - 1) leave ``data.train`` and are returned as ``held``, drawn as ``holdout.validation_split`` draws a
-    validation split but seeded by the run's ``seed`` (the method's own rows, not the data config's protocol: they
-    are not evaluated as ``val_*`` columns). Otherwise ``data`` as it is and None."""
+    n_i - 1) leave ``data.train`` and are returned as ``held``; otherwise ``data`` as it is and None.
+
+    The rows are drawn as ``holdout.validation_split`` draws a validation split, from a fixed seed
+    (``HELD_SEED``), not the run's: every run on the same data holds out the same rows, so the runs of a seed grid
+    compare on one validation set, and runs batched together (``fedlib.runs.batching``) share one training split
+    and merge their training calls (the split is made once per data object and fraction). They are the method's
+    rows, not the data config's protocol: no ``val_*`` columns evaluate them."""
     if alg.validation <= 0 or data.val is not None:
         return data, None
-    cut, dev = holdout.validation_split(data, alg.validation, seed), data.train.x.device
-    assert cut.val is not None  # validation > 0
-    return dataclasses.replace(cut, train=cut.train.to(dev), val=None), cut.val.to(dev)
+    key = (id(data), alg.validation)
+    with _HELD_LOCK:
+        if key not in _HELD or _HELD[key][0]() is not data:
+            cut, dev = holdout.validation_split(data, alg.validation, HELD_SEED), data.train.x.device
+            assert cut.val is not None  # validation > 0
+            _HELD[key] = (
+                weakref.ref(data),
+                dataclasses.replace(cut, train=cut.train.to(dev), val=None),
+                cut.val.to(dev),
+            )
+            weakref.finalize(data, _HELD.pop, key, None)  # the split goes when its data does
+        _, kept, held = _HELD[key]
+    return kept, held
+
+
+HELD_SEED = 0  # the seed of the rows ``method_validation`` holds out (``holdout.validation_split``'s draw)
+# (data, fraction) -> the split made for it, while the data object lives
+_HELD: dict[tuple[int, float], tuple[weakref.ref, FederatedData, Split]] = {}
+_HELD_LOCK = threading.Lock()
 
 
 def finite(*params: Params) -> bool:
