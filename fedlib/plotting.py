@@ -84,6 +84,8 @@ METHOD_NAMES = {
     "ditto": "Ditto",
     "fedavgm": "FedAvgM",
     "fedadam": "FedAdam",
+    "fedamp": "FedAMP",
+    "fedfomo": "FedFomo",
 }
 
 

@@ -132,29 +132,36 @@ class FomoClient:
         val = rows_of(work.val, ids)
         params = {name for name, _ in work.model.named_parameters()}
         travels = [k for k, t in own.items() if t.is_floating_point() and work.shared(k)]
-        dev = own[travels[0]].device
+        measured = [k for k in travels if k in params]  # ||theta_n - theta_i||: over the parameters
+        if not measured:  # nothing of the model travels: nothing to download
+            return work.start
+        dev = own[measured[0]].device
         own_loss = _mean_loss(ex.evaluate(work.model, own, val, True))
-        their_loss, dist, theirs = [], [], []
-        for s in range(picks.shape[1]):  # slot s: every client's s-th download (its own model where it has none)
+
+        def download(s: int) -> Params:  # slot s: every client's s-th download (its own model where it has none)
             has = torch.as_tensor(picks[:, s] >= 0, device=dev)
             idx = torch.as_tensor(np.maximum(picks[:, s], 0), device=dev)
-            cand = {
+            return {
                 k: torch.where(has.view(-1, *[1] * (t.dim() - 1)), models[k][idx], t) if k in travels else t
                 for k, t in own.items()
             }
-            theirs.append(cand)
+
+        their_loss, dist = [], []
+        for s in range(picks.shape[1]):  # one slot at a time: K models in memory, not K x M
+            cand = download(s)
             their_loss.append(_mean_loss(ex.evaluate(work.model, cand, val, True)))
-            sq = [(cand[k] - own[k]).to(torch.float64).reshape(len(ids), -1).square().sum(1) for k in travels]
-            dist.append(torch.stack([q for k, q in zip(travels, sq) if k in params]).sum(0).sqrt().cpu())
+            sq = [(cand[k] - own[k]).to(torch.float64).reshape(len(ids), -1).square().sum(1) for k in measured]
+            dist.append(torch.stack(sq).sum(0).sqrt().cpu())
         valid = torch.as_tensor(picks >= 0)
         raw, w = fomo_weights(own_loss, torch.stack(their_loss, 1), torch.stack(dist, 1), valid)
         r, c = np.nonzero(picks >= 0)  # P_{i,n} += w_n (raw): the server's record of what helped whom
         p[torch.as_tensor(ids[r], device=p.device), torch.as_tensor(picks[r, c], device=p.device)] += raw[r, c].to(p)
         out = dict(own)
-        for k in travels:
-            t = own[k]
-            col = lambda s: w[:, s].to(t).view(-1, *[1] * (t.dim() - 1))
-            out[k] = t + sum(col(s) * (theirs[s][k] - t) for s in range(len(theirs)))
+        for s in range(picks.shape[1]):
+            cand = download(s)
+            for k in travels:
+                t = own[k]
+                out[k] = out[k] + w[:, s].to(t).view(-1, *[1] * (t.dim() - 1)) * (cand[k] - t)
         return out
 
 
