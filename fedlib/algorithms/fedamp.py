@@ -9,10 +9,10 @@ by alternating two steps each iteration k:
 - a proximal step on each client (Eq. 6): w_i = argmin_w F_i(w) + lambda / (2 alpha_k) ||w - u_i||^2, taken as the
   run's local SGD steps from u_i with the proximal pull mu = lambda / alpha_k toward u_i.
 
-Paper symbols -> ``RunConfig``: alpha_k -> ``amp_alpha`` (one step for every iteration, as the paper's experiments
-and the PFLlib code do), sigma -> ``amp_sigma``, lambda -> ``amp_lambda``. The defaults, 1, 1 and 1, are PFLlib's
-(``alphaK``, ``sigma``, ``lamda``), the public code most comparisons run FedAMP with; the paper tunes them per
-data set. The round is HeurFedAMP's (``heurfedamp.amp_round``): the two differ in the weights, as the paper's
+Paper symbols -> ``RunConfig``: alpha_k -> ``amp_alpha`` (one step for every iteration k, as the PFLlib code's
+constant ``alphaK``; the paper's analysis lets alpha_k depend on k, a schedule this option does not offer),
+sigma -> ``amp_sigma``, lambda -> ``amp_lambda``. The defaults, 1, 1 and 1, are PFLlib's (``alphaK``, ``sigma``,
+``lamda``), the public code most comparisons run FedAMP with; the paper tunes them per data set. The round is HeurFedAMP's (``heurfedamp.amp_round``): the two differ in the weights, as the paper's
 Sec. 4.3 presents HeurFedAMP as FedAMP with xi from a cosine softmax.
 
 Which clients enter the sums: the paper's cross-silo Algorithm 1 has every client upload every iteration, so its

@@ -188,8 +188,9 @@ def method_validation(alg: Algorithm, data: FederatedData) -> tuple[FederatedDat
     The rows are drawn as ``holdout.validation_split`` draws a validation split, from a fixed seed
     (``HELD_SEED``), not the run's: every run on the same data holds out the same rows, so the runs of a seed grid
     compare on one validation set, and runs batched together (``fedlib.runs.batching``) share one training split
-    and merge their training calls (the split is made once per data object and fraction). They are the method's
-    rows, not the data config's protocol: no ``val_*`` columns evaluate them."""
+    and merge their training calls (the split is made once per data object and fraction: a copy of the training
+    rows beside the caller's data, while that lives). They are the method's rows, not the data config's protocol:
+    no ``val_*`` columns evaluate them."""
     if alg.validation <= 0 or data.val is not None:
         return data, None
     key = (id(data), alg.validation)

@@ -226,8 +226,8 @@ class Algorithm:
     its own tensors in ``state.extra`` under its method's key, so snapshots carry them. ``validation``: the
     fraction of each client's training rows the method's client procedure needs as validation rows when the data
     holds none out (``val_frac`` = 0): the engine moves them out of the training split before the first round
-    (``fedlib.data.holdout.validation_split``'s draw, the same rows for every run on the data) and hands them to the procedure as
-    ``ClientWork.val`` (FedFomo weighs other clients' models on them); 0: none. ``traces``: what the
+    (``simulation.method_validation``: the same rows for every run on the data) and hands them to the procedure
+    as ``ClientWork.val`` (FedFomo weighs other clients' models on them); 0: none. ``traces``: what the
     method records for the result beyond every run's ``selected`` (``"attention"``: the personalisation weights of
     aggregators that send each uploader its own model, FedMCSA and HeurFedAMP); only runs that declare a trace
     pay for recording it.
