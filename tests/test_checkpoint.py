@@ -66,6 +66,8 @@ CASES = [dict(algorithm=name) for name in sorted(ALGORITHMS)] + [
     # AdaFL: the attention scores and the fraction schedule live outside State
     dict(algorithm="fedavg", selection="attention", fraction_schedule=(0.2, 0.6, 3)),
     dict(algorithm="scaffold", selection="attention", fraction=0.4),
+    # FedFomo downloading one model of several candidates: the affinities and the exploration draws decide which
+    dict(algorithm="fedfomo", fomo_m=1, fomo_eps=0.5),
 ]
 
 

@@ -18,7 +18,8 @@ import torch
 from fedlib.config.options import MethodOptions, option, register
 from fedlib.core.attention import heurfedamp_weights
 from fedlib.core.protocols import RunSpec
-from fedlib.core.stages import Algorithm, Mixing, Params, local_sgd
+from fedlib.core.stages import Aggregate, Algorithm, Mixing, Params, local_sgd
+from fedlib.executors.sgd import LocalSGD
 
 
 @dataclass
@@ -39,13 +40,21 @@ class HeurFedAMP(MethodOptions):
     amp_self_weight: float = option(0.5, ge=0, le=1, doc="self-attention weight xi_ii")
 
     def build(self, cfg: RunSpec) -> Algorithm:
-        return Algorithm(
-            name=self.NAME,
-            local=local_sgd(cfg, mu=self.lam),
-            aggregate=WholeModelAttention(self.sigma, self.amp_self_weight),
-            trains="all",
-            start="personal",
-            anchor="received",
-            evaluate="personal",
-            traces=("attention",),
-        )
+        return amp_round(self.NAME, local_sgd(cfg, mu=self.lam), WholeModelAttention(self.sigma, self.amp_self_weight))
+
+
+def amp_round(name: str, local: LocalSGD, aggregate: Aggregate) -> Algorithm:
+    """The round HeurFedAMP and FedAMP (``fedlib.algorithms.fedamp``) share: every client trains with ``local``'s
+    proximal pull toward the last cloud model u_i it received, starting from u_i when one arrived since it last
+    trained; the server sends each uploader its u_i (``aggregate``'s ``Mixing.to_personal``); the clients' own
+    models are evaluated and the weights traced (``attention``)."""
+    return Algorithm(
+        name=name,
+        local=local,
+        aggregate=aggregate,
+        trains="all",
+        start="personal",
+        anchor="received",
+        evaluate="personal",
+        traces=("attention",),
+    )

@@ -1,9 +1,10 @@
-"""Server-side attention among client models: FedMCSA (per component: tensor or layer) and HeurFedAMP (whole model).
+"""Server-side attention among client models: FedMCSA (per component: tensor or layer), HeurFedAMP and FedAMP
+(whole model).
 
-Both turn the K uploaded models into K personalised models W_i = sum_k psi_ik Theta_k with
-convex weights psi computed from cosine similarities, so both are ``Mixing.to_personal``
-matrices for the round loop. Vectorised: for each component, normalise the K flattened
-copies, S = P_n P_n^T, and a row softmax (milliseconds for 100 clients).
+All turn the K uploaded models into K personalised models W_i = sum_k psi_ik Theta_k with weights psi summing to 1
+per row, so all are ``Mixing.to_personal`` matrices for the round loop: FedMCSA and HeurFedAMP from cosine
+similarities (vectorised: for each component, normalise the K flattened copies, S = P_n P_n^T, and a row softmax;
+milliseconds for 100 clients), FedAMP from squared distances.
 """
 
 from __future__ import annotations
@@ -68,13 +69,37 @@ def heurfedamp_weights(uploads: Params, sigma: float, self_weight: float) -> tor
     1 - xi_{i,i} over the others in proportion to exp(sigma cos(w_i, w_j)), j != i.
     With one upload the client keeps its own model.
     """
-    names = list(uploads)
-    k = uploads[names[0]].shape[0]
-    if k == 1:
+    flat = whole_models(uploads)
+    if len(flat) == 1:
         return torch.ones(1, 1, dtype=torch.float64)
-    flat = torch.cat([uploads[n].reshape(k, -1).to(torch.float64) for n in names], dim=1)
     logits = sigma * cosine_matrix(flat)
     logits.fill_diagonal_(float("-inf"))
     a = torch.softmax(logits, dim=1) * (1 - self_weight)
     a.diagonal().fill_(self_weight)
     return a
+
+
+def whole_models(uploads: Params) -> torch.Tensor:
+    """The K uploads as (K, D) float64 rows, all their tensors concatenated (HeurFedAMP's and FedAMP's w_i)."""
+    names = list(uploads)
+    k = uploads[names[0]].shape[0]
+    return torch.cat([uploads[n].reshape(k, -1).to(torch.float64) for n in names], dim=1)
+
+
+def fedamp_weights(uploads: Params, alpha: float, sigma: float) -> torch.Tensor:
+    """FedAMP's attentive message passing (Huang et al., AAAI 2021, Eq. 5): (K, K) weights xi of the cloud models.
+
+    u_i = w_i - alpha grad_{w_i} sum_{j != i} A(||w_i - w_j||^2) written as a combination of the uploads, with the
+    paper's xi_{i,j} = alpha A'(||w_i - w_j||^2) for j != i and xi_{i,i} = 1 - sum_{j != i} xi_{i,j}, where
+    A(x) = 1 - exp(-x / sigma), so A'(x) = exp(-x / sigma) / sigma: close models (small distance) pass each other
+    more. ``alpha`` [alpha_k] is the step, ``sigma`` [sigma] the distance scale; the distances are over whole models
+    (all uploaded tensors concatenated). The rows sum to 1 but are convex only while sum_j xi_{i,j} <= 1, which the
+    paper's small steps keep (alpha (K - 1) / sigma <= 1 suffices); beyond it xi_{i,i} < 0 and u_i extrapolates
+    away from the others (kept, not clipped: it is the gradient step). Squared distances are summed row by row,
+    ||w_i - w_j||^2 directly rather than from a Gram matrix, which would cancel digits between close models."""
+    flat = whole_models(uploads)
+    d = torch.stack([(flat - row).square().sum(dim=1) for row in flat])
+    xi = alpha * torch.exp(-d / sigma) / sigma
+    xi.fill_diagonal_(0.0)
+    xi.diagonal().copy_(1 - xi.sum(dim=1))
+    return xi

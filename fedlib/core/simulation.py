@@ -10,6 +10,8 @@ loop itself keeps no files, clocks or signal handlers: those are callbacks of th
 from __future__ import annotations
 
 import dataclasses
+import threading
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,6 +22,7 @@ from fedlib.core.callbacks import Callback, Evaluation, declared_traces
 from fedlib.core.protocols import Executor
 from fedlib.core.stages import Algorithm, ClientWork, Params, keep_local, mix
 from fedlib.core.state import Round, Run, RunResult, Schedule, moved, start_models
+from fedlib.data import holdout
 from fedlib.data.federated import BatchPlan, FederatedData, Split, gather_rows
 from fedlib.models.groups import param_groups
 
@@ -52,7 +55,9 @@ def run_round(run: Run, t: int) -> Round:
     if alg.local_update is None:
         trained = run.executor.train(run.model, start, plan, data.train, local, anchor=anchor if local.mu else None)
     else:  # a method's own client procedure (pFedMe, SCAFFOLD, ...), built from executor.train calls
-        work = ClientWork(run.executor, run.model, start, anchor, plan, data.train, state, tr, local, alg.shared)
+        work = ClientWork(
+            run.executor, run.model, start, anchor, plan, data.train, state, tr, local, run.val, run.rng, alg.shared
+        )
         trained = alg.local_update(work)
     for name, v in trained.items():
         state.client_params[name][tr] = v
@@ -144,7 +149,8 @@ def simulate(
     if evaluation is None:
         evaluation = Evaluation()
         given.append(evaluation)
-    run = Run(alg, data, model, executor, rounds, seed, schedule)
+    data, held = method_validation(alg, data)
+    run = Run(alg, data, model, executor, rounds, seed, schedule, val=data.val if data.val is not None else held)
     run.callbacks = [*declared_traces(alg, model, data.n_clients, rounds), *given]
     for name, v in (client_init or {}).items():
         if alg.shared(name):  # the server would overwrite it: a shared parameter has one initial value
@@ -172,6 +178,40 @@ def simulate(
     accs, losses = np.array(evaluation.accs), np.array(evaluation.losses)
     return RunResult(evaluation.frame(), accs, losses, data.test.sizes.cpu().numpy(), state=run.state, traces=traces,
                      meta=meta)  # fmt: skip
+
+
+def method_validation(alg: Algorithm, data: FederatedData) -> tuple[FederatedData, Split | None]:
+    """(data, held): where the method's client procedure needs validation rows (``Algorithm.validation`` > 0) and
+    the data holds none out (``val_frac`` = 0), each client's ``floor(validation * n_i)`` training rows (at most
+    n_i - 1) leave ``data.train`` and are returned as ``held``; otherwise ``data`` as it is and None.
+
+    The rows are drawn as ``holdout.validation_split`` draws a validation split, from a fixed seed
+    (``HELD_SEED``), not the run's: every run on the same data holds out the same rows, so the runs of a seed grid
+    compare on one validation set, and runs batched together (``fedlib.runs.batching``) share one training split
+    and merge their training calls (the split is made once per data object and fraction: a copy of the training
+    rows beside the caller's data, while that lives). They are the method's rows, not the data config's protocol:
+    no ``val_*`` columns evaluate them."""
+    if alg.validation <= 0 or data.val is not None:
+        return data, None
+    key = (id(data), alg.validation)
+    with _HELD_LOCK:
+        if key not in _HELD or _HELD[key][0]() is not data:
+            cut, dev = holdout.validation_split(data, alg.validation, HELD_SEED), data.train.x.device
+            assert cut.val is not None  # validation > 0
+            _HELD[key] = (
+                weakref.ref(data),
+                dataclasses.replace(cut, train=cut.train.to(dev), val=None),
+                cut.val.to(dev),
+            )
+            weakref.finalize(data, _HELD.pop, key, None)  # the split goes when its data does
+        _, kept, held = _HELD[key]
+    return kept, held
+
+
+HELD_SEED = 0  # the seed of the rows ``method_validation`` holds out (``holdout.validation_split``'s draw)
+# (data, fraction) -> the split made for it, while the data object lives
+_HELD: dict[tuple[int, float], tuple[weakref.ref, FederatedData, Split]] = {}
+_HELD_LOCK = threading.Lock()
 
 
 def finite(*params: Params) -> bool:

@@ -164,9 +164,14 @@ class ClientWork:
     """What a method's client procedure (``Algorithm.local_update``) is handed for the round's K training clients:
     their indices ``clients``, the models they ``start`` from and their proximal ``anchor`` (name -> (K, ...)),
     their rows of ``plan`` on ``split``, the run's ``state`` and ``local``, the round's optimiser (the schedule's
-    lr of the round applied: the one lr every client procedure steps with). ``shared``: which parameter names
-    travel to the server (``Algorithm.shared``, the model's local groups resolved), for client procedures whose
-    own terms concern only what the server aggregates (FedDyn's linear term)."""
+    lr of the round applied: the one lr every client procedure steps with).
+
+    ``val``: every client's validation rows (N clients; a procedure takes its clients' with
+    ``fedlib.data.holdout.rows_of``): the data's validation split (``val_frac``) where it has one, else the rows the
+    engine held out of training for a method that asks for them (``Algorithm.validation``); None when neither.
+    ``rng``: the run's random stream (the one selection draws from, snapshotted with the run), for a procedure that
+    draws (FedFomo's exploration): what it draws is then part of the run's seeded sequence and a resumed run draws
+    it again. ``shared``: which parameter names travel (``Algorithm.shared``, local groups resolved)."""
 
     executor: Executor
     model: nn.Module
@@ -177,7 +182,9 @@ class ClientWork:
     state: State
     clients: torch.Tensor
     local: LocalSGD
-    shared: Callable[[str], bool] = field(default=all_shared)
+    val: Split | None = None
+    rng: np.random.Generator | None = None
+    shared: Callable[[str], bool] = all_shared
 
     def train(self, params: Params, plan: BatchPlan | None = None, opt: LocalSGD | None = None, **kw: Any) -> Params:
         """``executor.train`` of ``params`` on the round's split, with the round's plan and optimiser unless given."""
@@ -216,7 +223,11 @@ class Algorithm:
     parameter groups (``fedlib.models.groups.param_groups``) that never leave the client; the engine turns
     them into ``shared`` for the model at hand. ``server_step(global, mean, state) -> new global``: a
     server optimiser taking the uploads' mean as its pseudo-gradient target (FedAvgM, FedAdam); it keeps
-    its own tensors in ``state.extra`` under its method's key, so snapshots carry them. ``traces``: what the
+    its own tensors in ``state.extra`` under its method's key, so snapshots carry them. ``validation``: the
+    fraction of each client's training rows the method's client procedure needs as validation rows when the data
+    holds none out (``val_frac`` = 0): the engine moves them out of the training split before the first round
+    (``simulation.method_validation``: the same rows for every run on the data) and hands them to the procedure
+    as ``ClientWork.val`` (FedFomo weighs other clients' models on them); 0: none. ``traces``: what the
     method records for the result beyond every run's ``selected`` (``"attention"``: the personalisation weights of
     aggregators that send each uploader its own model, FedMCSA and HeurFedAMP); only runs that declare a trace
     pay for recording it.
@@ -239,10 +250,13 @@ class Algorithm:
     local_groups: tuple[str, ...] = ()  # parameter groups the method keeps on the clients (FedBN: ("bn",))
     server_step: ServerStep | None = None  # (global, mean of uploads, state) -> new global (FedAvgM, FedAdam)
     traces: tuple[str, ...] = ()  # records beyond 'selected' ("attention": FedMCSA's, HeurFedAMP's weights)
+    validation: float = 0.0  # training rows held out for the client procedure where the data has no val split
 
     def __post_init__(self) -> None:
         if self.aggregate is None:
             raise ValueError(f"Algorithm {self.name!r} needs an aggregate stage")
+        if not 0 <= self.validation < 1:
+            raise ValueError(f"Algorithm.validation={self.validation!r} must be in [0, 1)")
         for attr, allowed in (
             ("trains", ("selected", "all")),
             ("start", ("global", "personal")),

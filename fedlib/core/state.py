@@ -195,7 +195,9 @@ class Run:
     """What a running ``simulate`` carries from round to round besides the stages: the ``State``, the random
     streams (selection ``rng``, mini-batches ``gen``, evaluation batches ``eval_gen``, seeded from ``seed``), the
     callbacks, when it started (``t0``; a resumed run's is moved back by the time already spent) and the round it
-    starts after (``done``: 0, or a snapshot's round). ``state_dict()`` is tensors and plain data."""
+    starts after (``done``: 0, or a snapshot's round). ``state_dict()`` is tensors and plain data. ``val``: the
+    validation rows client procedures read (``ClientWork.val``): the data's own split, or those ``simulate`` held
+    out of training for the method (``Algorithm.validation``)."""
 
     alg: Algorithm
     data: FederatedData
@@ -205,6 +207,7 @@ class Run:
     seed: int
     schedule: Schedule
     callbacks: list[Callback] = field(default_factory=list)
+    val: Split | None = None
 
     def __post_init__(self) -> None:
         self.state = init_state(self.model, self.data.n_clients)

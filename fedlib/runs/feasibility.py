@@ -144,7 +144,8 @@ def estimate(cfg) -> dict[str, float]:
     client's model, ``STATE_COPIES`` of it, and ``PERSONAL_COPIES`` more where the method keeps personal models),
     'training' (each client that trains: the method's ``trains``, all N for FedMCSA or pFedMe), 'data' (the data set
     at its load, ``DATA_LOAD_COPIES`` of its float32 arrays, a copy in the run's dtype where that differs, and the
-    padded evaluation blocks; feature-shift data: one copy of ``DATA``'s bound), 'plan', 'records'. It errs high:
+    padded evaluation blocks; feature-shift data: one copy of ``DATA``'s bound; one more in the run's dtype where the
+    method holds validation rows out of training, ``Algorithm.validation``), 'plan', 'records'. It errs high:
     the measured peaks of ``tests/test_memory_estimate.py`` lie between a third of it and all of it; its parts are
     summed, though the data's load copies are freed before the models are built (the allocator keeps them,
     ``fedlib.runs.malloc``, and the run reuses them)."""
@@ -162,6 +163,8 @@ def estimate(cfg) -> dict[str, float]:
     held = 4 * DATA_LOAD_COPIES + (b if b != 4 else 0) + b * PAD_WASTE * evaluated
     if d.dataset in DOMAINS:  # ``DATA`` counts every domain's whole training set: a bound many times what loads
         held = b
+    if alg.validation > 0 and d.val_frac == 0:  # the training split the method's held-out rows leave (FedFomo)
+        held += b
     return {
         "clients": n * params * b * (STATE_COPIES + PERSONAL_COPIES * personal),
         "training": trainers * (params * TRAIN_COPIES + cfg.local.batch_size * acts * ACTIVATION_COPIES) * b,
