@@ -62,11 +62,12 @@ def run_round(run: Run, t: int) -> Round:
     plan = _to(plan, dev)
     run.lap("plan")
     trained: Params = {}  # stays empty where every selected client dropped out of a method that trains only them
-    if len(trainers) and alg.local_update is None:
-        trained = run.executor.train(run.model, start, plan, data.train, local, anchor=anchor if local.mu else None)
-    elif len(trainers):  # a method's own client procedure (pFedMe, SCAFFOLD, ...), built from executor.train calls
-        work = ClientWork(run.executor, run.model, start, anchor, plan, data.train, state, tr, local)
-        trained = alg.local_update(work)
+    if len(trainers):
+        if alg.local_update is None:
+            trained = run.executor.train(run.model, start, plan, data.train, local, anchor=anchor if local.mu else None)
+        else:  # a method's own client procedure (pFedMe, SCAFFOLD, ...), built from executor.train calls
+            work = ClientWork(run.executor, run.model, start, anchor, plan, data.train, state, tr, local)
+            trained = alg.local_update(work)
     for name, v in trained.items():
         state.client_params[name][tr] = v
     state.fresh[tr] = False
