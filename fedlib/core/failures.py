@@ -2,15 +2,15 @@
 share straggles (finishes only part of its local work).
 
 The federated-learning literature's "systems heterogeneity" (Li et al., "Federated Optimization in Heterogeneous
-Networks" (FedProx), MLSys 2020, Sec. 5.2: a given share of the selected devices are stragglers that take fewer
-local steps; Wang et al., "Tackling the Objective Inconsistency Problem in Heterogeneous Federated Optimization"
+Networks" (FedProx), MLSys 2020, whose experiments make a given share of each round's selected devices stragglers
+that do fewer local updates; Wang et al., "Tackling the Objective Inconsistency Problem in Heterogeneous Federated Optimization"
 (FedNova), NeurIPS 2020: clients that take different numbers of local steps) as options of a run:
 
 - ``dropout``: the share of the round's m selected clients that upload nothing;
 - ``stragglers``: the share of them that upload after only part of their local work;
 - ``work``: the share of its local steps a straggler completes (``RunConfig.straggler_work``).
 
-How many. As FedProx's code picks its stragglers, a fixed count a round, not a coin per client:
+How many. As FedProx's experiments pick their stragglers, a fixed count a round, not a coin per client:
 round-half-up(dropout * m) clients drop and round-half-up(stragglers * m) of the others straggle (at most the
 m - dropped left), so the shares hold every round and the recorded counts are known in advance. With few clients a
 round the rounding is coarse: dropout = 0.3 of m = 1 drops nobody, dropout = 0.5 of m = 1 drops the one client
@@ -56,7 +56,7 @@ FAILURE_STREAM = 4  # the failures' stream of (seed, t); 3 is the new clients' f
 
 
 def share_of(share: float, m: int) -> int:
-    """round-half-up(share * m), float noise removed first (0.15 * 10 is 1.4999999999999998, which rounds to 2), as
+    """round-half-up(share * m), float noise removed first (0.29 * 50 is 14.499999999999998, which rounds to 15), as
     ``selection.clients_for`` rounds a fraction."""
     return math.floor(round(share * m, 9) + 0.5)
 

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from fedlib.core.callbacks import Callback
 
 # per-round columns, in order; *_mean are unweighted client means, the rest sample-weighted
-# gm_*: the global model's accuracy, for methods that evaluate personalised models but also keep one (pFedMe's GM)
+# gm_*: the global model's accuracy, for methods that evaluate personalised models but also keep one (pFedMe's GM);
+# selected: the clients the round selected, uploads: the models uploaded so far (fewer where selected clients drop out)
 COLUMNS = (
     "round",
     "test_acc",
