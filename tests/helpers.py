@@ -30,9 +30,10 @@ def shared_data_root():
 
 def simulate_with(alg, data, model, executor, rounds, *, local_steps=20, local_epochs=None, batch_size=20, seed=0,
                   eval_every=1, eval_train=False, progress=True, desc="", on_round=None, lr_decay=1.0,
-                  checkpoint=None, stop=None, client_init=None):  # fmt: skip
+                  checkpoint=None, stop=None, client_init=None, failures=None):  # fmt: skip
     """``simulate`` with the callbacks ``fedlib.runs.train`` hands a run (``run_callbacks``: snapshots, the per-round
-    ``on_round``, the evaluation, the progress bar and Ctrl-C), its schedule from the keywords."""
+    ``on_round``, the evaluation, the progress bar and Ctrl-C), its schedule from the keywords (``failures``: a
+    ``fedlib.core.failures.Failures``, None for none)."""
     from fedlib.core.simulation import simulate
     from fedlib.core.state import Schedule
     from fedlib.runs.train import run_callbacks
@@ -40,6 +41,8 @@ def simulate_with(alg, data, model, executor, rounds, *, local_steps=20, local_e
     with run_callbacks(rounds, checkpoint=checkpoint, stop=stop, on_round=on_round, eval_every=eval_every,
                        eval_train=eval_train, progress=progress, desc=desc) as callbacks:  # fmt: skip
         schedule = Schedule(local_steps, local_epochs, batch_size, lr_decay)
+        if failures is not None:
+            schedule = Schedule(local_steps, local_epochs, batch_size, lr_decay, failures)
         return simulate(alg, data, model, executor, schedule, rounds=rounds, seed=seed, callbacks=callbacks,
                         client_init=client_init)  # fmt: skip
 

@@ -330,6 +330,28 @@ class SelectionConfig(Part):
         doc="how a candidate's loss is measured: pow-d, on all its training data (the paper's cpow-d and rpow-d "
         "are not implemented)",
     )
+    dropout: float = option(
+        0.0,
+        ge=0,
+        lt=1,
+        doc="share of each round's selected clients that drop out: no work, no upload (clients failing, not a "
+        "model's dropout layers; fedlib.core.failures)",
+    )
+    stragglers: float = option(
+        0.0,
+        ge=0,
+        le=1,
+        doc="share of each round's selected clients that straggle: they upload after straggler_work of their local "
+        "steps (fedlib.core.failures)",
+    )
+    straggler_work: float = option(
+        0.5,
+        gt=0,
+        le=1,
+        when=lambda s: s.stragglers > 0,
+        when_doc="stragglers > 0",
+        doc="share of its local steps a straggler completes: ceil(straggler_work * R) of its R",
+    )
 
     def check(self, where: str | None = None, rename: Callable[[str], str] | None = None) -> None:
         if isinstance(self.rule, str) and self.rule not in RULES:  # a preset is expanded on construction
@@ -353,6 +375,11 @@ class SelectionConfig(Part):
                 raise ValueError(
                     "RunConfig: fraction_schedule replaces clients_per_round and fraction; set both to None"
                 )
+        if round(self.dropout + self.stragglers, 9) > 1:
+            raise ValueError(
+                f"RunConfig: dropout={self.dropout} + stragglers={self.stragglers} must be at most 1: both are shares "
+                "of the same selected clients, and a client that drops out does not straggle"
+            )
         d, m = self.poc_candidates, self.clients_per_round
         if self.rule == "power_of_choice" and d is not None and m is not None and d < m:
             raise ValueError(

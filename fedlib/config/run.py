@@ -4,7 +4,8 @@
       data:      DataConfig       data set, partition, clients, data seed, the data set's own options
       model:     ModelConfig      registry name, hidden widths (checked against the model), pFedLA attention
       local:     LocalConfig      local optimisation: lr and its schedule, momentum, weight decay, steps/epochs, batch
-      selection: SelectionConfig  uniform or AdaFL attention; clients per round, fraction or fraction schedule
+      selection: SelectionConfig  uniform or AdaFL attention; clients per round, fraction or fraction schedule;
+                                  the selected clients that drop out or straggle
       method:    MethodOptions    the method's own options, a class each algorithm module defines and registers
       rounds, seed, executor, device, dtype, eval_every, eval_train
 
@@ -251,6 +252,11 @@ class RunConfig(Part):
         if not m.SELECTS and (s.rule != "uniform" or s.fraction_schedule is not None):
             raise ValueError(
                 f"RunConfig: algorithm={m.NAME!r} selects no clients, so selection and fraction_schedule do not apply"
+            )
+        if not m.SELECTS and (s.dropout or s.stragglers):
+            raise ValueError(
+                f"RunConfig: algorithm={m.NAME!r} selects no clients, so dropout and stragglers (shares of the "
+                "selected clients) do not apply"
             )
         if not m.SGD_EXTRAS:
             extra = [k for k in ("momentum", "weight_decay") if getattr(self.local, k)]

@@ -22,8 +22,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from fedlib.core import metrics as M
+from fedlib.core.failures import Failures
 from fedlib.core.stages import Algorithm
-from fedlib.core.state import COLUMNS, NEW_COLUMNS, VAL_COLUMNS, Round, Run, State, evaluation_params
+from fedlib.core.state import COLUMNS, FAILURE_COLUMNS, NEW_COLUMNS, VAL_COLUMNS, Round, Run, State, evaluation_params
 from fedlib.data.federated import FederatedData, sample_epochs
 from fedlib.models.local_attention import hybrid_logits
 
@@ -78,7 +79,10 @@ class OnRound(Callback):
 class Evaluation(Callback):
     """Per-round metrics (``COLUMNS``) and per-client accuracies and losses, every ``every`` rounds and the last;
     with the evaluation protocols' columns where the run's data holds them out (``fedlib.data.holdout``):
-    ``VAL_COLUMNS`` (every client's evaluated model on its validation rows) and ``NEW_COLUMNS`` (``new_clients``)."""
+    ``VAL_COLUMNS`` (every client's evaluated model on its validation rows) and ``NEW_COLUMNS`` (``new_clients``);
+    and ``FAILURE_COLUMNS`` where clients fail (``fedlib.core.failures``): ``selected`` counts the clients the round
+    selected, ``dropped`` those of them that uploaded nothing, ``straggled`` those that uploaded part of their work,
+    and ``uploads`` the models uploaded so far."""
 
     every: int = 1
     train: bool = False
@@ -94,15 +98,17 @@ class Evaluation(Callback):
         self.init = {n: t.detach().clone() for n, t in run.model.state_dict().items()}
 
     def after_round(self, run: Run, out: Round) -> None:
-        self.uploads += len(out.selected)
+        self.uploads += len(out.selected)  # the uploaders (the dropped clients are apart: ``Round.dropped``)
         if out.t % self.every and out.t != run.rounds and run.diverged_at != out.t:
             return
         run.lap("other")  # the callbacks before this one (traces)
         alg, state = run.alg, run.state
         if alg.before_eval is not None:
             alg.before_eval(run.executor, run.model, state, run.data.train, run.eval_gen)
-        row = _evaluate_round(alg, state, run.data, run.model, out.t, len(out.selected), self.uploads, self.train,
-                              run.t0, run.executor.evaluate)  # fmt: skip
+        row = _evaluate_round(alg, state, run.data, run.model, out.t, len(out.selected) + len(out.dropped),
+                              self.uploads, self.train, run.t0, run.executor.evaluate)  # fmt: skip
+        if run.schedule.failures.on:
+            row.update(dropped=len(out.dropped), straggled=len(out.stragglers))
         if run.data.new_clients is not None:
             row.update(new_clients(run, out.t, self.init, self.finetune_epochs))
         if not np.isfinite(row["test_loss"]) or (self.train and not np.isfinite(row["train_loss"])):
@@ -121,7 +127,7 @@ class Evaluation(Callback):
         return r["test_acc"] if not np.isnan(r["test_acc"]) else r["global_test_acc"]
 
     def frame(self) -> pd.DataFrame:
-        extra = [c for c in (*VAL_COLUMNS, *NEW_COLUMNS) if self.rows and c in self.rows[0]]
+        extra = [c for c in (*VAL_COLUMNS, *NEW_COLUMNS, *FAILURE_COLUMNS) if self.rows and c in self.rows[0]]
         return pd.DataFrame(self.rows, columns=[*COLUMNS, *extra])
 
     def state_dict(self) -> dict:
@@ -155,8 +161,9 @@ class ProgressBar(Callback):
 
 @dataclass
 class SelectionTrace(Callback):
-    """'selected' (rounds x N, bool: uploaded in round t) for every run, and whatever the selection stage traces
-    (AdaFL: 'selection_scores', a^(t), from which round t drew its clients)."""
+    """'selected' (rounds x N, bool: selected in round t; where clients fail, those that uploaded and those that
+    dropped out, ``FailureTrace``) for every run, and whatever the selection stage traces (AdaFL: 'selection_scores',
+    a^(t), from which round t drew its clients)."""
 
     n: int = 0
     rounds: int = 0
@@ -168,6 +175,7 @@ class SelectionTrace(Callback):
 
     def after_round(self, run: Run, out: Round) -> None:
         self.selected[out.t - 1, out.selected] = True
+        self.selected[out.t - 1, out.dropped] = True
 
     def traces(self, run: Run) -> dict:
         select = run.alg.select
@@ -178,6 +186,52 @@ class SelectionTrace(Callback):
 
     def load_state_dict(self, d: dict) -> None:
         self.selected = d["selected"]
+
+
+@dataclass
+class FailureTrace(Callback):
+    """Where clients fail (``fedlib.core.failures``): 'dropped' and 'straggled' (rounds x N, bool: of round t's
+    selected clients, those that uploaded nothing and those that uploaded part of their work), and in the meta
+    ``failures``, the run's options and totals (``dropped``, ``straggled``, ``rounds_without_uploads``)."""
+
+    failures: Failures
+    n: int = 0
+    rounds: int = 0
+    dropped: np.ndarray = field(init=False)
+    straggled: np.ndarray = field(init=False)
+    empty: int = 0  # rounds whose every selected client dropped out
+    key: ClassVar[str] = "failures"
+
+    def __post_init__(self) -> None:
+        self.dropped = np.zeros((self.rounds, self.n), dtype=bool)
+        self.straggled = np.zeros((self.rounds, self.n), dtype=bool)
+
+    def after_round(self, run: Run, out: Round) -> None:
+        self.dropped[out.t - 1, out.dropped] = True
+        self.straggled[out.t - 1, out.stragglers] = True
+        self.empty += bool(len(out.dropped) and not len(out.selected))
+
+    def traces(self, run: Run) -> dict:
+        return {"dropped": self.dropped, "straggled": self.straggled}
+
+    def meta(self) -> dict:
+        f = self.failures
+        return {
+            "failures": {
+                "dropout": f.dropout,
+                "stragglers": f.stragglers,
+                "straggler_work": f.work,
+                "dropped": int(self.dropped.sum()),
+                "straggled": int(self.straggled.sum()),
+                "rounds_without_uploads": self.empty,
+            }
+        }
+
+    def state_dict(self) -> dict:
+        return {"dropped": self.dropped, "straggled": self.straggled, "empty": self.empty}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.dropped, self.straggled, self.empty = d["dropped"], d["straggled"], int(d["empty"])
 
 
 @dataclass
@@ -337,11 +391,15 @@ def new_clients(run: Run, t: int, init: dict, epochs: int) -> dict:
     return out
 
 
-def declared_traces(alg: Algorithm, model: nn.Module, n_clients: int, rounds: int) -> list[Callback]:
-    """The trace callbacks a run records: 'selected' (and the selection stage's own) for every run, the attention
-    weights where the method declares them (``Algorithm.traces``), pFedLA_h's hybrid weights where the model has
-    hybrid slots."""
+def declared_traces(
+    alg: Algorithm, model: nn.Module, n_clients: int, rounds: int, failures: Failures | None = None
+) -> list[Callback]:
+    """The trace callbacks a run records: 'selected' (and the selection stage's own) for every run, the failed
+    clients where clients can fail (``failures``), the attention weights where the method declares them
+    (``Algorithm.traces``), pFedLA_h's hybrid weights where the model has hybrid slots."""
     out: list[Callback] = [SelectionTrace(n_clients, rounds)]
+    if failures is not None and failures.on:
+        out.append(FailureTrace(failures, n_clients, rounds))
     if "attention" in alg.traces:
         out.append(AttentionTrace(n_clients, rounds))
     logits = hybrid_logits(model)

@@ -19,8 +19,9 @@ import torch
 from torch import nn
 
 from fedlib.core.callbacks import Callback, Evaluation, declared_traces
+from fedlib.core.failures import NONE, RoundFailures, truncate
 from fedlib.core.protocols import Executor
-from fedlib.core.stages import Algorithm, ClientWork, Params, keep_local, mix
+from fedlib.core.stages import Algorithm, ClientWork, Mixing, Params, keep_local, mix
 from fedlib.core.state import Round, Run, RunResult, Schedule, moved, start_models
 from fedlib.data import holdout
 from fedlib.data.federated import BatchPlan, FederatedData, Split, gather_rows
@@ -29,6 +30,9 @@ from fedlib.models.groups import param_groups
 
 def run_round(run: Run, t: int) -> Round:
     """Round t: select -> start models -> local training -> aggregate -> let the selection stage observe.
+
+    Failures (``run.schedule.failures``, ``fedlib.core.failures``): the selected clients that drop out do no work (no
+    training, no upload); the others' uploads are aggregated and observed; the stragglers train on their cut plan.
 
     The lr schedule is applied here and only here: every client procedure receives the round's optimiser
     (``local``, with eta_t = eta * lr_decay^(t-1)) and steps with its lr."""
@@ -46,42 +50,53 @@ def run_round(run: Run, t: int) -> Round:
     else:
         sel = np.asarray(select.select(t, n, run.rng))
     run.lap("selection")
-    trainers = sel if alg.trains == "selected" else np.arange(n)
+    failures = run.schedule.failures
+    fail = failures.draw(run.seed, t, sel) if failures.on else NONE
+    trainers = drawn_for = sel if alg.trains == "selected" else np.arange(n)
+    uploaders = sel
+    if len(fail.dropped):  # a dropped client does no work at all: it neither trains nor uploads
+        trainers, uploaders = trainers[~np.isin(trainers, fail.dropped)], sel[~np.isin(sel, fail.dropped)]
     tr = torch.as_tensor(trainers, device=dev)
     start, anchor = start_models(alg, state, tr)
     run.lap("start")
-    plan = _to(run.schedule.plan(run.layout, torch.as_tensor(trainers), alg.batches_per_step, run.gen), dev)
+    plan = run.schedule.plan(run.layout, torch.as_tensor(drawn_for), alg.batches_per_step, run.gen)
+    if fail is not NONE:  # drawn for every selected client as without failures, so the others' batches stay theirs
+        plan = _failed(plan, drawn_for, trainers, fail, failures.work, alg.batches_per_step)
+    plan = _to(plan, dev)
     run.lap("plan")
-    if alg.local_update is None:
-        trained = run.executor.train(run.model, start, plan, data.train, local, anchor=anchor if local.mu else None)
-    else:  # a method's own client procedure (pFedMe, SCAFFOLD, ...), built from executor.train calls
-        work = ClientWork(
-            run.executor, run.model, start, anchor, plan, data.train, state, tr, local, run.val, run.rng, alg.shared
-        )
-        trained = alg.local_update(work)
+    trained: Params = {}  # stays empty where every selected client dropped out of a method that trains only them
+    if len(trainers):
+        if alg.local_update is None:
+            trained = run.executor.train(run.model, start, plan, data.train, local, anchor=anchor if local.mu else None)
+        else:  # a method's own client procedure (pFedMe, SCAFFOLD, ...), built from executor.train calls
+            work = ClientWork(
+                run.executor, run.model, start, anchor, plan, data.train, state, tr, local, run.val, run.rng, alg.shared
+            )
+            trained = alg.local_update(work)
     for name, v in trained.items():
         state.client_params[name][tr] = v
     state.fresh[tr] = False
     run.lap("training")
-    pos = torch.as_tensor(np.searchsorted(trainers, sel), device=dev)  # the selected clients' uploads:
+    pos = torch.as_tensor(np.searchsorted(trainers, uploaders), device=dev)  # the uploaders' rows of ``trained``:
     up = {k: v[pos] for k, v in trained.items() if alg.shared(k) and v.is_floating_point()}  # shared tensors only
-    mixing = aggregate(up, run.n_train[torch.as_tensor(sel)], sel)
+    # no upload (every selected client dropped): the server does nothing, the global model stays
+    mixing = aggregate(up, run.n_train[torch.as_tensor(uploaders)], uploaders) if len(uploaders) else Mixing()
     if mixing.to_global is not None:  # w <- (1 - beta) w + beta sum_k p_k w_k   (beta = 1: FedAvg; pFedMe's beta)
         mean = {k: v[0] for k, v in mix(mixing.to_global.to(dev).unsqueeze(0), up).items()}
         if alg.server_step is not None:  # a server optimiser (FedAvgM, FedAdam) steps on parameters only
             mean.update(alg.server_step(*_stepped(run.model, state.global_params, mean), state))
         for k, v in mean.items():
             state.global_params[k] = v if mixing.beta == 1 else torch.lerp(state.global_params[k], v, mixing.beta)
-    sel_t = torch.as_tensor(sel, device=dev)
+    sel_t = torch.as_tensor(uploaders, device=dev)
     if mixing.to_personal is not None:
         for k, v in mix(moved(mixing.to_personal, dev), up).items():
             state.sent[k][sel_t] = v
         state.fresh[sel_t] = True
-    if select.observes:  # AdaFL: d_i = ||w^(t+1) - w_i^(t)|| against what the server made of the uploads
+    if select.observes and len(uploaders):  # AdaFL: d_i = ||w^(t+1) - w_i^(t)|| against what the server made of them
         ref = {k: state.sent[k][sel_t] if mixing.to_personal is not None else state.global_params[k] for k in up}
-        select.observe(sel, up, ref)
+        select.observe(uploaders, up, ref)
     run.lap("aggregation")
-    return Round(t, sel, mixing, up)
+    return Round(t, uploaders, mixing, up, fail.dropped, fail.stragglers)
 
 
 def start_losses(run: Run, clients: np.ndarray) -> np.ndarray:
@@ -151,7 +166,7 @@ def simulate(
         given.append(evaluation)
     data, held = method_validation(alg, data)
     run = Run(alg, data, model, executor, rounds, seed, schedule, val=data.val if data.val is not None else held)
-    run.callbacks = [*declared_traces(alg, model, data.n_clients, rounds), *given]
+    run.callbacks = [*declared_traces(alg, model, data.n_clients, rounds, schedule.failures), *given]
     for name, v in (client_init or {}).items():
         if alg.shared(name):  # the server would overwrite it: a shared parameter has one initial value
             raise ValueError(f"client_init names {name!r}, a parameter the clients share; only local ones may differ")
@@ -222,6 +237,17 @@ def finite(*params: Params) -> bool:
     write a bool tensor of every value first, several times slower on a CPU."""
     ends = [e for p in params for v in p.values() if v.is_floating_point() and v.numel() for e in (v.amax(), v.amin())]
     return bool(torch.isfinite(torch.stack(ends)).all()) if ends else True
+
+
+def _failed(
+    plan: BatchPlan, drawn_for: np.ndarray, trainers: np.ndarray, fail: RoundFailures, work: float, per: int
+) -> BatchPlan:
+    """The round's plan (drawn for ``drawn_for``) for its ``trainers``: the dropped clients' columns set aside, the
+    stragglers' steps cut to their share ``work`` (``failures.truncate``; ``per``: mini-batches a local step takes)."""
+    keep = ~np.isin(drawn_for, fail.dropped)
+    if not keep.all():
+        plan = plan.clients(torch.as_tensor(np.flatnonzero(keep)))
+    return truncate(plan, np.flatnonzero(np.isin(trainers, fail.stragglers)), work, per)
 
 
 def _to(plan: BatchPlan, dev: torch.device) -> BatchPlan:

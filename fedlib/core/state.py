@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from fedlib.core import metrics as M
+from fedlib.core.failures import Failures
 from fedlib.core.protocols import Executor
 from fedlib.core.stages import Algorithm, Mixing, Params
 from fedlib.data.federated import BatchPlan, FederatedData, Split, sample_epochs, sample_steps
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
     from fedlib.core.callbacks import Callback
 
 # per-round columns, in order; *_mean are unweighted client means, the rest sample-weighted
-# gm_*: the global model's accuracy, for methods that evaluate personalised models but also keep one (pFedMe's GM)
+# gm_*: the global model's accuracy, for methods that evaluate personalised models but also keep one (pFedMe's GM);
+# selected: the clients the round selected, uploads: the models uploaded so far (fewer where selected clients drop out)
 COLUMNS = (
     "round",
     "test_acc",
@@ -47,6 +49,9 @@ COLUMNS = (
 # trained, with the global model and after fine-tuning it (``fedlib.core.callbacks.NewClients``)
 VAL_COLUMNS = ("val_acc", "val_loss")
 NEW_COLUMNS = ("new_test_acc", "new_test_acc_mean", "new_ft_test_acc", "new_ft_test_acc_mean")
+# the failures' columns, after those in a run where clients fail (``Schedule.failures``, ``fedlib.core.failures``): of
+# the round's ``selected`` clients, how many uploaded nothing and how many uploaded part of their work
+FAILURE_COLUMNS = ("dropped", "straggled")
 
 
 @dataclass
@@ -72,7 +77,8 @@ class RunResult:
     client_n: np.ndarray
     meta: dict[str, Any] = field(default_factory=dict)
     config: object = None
-    # per-round traces (rounds x N): 'selected' (bool: uploaded this round) for every run, 'selection_scores'
+    # per-round traces (rounds x N): 'selected' (bool: selected this round; uploaded unless 'dropped') for every run,
+    # 'dropped' and 'straggled' (bool) where clients fail (``fedlib.core.failures``), 'selection_scores'
     # (AdaFL's a^(t), from which round t drew its clients) when the selection stage keeps scores; 'hybrid_weights' (N x slots x 3,
     # final round) for pFedLA_h models; 'attention' (windows x layers x N x N) and 'attention_layers' for
     # aggregators that send personalised models (FedMCSA, HeurFedAMP; see ``AttentionTrace``)
@@ -170,14 +176,16 @@ def evaluation_params(alg: Algorithm, state: State, which: str | None = None) ->
 
 @dataclass(frozen=True)
 class Schedule:
-    """How clients train each round: ``local_steps`` R (or ``local_epochs`` E) of ``batch_size``, and the lr
+    """How clients train each round: ``local_steps`` R (or ``local_epochs`` E) of ``batch_size``, the lr
     schedule eta_t = eta * lr_decay^(t-1) (AdaFL's CIFAR-10 decays 0.99 a round), applied by ``run_round`` to the
-    optimiser every method receives."""
+    optimiser every method receives, and which selected clients drop out or straggle (``failures``: none by
+    default; ``fedlib.core.failures``)."""
 
     local_steps: int | None = 20
     local_epochs: int | None = None
     batch_size: int = 20
     lr_decay: float = 1.0
+    failures: Failures = Failures()
 
     def plan(self, layout: Split, clients: torch.Tensor, batches_per_step: int, gen: torch.Generator) -> BatchPlan:
         if self.local_epochs is not None:
@@ -247,12 +255,16 @@ class Run:
 
 @dataclass
 class Round:
-    """One round's outcome: who uploaded, what the server made of it, and the uploads themselves."""
+    """One round's outcome: who uploaded (``selected``: the uploads' and the mixing's order), what the server made of
+    it, the uploads themselves, and the selected clients that failed (``fedlib.core.failures``): ``dropped`` (selected,
+    uploaded nothing) and ``stragglers`` (among ``selected``: uploaded part of their work)."""
 
     t: int
     selected: np.ndarray
     mixing: Mixing
     uploads: Params
+    dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    stragglers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def moved(obj: Any, dev: torch.device | str) -> Any:

@@ -31,7 +31,7 @@ import pandas as pd
 
 from fedlib import plotting
 from fedlib.config.run import RunConfig
-from fedlib.core.state import COLUMNS, NEW_COLUMNS, VAL_COLUMNS, RunResult
+from fedlib.core.state import COLUMNS, FAILURE_COLUMNS, NEW_COLUMNS, VAL_COLUMNS, RunResult
 from fedlib.runs.store import Store
 
 if TYPE_CHECKING:
@@ -90,10 +90,14 @@ def curves(frame: pd.DataFrame, metric: str = "test_acc", by=None, title: str = 
     frame holds, raised before anything is drawn."""
     if frame.empty:
         raise ValueError("nothing to plot: none of these runs is stored (train them first, e.g. fedlib.run_grid)")
-    metrics = [c for c in frame.columns if c in (*COLUMNS, *VAL_COLUMNS, *NEW_COLUMNS) and c != "round"]
+    metrics = [
+        c for c in frame.columns if c in (*COLUMNS, *VAL_COLUMNS, *NEW_COLUMNS, *FAILURE_COLUMNS) and c != "round"
+    ]
     if not isinstance(metric, str) or metric not in metrics:
         raise ValueError(f"metric={metric!r} is not a metrics column; one of: {', '.join(metrics)}")
-    fields = [c for c in frame.columns if c not in (*COLUMNS, *VAL_COLUMNS, *NEW_COLUMNS) and c != "key"]
+    fields = [
+        c for c in frame.columns if c not in (*COLUMNS, *VAL_COLUMNS, *NEW_COLUMNS, *FAILURE_COLUMNS) and c != "key"
+    ]
     if by is None:
         by = [c for c in fields if c != "seed" and frame[c].nunique(dropna=False) > 1] or ["algorithm"]
     names = [by] if isinstance(by, str) else list(by) if isinstance(by, (list, tuple)) else None

@@ -4,7 +4,8 @@ Layout of ``<root>/<key>/``:
     config.json   the full RunConfig
     metrics.csv   one row per evaluated round (``fedlib.core.state.COLUMNS``), a tidy table
     clients.npz   per-client test accuracy (float32) and loss (float16) per evaluated round, client test sizes,
-                  and the per-round traces (``trace_selected``, ``trace_selection_scores``; see ``RunResult.traces``)
+                  and the per-round traces (``trace_selected``, ``trace_selection_scores``, ``trace_dropped``, ...;
+                  see ``RunResult.traces``)
     meta.json     package versions, git commit, device, wall time, date (and ``resumed``: where a run was continued;
                   ``diverged_at``: the round a diverged run stopped at)
     manifest.json written last: each file's size and SHA-256, and the number of metrics rows
@@ -25,7 +26,8 @@ and meta (``diverged_at`` a round of the run), and its structure and numbers: re
 device), the metrics rows its config's rounds and ``eval_every`` give, per-client arrays of matching shape and
 non-negative integer test sizes, every accuracy in [0, 1] and NaN only where a run leaves it undefined, and every
 metric that comes from a stored array recomputed from it (``fedlib.runs.stored``: test_acc / test_acc_mean from the
-per-client accuracies, test_loss from the per-client losses, selected and uploads from the selection trace).
+per-client accuracies, test_loss from the per-client losses, selected and uploads from the selection trace, and,
+where clients fail, dropped and straggled from their traces).
 So a truncated, edited, swapped or half-copied run is never shown as a result: ``load`` warns naming its path, key
 and what is wrong and returns None, ``has`` is False (the next grid retrains it) and ``save`` moves the damaged
 folder to ``_damaged/`` (kept for inspection) before storing the new one. A run without a manifest is *unsealed*:

@@ -25,7 +25,7 @@ import pandas as pd
 
 from fedlib.config.parts import DataConfig, ModelConfig
 from fedlib.config.run import RunConfig, from_dict
-from fedlib.core.state import COLUMNS, NEW_COLUMNS, VAL_COLUMNS, RunResult
+from fedlib.core.state import COLUMNS, FAILURE_COLUMNS, NEW_COLUMNS, VAL_COLUMNS, RunResult
 from fedlib.runs import nofollow
 
 FILES = ("config.json", "metrics.csv", "clients.npz", "meta.json")
@@ -175,6 +175,11 @@ def read_run(folder: Path, key: str | None = None, unsealed: bool = False) -> Ru
     extra = [c for c in (*VAL_COLUMNS, *NEW_COLUMNS) if c in metrics.columns and c not in protocols]
     if extra:
         raise bad(f"metrics.csv has columns {', '.join(extra)}, which its config holds out no data for")
+    fails = cfg.selection.dropout > 0 or cfg.selection.stragglers > 0  # clients fail (``fedlib.core.failures``)
+    odd = [c for c in FAILURE_COLUMNS if (c in metrics.columns) != fails]
+    if odd:
+        raise bad(f"metrics.csv {'lacks' if fails else 'has'} columns {', '.join(odd)} (dropout="
+                  f"{cfg.selection.dropout}, stragglers={cfg.selection.stragglers})")  # fmt: skip
     if "val_loss" in metrics.columns and (metrics["val_loss"].to_numpy(np.float64) < 0).any():
         raise bad("metrics.csv val_loss holds negative values (a cross-entropy is >= 0)")
     want = expected_rounds(cfg, diverged_at)
@@ -206,7 +211,10 @@ def read_run(folder: Path, key: str | None = None, unsealed: bool = False) -> Ru
         raise bad(f"clients.npz acc is {stored_acc.dtype}, not floating point")
     diverged = np.array(want) == diverged_at
     _check_accuracies(bad, metrics, acc, stored_acc, n, diverged)
-    _check_derived(bad, metrics, loss, n, traces.get("selected"), np.array(want), diverged)
+    if fails:
+        _check_failures(bad, metrics, traces, np.array(want))
+    dropped = traces.get("dropped") if fails else None
+    _check_derived(bad, metrics, loss, n, traces.get("selected"), np.array(want), diverged, dropped)
     if files is None:
         if not unsealed:
             raise UnsealedRun(
@@ -254,10 +262,11 @@ def _check_accuracies(bad, metrics, acc, stored, n, diverged) -> None:
             raise bad(f"metrics.csv {c} in round {t} is {got:.6g}, its per-client accuracies give {want:.6g}")
 
 
-def _check_derived(bad, metrics, loss, n, selected, rounds, diverged) -> None:
+def _check_derived(bad, metrics, loss, n, selected, rounds, diverged, dropped=None) -> None:
     """The other metrics that come from stored arrays, recomputed (``fedlib.core.callbacks._evaluate_round``):
     test_loss is the test-size-weighted mean of the per-client losses (0 where no client has test data), selected
-    the clients marked in the selection trace in that round, uploads their running sum over every round. The
+    the clients marked in the selection trace in that round, uploads their running sum over every round (less the
+    ``dropped`` ones, where clients fail: they uploaded nothing). The
     per-client losses are float16 (each off by at most 2**-11 relative), the metric %.6g: a genuine run's two
     differ by at most 4.9e-4 + 5e-6 relative; twice that is allowed (the committed runs use up to 0.46 of it). A
     round whose weighted loss overflows float16 (inf) is not checked, nor the round a run diverged at. The counts
@@ -282,12 +291,32 @@ def _check_derived(bad, metrics, loss, n, selected, rounds, diverged) -> None:
     if selected.dtype != np.bool_ or selected.ndim != 2 or selected.shape[0] < rounds[-1]:
         raise bad(f"clients.npz trace_selected is {selected.dtype} {selected.shape}, not rounds x clients booleans")
     per_round = selected.sum(1)
-    for col, want_n in (("selected", per_round[rounds - 1]), ("uploads", np.cumsum(per_round)[rounds - 1])):
+    uploaded = per_round if dropped is None else per_round - dropped.sum(1)
+    for col, want_n in (("selected", per_round[rounds - 1]), ("uploads", np.cumsum(uploaded)[rounds - 1])):
         got = metrics[col].to_numpy(np.float64)
         off = got != want_n
         if off.any():
             i = int(np.flatnonzero(off)[0])
             raise bad(f"metrics.csv {col} in round {rounds[i]} is {got[i]:.6g}, its selection trace gives {want_n[i]}")
+
+
+def _check_failures(bad, metrics, traces, rounds) -> None:
+    """A run whose clients fail (``fedlib.core.failures``): its 'dropped' and 'straggled' traces are rounds x clients
+    booleans marking selected clients only, none both, and its dropped and straggled columns count them; uploads
+    (``_check_derived`` read the selected ones) are the selected less the dropped, summed over the rounds."""
+    selected = traces.get("selected")
+    marks = {k: traces.get(k) for k in ("dropped", "straggled")}
+    for k, m in marks.items():
+        if m is None or selected is None or m.dtype != np.bool_ or m.shape != selected.shape:
+            raise bad(f"clients.npz trace_{k} is missing or not rounds x clients booleans like trace_selected")
+        if (m & ~selected).any():
+            raise bad(f"clients.npz trace_{k} marks clients its round did not select")
+        got, want_n = metrics[k].to_numpy(np.float64), m.sum(1)[rounds - 1]
+        if (got != want_n).any():
+            i = int(np.flatnonzero(got != want_n)[0])
+            raise bad(f"metrics.csv {k} in round {rounds[i]} is {got[i]:.6g}, its trace_{k} gives {want_n[i]}")
+    if (marks["dropped"] & marks["straggled"]).any():
+        raise bad("clients.npz marks a client both dropped and straggled in one round")
 
 
 def _unregistered(cfg: RunConfig) -> str:

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from fedlib.algorithms import build_algorithm
 from fedlib.config.run import RunConfig
 from fedlib.core.callbacks import Callback, Evaluation, OnRound, ProgressBar
+from fedlib.core.failures import Failures
 from fedlib.core.simulation import simulate
 from fedlib.core.state import RunResult, Schedule
 from fedlib.data import load_federated
@@ -131,8 +132,9 @@ def train(
     )
     t0 = time.perf_counter()
     tick = together.tick if together is not None else worker.rounds.tick if worker.rounds is not None else None
-    loc = cfg.local
-    schedule = Schedule(loc.local_steps, loc.local_epochs, loc.batch_size, loc.lr_decay)
+    loc, sel = cfg.local, cfg.selection
+    failures = Failures(sel.dropout, sel.stragglers, sel.straggler_work)
+    schedule = Schedule(loc.local_steps, loc.local_epochs, loc.batch_size, loc.lr_decay, failures)
     with threads_module.computing(threads, device, since) as chosen:
         watch = [threads_module.LoadWatch()] if chosen["threads_by"] == "fedlib" and together is None else []
         with run_callbacks(cfg.rounds, checkpoint=checkpoint, stop=together.stop if together is not None else None,
@@ -153,6 +155,8 @@ def train(
         result.meta["resumed"] = resumed
     if together is not None:  # trained as one model with others (wall_seconds: the batch's, shared)
         result.meta["batched"] = together.runs
+    if "failures" in simulated:  # the selected clients that failed, in total (core.callbacks.FailureTrace)
+        result.meta["failures"] = simulated["failures"]
     if "attention_trace" in simulated:  # why the run keeps no attention trace (core.callbacks.AttentionTrace)
         result.meta["attention_trace"] = simulated["attention_trace"]
     if data.new_ids:  # the clients new_client_frac held out (fedlib.data.holdout), by their index in the data set
