@@ -52,7 +52,7 @@ def run_round(run: Run, t: int) -> Round:
     if alg.local_update is None:
         trained = run.executor.train(run.model, start, plan, data.train, local, anchor=anchor if local.mu else None)
     else:  # a method's own client procedure (pFedMe, SCAFFOLD, ...), built from executor.train calls
-        work = ClientWork(run.executor, run.model, start, anchor, plan, data.train, state, tr, local)
+        work = ClientWork(run.executor, run.model, start, anchor, plan, data.train, state, tr, local, run.gen)
         trained = alg.local_update(work)
     for name, v in trained.items():
         state.client_params[name][tr] = v

@@ -72,6 +72,13 @@ class MethodState(Mapping):
     def personal(self) -> Params:
         raise NotImplementedError(f"{type(self).__name__} holds no personal models")
 
+    def personal_given(self, global_view: Params) -> Params:
+        """The personal models evaluated, given the clients' view of the current global model (``global_view``:
+        name -> (N, ...), the global model's shared parameters beside each client's local ones, possibly expanded
+        views): for methods whose personal model is made from the global one (APFL's alpha_i v_i + (1 - alpha_i) w).
+        By default ``personal()``, which needs no global model."""
+        return self.personal()
+
     def __getitem__(self, key: str) -> torch.Tensor:
         return self.state_dict()[key]
 
@@ -164,7 +171,9 @@ class ClientWork:
     """What a method's client procedure (``Algorithm.local_update``) is handed for the round's K training clients:
     their indices ``clients``, the models they ``start`` from and their proximal ``anchor`` (name -> (K, ...)),
     their rows of ``plan`` on ``split``, the run's ``state`` and ``local``, the round's optimiser (the schedule's
-    lr of the round applied: the one lr every client procedure steps with)."""
+    lr of the round applied: the one lr every client procedure steps with). ``gen``: the run's mini-batch stream
+    (the one ``plan`` was drawn from), for a procedure that draws samples of its own (FedALA's s% of local data);
+    snapshots save it, so a resumed run draws the same ones. None where a caller builds the work by hand."""
 
     executor: Executor
     model: nn.Module
@@ -175,6 +184,7 @@ class ClientWork:
     state: State
     clients: torch.Tensor
     local: LocalSGD
+    gen: torch.Generator | None = None
 
     def train(self, params: Params, plan: BatchPlan | None = None, opt: LocalSGD | None = None, **kw: Any) -> Params:
         """``executor.train`` of ``params`` on the round's split, with the round's plan and optimiser unless given."""
