@@ -38,6 +38,8 @@ Choices, read from the authors' code (``utils/ALA.py``, ``clientALA.py``) where 
   last one shorter) that every epoch of the round visits in the same order (the code's loader does not shuffle). The
   code takes a contiguous window of the stored rows at a random start, which samples the data's storage order (a
   partition that stores a client's rows by class would give it fewer classes); the paper says "randomly sample".
+  In a model with batch statistics (BatchNorm) a last batch of a single row (of several) is dropped: training mode
+  cannot normalise one row.
 - Every client's epoch ends at the same call (its batches placed at the epoch's last steps), so the losses of the
   convergence test are one evaluation for all clients; a client takes its batches in its own order either way.
 - A gradient at Theta^ on a batch is Theta^ - SGD(Theta^, lr=1), one step of ``executor.train``, so both executors
@@ -88,7 +90,9 @@ class ALASample:
 
     @staticmethod
     def draw(split: Split, clients: torch.Tensor, which: torch.Tensor, percent: float, batch: int,
-             gen: torch.Generator) -> ALASample:  # fmt: skip
+             gen: torch.Generator, no_single: bool = False) -> ALASample:  # fmt: skip
+        """``no_single``: a sample whose last batch would hold one row of several drops that row (BatchNorm cannot
+        take a batch of one in training mode)."""
         sizes, offsets = split.sizes.cpu()[clients.cpu()], split.offsets.cpu()[clients.cpu()]
         k = len(clients)
         rows: list[torch.Tensor | None] = [None] * k
@@ -96,6 +100,8 @@ class ALASample:
             if bool(which[j]) and int(sizes[j]) > 0:
                 n = int(sizes[j])
                 m = max(1, int(percent / 100 * n))
+                if no_single and m > 1 and m % batch == 1:
+                    m -= 1
                 rows[j] = offsets[j] + torch.randperm(n, generator=gen)[:m]
         nb = [0 if r is None else -(-len(r) // batch) for r in rows]
         steps = max(nb, default=0)
@@ -186,7 +192,8 @@ class FedALAClient:
         diff = {n: work.start[n] - own[n] for n in own}  # Theta - Theta_i (0 where the engine keeps n local)
         if work.gen is None:
             raise ValueError("FedALA draws its s% samples from the run's stream: ClientWork.gen is None")
-        sample = ALASample.draw(work.split, work.clients, ala, self.percent, self.batch_size, work.gen)
+        has_stats = any(True for _ in work.model.buffers())
+        sample = ALASample.draw(work.split, work.clients, ala, self.percent, self.batch_size, work.gen, has_stats)
         losses: list[list[float]] = [[] for _ in range(len(ala))]
         live = ala.clone()
         for _ in range(self.max_epochs if bool(first.any()) else 1):
