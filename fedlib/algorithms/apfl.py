@@ -111,8 +111,10 @@ class APFLClient:
             probed = work.train(vbar, one, _PROBE)
             g = {n: vbar[n] - probed[n] for n in vbar if n in params}  # grad f_i(vbar_i; xi)
             if a_lr:  # d f(vbar) / d alpha = <v - w, grad f(vbar)>, from the values before the step
-                da = sum(((v[n] - w[n]) * g[n]).reshape(len(a), -1).sum(1) for n in g)
-                a_next = (a - a_lr * da.to(a.dtype)).clamp(0.0, 1.0)
+                da = torch.zeros_like(a)
+                for n in g:
+                    da = da + ((v[n] - w[n]) * g[n]).reshape(len(a), -1).sum(1).to(a.dtype)
+                a_next = (a - a_lr * da).clamp(0.0, 1.0)
             else:
                 a_next = a
             moved = None if plan.active is None else plan.active[r]
