@@ -41,7 +41,8 @@ Choices, read from the authors' code (``utils/ALA.py``, ``clientALA.py``) where 
   In a model with batch statistics (BatchNorm) a last batch of a single row (of several) is dropped: training mode
   cannot normalise one row.
 - Every client's epoch ends at the same call (its batches placed at the epoch's last steps), so the losses of the
-  convergence test are one evaluation for all clients; a client takes its batches in its own order either way.
+  convergence test are one evaluation for all clients; a client takes its batches in its own order either way. Each
+  W step is one call for the clients that have a batch at that step, and only them.
 - A gradient at Theta^ on a batch is Theta^ - SGD(Theta^, lr=1), one step of ``executor.train``, so both executors
   and batched runs learn W (the float64 executors agree to 1e-10: tested); W itself never enters a model.
 ``ala_eta = 0`` leaves W at ones: every client starts from the global model and FedALA is FedAvg (tested).
@@ -125,10 +126,12 @@ class ALASample:
     def steps(self) -> int:
         return self.index.shape[0]
 
-    def step(self, s: int, live: torch.Tensor) -> BatchPlan:
-        """Step s as a one-step plan, for the ``live`` clients only."""
-        sl = slice(s, s + 1)
-        return BatchPlan(self.index[sl], self.weight[sl], self.active[sl] & live[None, :])
+    def step(self, s: int, live: torch.Tensor) -> tuple[torch.Tensor, BatchPlan]:
+        """(the clients that take step s: ``live`` ones with a batch there, their one-step plan). The plan holds only
+        them, every one stepping (no mask), so the stacked executor runs its plain path."""
+        idx = (self.active[s] & live).nonzero().flatten()
+        w = self.weight[s : s + 1, idx]
+        return idx, BatchPlan(self.index[s : s + 1, idx], None if bool((w > 0).all()) else w)
 
     def last_batches(self, split: Split, live: torch.Tensor) -> Split:
         """Each ``live`` client's last batch (the epoch's last step) as a split of K clients (others: no rows)."""
@@ -200,12 +203,18 @@ class FedALAClient:
             if not bool(live.any()):
                 break
             for s in range(sample.steps):
-                model = {**work.start, **self.mixed(own, work.start, W, ala)}
-                if s == sample.steps - 1 and bool((live & first).any()):
-                    self.record(losses, work, model, sample.last_batches(work.split, live & first), live & first)
-                probed = work.train(model, sample.step(s, live), _PROBE)
+                if s == sample.steps - 1 and bool((live & first).any()):  # the epoch's last batch: its loss
+                    full = {**work.start, **self.mixed(own, work.start, W, ala)}
+                    self.record(losses, work, full, sample.last_batches(work.split, live & first), live & first)
+                idx, plan = sample.step(s, live)
+                if not len(idx):
+                    continue
+                Wj = {n: t[idx] for n, t in W.items()}
+                model = {n: t[idx] for n, t in work.start.items()}
+                model.update({n: torch.lerp(own[n][idx], model[n], Wj[n]) for n in W})  # Theta^ (ALA clients only)
+                probed = work.train(model, plan, _PROBE)
                 for n in W:  # grad wrt W = grad wrt Theta^ * (Theta - Theta_i)
-                    W[n] = (W[n] - self.eta * (model[n] - probed[n]) * diff[n]).clamp(0.0, 1.0)
+                    W[n][idx] = (Wj[n] - self.eta * (model[n] - probed[n]) * diff[n][idx]).clamp(0.0, 1.0)
             live = live & first
             for j in live.nonzero().flatten().tolist():
                 recent = losses[j][-self.window :]
