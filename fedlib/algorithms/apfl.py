@@ -2,7 +2,7 @@
 
 Each client i keeps, beside its copy w_i of the global model, a local model v_i and a mixing weight alpha_i in
 [0, 1]; its personalised model is vbar_i = alpha_i v_i + (1 - alpha_i) w_i. Every local step (Algorithm 1, with the
-adaptive alpha of Section 3), on one mini-batch xi shared by the three updates and from the values before the step:
+paper's adaptive update of alpha), on one mini-batch xi shared by the three updates, from the values before the step:
     w_i     <- w_i - eta grad f_i(w_i; xi)
     v_i     <- v_i - eta grad_v f_i(vbar_i; xi)  =  v_i - eta alpha_i grad f_i(vbar_i; xi)
     alpha_i <- clip(alpha_i - eta_alpha <v_i - w_i, grad f_i(vbar_i; xi)>, 0, 1)
@@ -17,8 +17,8 @@ Paper symbols -> ``RunConfig`` / state:
                                              update; 0 keeps alpha fixed at ``apfl_alpha`` (APFL with a fixed alpha)
     tau (synchronisation gap)             -> ``local_steps`` (or ``local_epochs``), B -> ``batch_size``
 Evaluated (``test_acc``): each client's vbar_i = alpha_i v_i + (1 - alpha_i) w with w the current global model
-(the model a client holds once it has received the round's average: Algorithm 1's personalised output mixes v_i with
-the synchronised w); the global model beside it (``gm_*`` columns).
+(the model a client holds once it has received the round's average); the global model beside it (``gm_*``
+columns).
 
 Choices, against the authors' code (FedTorch, ``train_and_validate_federated_apfl``):
 - vbar_i mixes the *parameters*, as the paper defines it; the code mixes the two models' outputs,
@@ -26,9 +26,9 @@ Choices, against the authors' code (FedTorch, ``train_and_validate_federated_apf
   (MLR).
 - alpha_i steps every local step, by the paper's update; the code steps it once a round (at the first batch) and adds
   0.02 alpha to its gradient, a penalty the paper does not have.
-- Its default start value is the code's (``fed_personal_alpha = 0.5``; the code keeps alpha fixed unless
-  ``fed_adaptive_alpha`` is set, which ``apfl_alpha_lr=0`` reproduces). The value the paper's adaptive runs start
-  from could not be checked against its text here; set ``apfl_alpha`` to compare.
+- The start value is the code's default (``fed_personal_alpha = 0.5``; by default the code also keeps alpha fixed,
+  ``fed_adaptive_alpha`` off, which is ``apfl_alpha_lr=0`` here). The value the paper's adaptive runs start from
+  could not be checked against its text here; set ``apfl_alpha`` to compare.
 - v_i starts at the initial model (every client's, as the code copies its model) and only the selected clients
   update v_i and alpha_i (the code's online clients).
 - A gradient at p on a batch is p - SGD(p, lr=1) on that batch, one step of ``executor.train`` (as Per-FedAvg), so
@@ -39,7 +39,8 @@ Choices, against the authors' code (FedTorch, ``train_and_validate_federated_apf
   (FedBN's BN, pFedLA's attention) are the client's own in w_i, as in every method.
 - A client past the end of its epochs (``local_epochs`` on unequal clients) takes no step: its gradient probe does
   not move, so v_i and alpha_i stay too.
-alpha = 0 with ``apfl_alpha_lr=0`` is FedAvg exactly, the personal models the global one (tested).
+alpha = 0 with ``apfl_alpha_lr=0`` trains FedAvg's models exactly, and its personal models are the global one
+(tested).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ and training; the global model is reported beside it (``gm_*``).
 Paper symbols -> ``RunConfig``: p -> ``ala_layers``, eta -> ``ala_eta``, s -> ``ala_rand_percent``, the start phase's
 convergence test -> ``ala_threshold`` over ``ala_window`` losses (the code's ``threshold``, ``num_pre_loss``), capped
 at ``ala_max_epochs``; the local learning rate and epochs -> ``lr``, ``local_epochs`` (or ``local_steps``); the
-ALA batch -> ``batch_size``.
+ALA batch -> ``batch_size``. Defaults: the code's (eta 1.0, s 80, ``layer_idx`` 2, threshold 0.1, 10 losses).
 
 Choices, read from the authors' code (``utils/ALA.py``, ``clientALA.py``) where the paper leaves them open:
 - "Layers" are parameter tensors counted from the output end, as the code's ``layer_idx`` (its default 2: the last
