@@ -327,3 +327,31 @@ def test_fedala_executors_agree_on_w_over_epochs():
 def test_bad_options_are_refused_before_training(change, message):
     with pytest.raises(ValueError, match=message):
         RunConfig(**change).validate()
+
+
+def test_fedala_sample_is_s_percent_of_each_clients_rows_in_right_aligned_batches():
+    """floor(s/100 n_i) distinct rows of client i (at least one), cut into batches of B placed at the epoch's last
+    steps, the last batch short (padding weighted 0); with batch statistics a last batch of one row is dropped;
+    clients not in ALA have no batch."""
+    from fedlib.algorithms.fedala import ALASample
+
+    data = small_synthetic(n_clients=4, rows=80)  # 60 training rows each
+    sizes, offsets = data.train.sizes.tolist(), data.train.offsets.tolist()
+    which = torch.tensor([True, True, False, True])
+    s = ALASample.draw(data.train, torch.arange(4), which, 50.0, 7, torch.Generator().manual_seed(0))
+    assert s.steps == 5 and not s.active[:, 2].any()  # 30 rows: 4 batches of 7 and one of 2
+    for j in (0, 1, 3):
+        real = s.weight[:, j] > 0
+        rows = s.index[:, j][real]
+        assert len(rows) == len(set(rows.tolist())) == sizes[j] // 2
+        assert all(offsets[j] <= r < offsets[j] + sizes[j] for r in rows.tolist())
+        assert s.active[:, j].tolist() == [True] * 5 and real.sum(1).tolist() == [7, 7, 7, 7, 2]
+    other = ALASample.draw(data.train, torch.arange(4), which, 50.0, 7, torch.Generator().manual_seed(1))
+    assert not torch.equal(other.index, s.index)  # drawn, not the first rows
+    bn = ALASample.draw(data.train, torch.arange(4), which, 50.0, 29, torch.Generator().manual_seed(0), True)
+    assert (bn.weight > 0).sum((0, 2)).tolist() == [29, 29, 0, 29]  # 30 = 29 + 1: the single row dropped
+    short = ALASample.draw(data.train, torch.arange(4), which, 0.5, 7, torch.Generator().manual_seed(0))
+    assert (short.weight > 0).sum((0, 2)).tolist() == [1, 1, 0, 1] and short.steps == 1  # at least one row
+    two = _two_clients()  # 1 and 3 rows: client 0's one batch is the epoch's last step
+    aligned = ALASample.draw(two.train, torch.arange(2), torch.tensor([True, True]), 100.0, 1, torch.Generator())
+    assert aligned.active.tolist() == [[False, True], [False, True], [True, True]]
