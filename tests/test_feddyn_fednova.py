@@ -278,8 +278,8 @@ def test_fednova_with_equal_steps_is_fedavg_exactly(executor):
     assert _same_models(avg, nova) and np.array_equal(avg.metrics.test_loss, nova.metrics.test_loss)
     mom = base.replace(momentum=0.5)
     avg = _dnn_run(mom, data, executor)
-    assert _same_models(avg, _dnn_run(mom.replace(algorithm="fednova", nova_tau_eff="normalizer"), data, executor))
-    assert not _same_models(avg, _dnn_run(mom.replace(algorithm="fednova"), data, executor))
+    assert _same_models(avg, _dnn_run(mom.replace(algorithm="fednova"), data, executor))  # 'normalizer', the default
+    assert not _same_models(avg, _dnn_run(mom.replace(algorithm="fednova", nova_tau_eff="steps"), data, executor))
 
 
 def test_fednova_differs_from_fedavg_when_steps_differ():

@@ -11,7 +11,10 @@ must stay constant:
 - pFedMe (and pFedMe+MCSA): the inner problem's K steps, ``LocalSGD(lr=personal_lr, mu=lam)`` (eta_p);
 - Per-FedAvg (FO and HF): the gradient probes, one step of ``LocalSGD(lr=1)`` (grad f(p) = p - SGD(p, lr=1)),
   after each alpha step (FO: one; HF: three, the gradient and the Hessian-free pair); and the one adaptation step
-  before each evaluation, which steps with the configured alpha (``AdaptBeforeEval``), outside the round.
+  before each evaluation, which steps with the configured alpha (``AdaptBeforeEval``), outside the round;
+- APFL: each local step's gradient probe at the personal mixture (``LocalSGD(lr=1)``), before the step of w;
+- FedALA: the probes that learn the aggregation weights W (``LocalSGD(lr=1)``), before the round's one training
+  call.
 """
 
 from __future__ import annotations
@@ -96,6 +99,16 @@ def test_every_training_call_steps_with_the_rounds_lr(algorithm):
                 want = _eta(t) if i % per == 0 else 1.0
                 assert lrs == pytest.approx((want,), rel=1e-15), f"{algorithm} round {t} call {i}: {lrs}, not {want}"
                 scheduled += i % per == 0
+        elif algorithm in ("apfl", "fedala"):  # gradient probes (lr = 1) beside the round's steps
+            for i, (_, _, lrs, mu, steps) in enumerate(training):
+                if algorithm == "apfl":  # per local step: the probe at vbar_i, then w's step
+                    want = _eta(t) if i % 2 else 1.0
+                else:  # the W probes, then the one training call
+                    want = _eta(t) if i == len(training) - 1 else 1.0
+                assert mu == 0 and (steps == 1 or want != 1.0), f"{algorithm} round {t} call {i}: {steps}, mu={mu}"
+                assert lrs == pytest.approx((want,), rel=1e-15), f"{algorithm} round {t} call {i}: {lrs}, not {want}"
+                scheduled += want != 1.0
+            assert algorithm == "fedala" or len(training) == 2 * 4, f"{algorithm} round {t}: {len(training)} calls"
         else:
             for i, (_, _, lrs, _, _) in enumerate(training):
                 assert lrs == pytest.approx((_eta(t),) * len(lrs), rel=1e-15), (

@@ -70,7 +70,19 @@ def run_round(run: Run, t: int) -> Round:
             trained = run.executor.train(run.model, start, plan, data.train, local, anchor=anchor if local.mu else None)
         else:  # a method's own client procedure (pFedMe, SCAFFOLD, ...), built from executor.train calls
             work = ClientWork(
-                run.executor, run.model, start, anchor, plan, data.train, state, tr, local, run.val, run.rng, alg.shared
+                run.executor,
+                run.model,
+                start,
+                anchor,
+                plan,
+                data.train,
+                state,
+                tr,
+                local,
+                run.val,
+                run.rng,
+                alg.shared,
+                run.gen,
             )
             trained = alg.local_update(work)
     for name, v in trained.items():

@@ -72,6 +72,13 @@ class MethodState(Mapping):
     def personal(self) -> Params:
         raise NotImplementedError(f"{type(self).__name__} holds no personal models")
 
+    def personal_given(self, global_view: Params) -> Params:
+        """The personal models evaluated, given the clients' view of the current global model (``global_view``:
+        name -> (N, ...), the global model's shared parameters beside each client's local ones, possibly expanded
+        views): for methods whose personal model is made from the global one (APFL's alpha_i v_i + (1 - alpha_i) w).
+        By default ``personal()``, which needs no global model."""
+        return self.personal()
+
     def __getitem__(self, key: str) -> torch.Tensor:
         return self.state_dict()[key]
 
@@ -171,7 +178,10 @@ class ClientWork:
     engine held out of training for a method that asks for them (``Algorithm.validation``); None when neither.
     ``rng``: the run's random stream (the one selection draws from, snapshotted with the run), for a procedure that
     draws (FedFomo's exploration): what it draws is then part of the run's seeded sequence and a resumed run draws
-    it again. ``shared``: which parameter names travel (``Algorithm.shared``, local groups resolved)."""
+    it again. ``shared``: which parameter names travel (``Algorithm.shared``, local groups resolved). ``gen``: the
+    run's mini-batch stream (the one ``plan`` was drawn from), for a procedure that draws samples of its own
+    (FedALA's s% of local data); snapshots save it, so a resumed run draws the same ones. None where a caller builds
+    the work by hand."""
 
     executor: Executor
     model: nn.Module
@@ -185,6 +195,7 @@ class ClientWork:
     val: Split | None = None
     rng: np.random.Generator | None = None
     shared: Callable[[str], bool] = all_shared
+    gen: torch.Generator | None = None
 
     def train(self, params: Params, plan: BatchPlan | None = None, opt: LocalSGD | None = None, **kw: Any) -> Params:
         """``executor.train`` of ``params`` on the round's split, with the round's plan and optimiser unless given."""

@@ -158,20 +158,28 @@ def start_models(alg: Algorithm, state: State, clients: torch.Tensor) -> tuple[P
 def evaluation_params(alg: Algorithm, state: State, which: str | None = None) -> tuple[Params, bool]:
     """(params, per_client) for evaluation: the global model (with each client's local parts) or the personal ones.
 
-    Personal models are the clients' own (``client_params``), or the ``personal()`` models of the method's state
-    (``alg.personal``) for methods that keep them apart from what they upload (pFedMe's theta_i).
+    Personal models are the clients' own (``client_params``), or the ``personal_given(global view)`` models of the
+    method's state (``alg.personal``) for methods that keep them apart from what they upload (pFedMe's theta_i) or make
+    them from the global model (APFL's mixture).
     """
     if (which or alg.evaluate) == "personal":
-        return (alg.personal.of(state).personal() if alg.personal else state.client_params), True
+        if alg.personal is None:
+            return state.client_params, True
+        return alg.personal.of(state).personal_given(_global_view(alg, state)), True
     if all(alg.shared(n) for n in state.client_params):
         return state.global_params, False
+    return _global_view(alg, state), True
+
+
+def _global_view(alg: Algorithm, state: State) -> Params:
+    """name -> (N, ...): the global model's shared parameters (expanded views) beside each client's local ones."""
     n_clients = next(iter(state.client_params.values())).shape[0]
     return {
         n: (
             state.global_params[n].unsqueeze(0).expand(n_clients, *state.global_params[n].shape) if alg.shared(n) else t
         )
         for n, t in state.client_params.items()
-    }, True
+    }
 
 
 @dataclass(frozen=True)
