@@ -210,7 +210,9 @@ def test_fedrod_refuses_heads_it_cannot_add_to():
         groups=("head",),
     )
     try:
-        with pytest.raises(ValueError, match="algorithm='fedrod'.*one nn.Linear.*model='deephead' declares 2: Sequential"):
+        with pytest.raises(
+            ValueError, match="algorithm='fedrod'.*one nn.Linear.*model='deephead' declares 2: Sequential"
+        ):
             RunConfig(model="deephead", algorithm="fedrod").validate()
     finally:
         unregister_model("deephead")

@@ -1,9 +1,9 @@
 """FedBABU: Oh, Kim, Yun, "FedBABU: Toward Enhanced Representation for Federated Image Classification", ICLR 2022.
 
-FedAvg over the body with the head frozen at its random initialisation (Algorithm 1: "the head is randomly
-initialized and never updated" during federated training; only the body is trained and aggregated), and
-personalisation by fine-tuning at evaluation time (Section 4: each client fine-tunes the global model on its own
-training data for tau_f epochs and is evaluated with the fine-tuned model). Paper symbols -> ``RunConfig``:
+FedAvg over the body with the head frozen at its random initialisation (the paper's abstract: during federated
+training "the head is randomly initialized and never updated"; only the body is trained and aggregated), and
+personalisation by fine-tuning at evaluation time (each client fine-tunes the global model on its own training data
+for tau_f epochs and is evaluated with the fine-tuned model). Paper symbols -> ``RunConfig``:
 theta_ext (the body) -> every parameter outside the model's declared ``head`` group, theta_cls (the head) -> the
 ``head`` group (``fedlib.models.groups.head``), tau (local epochs) -> ``local_epochs`` (or ``local_steps``), B ->
 ``batch_size``, eta -> ``lr``, tau_f (fine-tuning epochs) -> ``babu_finetune_epochs``.
@@ -25,14 +25,14 @@ Rules as implemented:
   ``batch_size`` from a random stream of its own (the training's stream is untouched, so fine-tuning changes no
   trained parameter, and a resumed run draws the same batches).
 
-Choices: the paper fine-tunes the whole network by default (its personalisation results; it fine-tunes the head
-alone as an ablation), hence ``babu_finetune="all"``; ``"head"`` tunes the head only, the body held constant. The
-paper fine-tunes 5 epochs in its main personalisation results: ``babu_finetune_epochs`` defaults to 5. Cost:
+Choices: the paper fine-tunes the whole network for its personalisation results, hence ``babu_finetune="all"``; ``"head"`` tunes the head only, the body held constant.
+``babu_finetune_epochs`` defaults to 5, the fine-tuning epochs of the paper's personalisation results (and of
+Flower's baseline of the paper, which fine-tunes the whole network with the training's optimiser, as here). Cost:
 fine-tuning is tau_f epochs of local training for every client (all N, not only the round's selected ones) at each
 evaluation, several rounds' worth of training when N is much larger than the clients per round; ``eval_every``
 evaluates (and fine-tunes) every k rounds only, and tau_f = 0 skips it. A frozen head takes no step at all: its
 gradient is cut and momentum buffers start at zero, but weight decay would still shrink it on the stacked executor
-(where the paper's frozen head, lr 0, stays put), so ``weight_decay`` is refused, as FedRep refuses it. A model whose
+(a head at lr 0, as Flower's baseline of the paper freezes it, stays put), so ``weight_decay`` is refused, as FedRep refuses it. A model whose
 only layer is its head (MLR) has no body to train: refused at validate (``fedper.check_split``).
 """
 
@@ -81,7 +81,9 @@ class FedBABU(MethodOptions):
         5, ge=0, le=1000, doc="tau_f: epochs each client fine-tunes the global model before evaluation (0: none)"
     )
     babu_finetune: str = option(
-        "all", choices=PARTS, doc="what the evaluation's fine-tuning trains: 'all' (the paper's) or 'head' (body frozen)"
+        "all",
+        choices=PARTS,
+        doc="what the evaluation's fine-tuning trains: 'all' (the paper's) or 'head' (body frozen)",
     )
 
     def check_with(self, cfg: RunSpec) -> None:

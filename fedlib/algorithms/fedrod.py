@@ -1,6 +1,6 @@
 """FedRoD: Chen, Chao, "On Bridging Generic and Personalized Federated Learning for Image Classification", ICLR 2022.
 
-Federated Robust Decoupling: one model, two predictors (Section 4). A shared body f(x; theta) and a generic head
+Federated Robust Decoupling: one model, two predictors. A shared body f(x; theta) and a generic head
 g(z; psi), trained on every client with the balanced risk and averaged, give the generic model; each client's
 personal head h(z; phi_m) on the same features, kept on the client and trained with its empirical risk on top of
 the generic predictor, gives the personal model, whose logits are g(z; psi) + h(z; phi_m). Paper symbols ->
@@ -15,7 +15,7 @@ Client m's loss on a mini-batch, one SGD step for all three parts:
 
 with ``log n_m`` the log of the client's training-label counts (its class prior up to a constant, which the
 softmax ignores; a class it lacks gets log 0 = -inf, so the generic head is not pushed away from it) and sg the
-stop-gradient: the balanced softmax (Ren et al. 2020's loss, the paper's choice of balanced risk, Section 4.2)
+stop-gradient: the balanced softmax (Ren et al. 2020's loss, the balanced risk of the paper's experiments)
 trains the body and the generic head, the cross-entropy of the summed logits trains the personal head alone, on the
 body's features detached from the body and the generic logits detached from their head. Server: FedAvg's
 sample-weighted mean of the bodies and generic heads.
@@ -117,7 +117,8 @@ class Wrapped:
         parent, _, leaf = path.rpartition(".")
         owner = module.get_submodule(parent) if parent else module
         setattr(owner, leaf, TwoHeads(getattr(owner, leaf)))
-        module.fedlib_kernel = "vmap" if next(module.buffers(), None) is None else "loop"
+        kernel = "vmap" if next(module.buffers(), None) is None else "loop"  # no longer a Linear chain
+        setattr(module, "fedlib_kernel", kernel)
         names = tuple(f"{path}.{p}" for p, _ in linear.named_parameters())
         return cls(module, path, names)
 
@@ -167,15 +168,11 @@ class FedRoDLoss(Objective):
 
 def label_counts(split: Split, n_classes: int) -> torch.Tensor:
     """(N, C) each client's rows of ``split`` per label."""
-    sizes = split.sizes.to(split.y.device)
-    rows = torch.cat(
-        [torch.arange(int(a), int(a) + int(k)) for a, k in zip(split.offsets.tolist(), split.sizes.tolist())]
-        or [torch.zeros(0, dtype=torch.long)]
-    ).to(split.y.device)
-    owner = torch.repeat_interleave(torch.arange(len(sizes), device=sizes.device), sizes)
-    counts = torch.zeros(len(sizes), n_classes, dtype=torch.float64, device=split.y.device)
-    counts.index_put_((owner, split.y[rows]), torch.ones(len(rows), dtype=torch.float64, device=rows.device), True)
-    return counts
+    offsets, sizes = split.offsets.tolist(), split.sizes.tolist()
+    counts = torch.zeros(len(sizes), n_classes, dtype=torch.float64)
+    for i, (a, k) in enumerate(zip(offsets, sizes)):
+        counts[i] = torch.bincount(split.y[a : a + k].cpu(), minlength=n_classes).to(torch.float64)
+    return counts.to(split.y.device)
 
 
 @dataclass
