@@ -13,6 +13,8 @@ from torch import nn
 from fedlib import RunConfig
 from fedlib.algorithms import build_algorithm
 from fedlib.algorithms.fedrod import FedRoDLoss, Wrapped, label_counts
+from fedlib.data.federated import FederatedData
+from fedlib.data.synthetic import synthetic
 from fedlib.executors import LoopExecutor, StackedExecutor
 from fedlib.models.groups import head
 from fedlib.models.registry import build_model, register_model, unregister_model
@@ -231,3 +233,28 @@ def test_a_model_that_is_its_head_alone_is_refused(algorithm):
     with pytest.raises(ValueError, match=f"algorithm='{algorithm}'.*model='mlr' as configured is its head alone"):
         RunConfig(model="mlr", algorithm=algorithm).validate()
     RunConfig(model="dnn", algorithm=algorithm).validate()
+
+
+@pytest.mark.parametrize("algorithm", ["fedbabu", "fedrod"])
+def test_epochs_of_unequal_clients_agree_on_both_executors(algorithm):
+    """Epoch plans of clients of unequal sizes (padded last batches, clients idle once their epochs are done: the
+    stacked executor's shrinking stacks, where FedRoD's label counts are handed to a reordered group of clients, and
+    FedBABU's fine-tuning plans): the two executors agree in float64."""
+    xs, ys = synthetic(n_clients=4, seed=0)
+    cut = [(x[:n], y[:n]) for x, y, n in zip(xs, ys, (20, 37, 54, 71))]
+    tr, te = [np.arange(int(0.75 * len(y))) for _, y in cut], [np.arange(int(0.75 * len(y)), len(y)) for _, y in cut]
+    data = FederatedData.from_clients("unequal", [x for x, _ in cut], [y for _, y in cut], tr, te, 10)
+    data = data.to("cpu", torch.float64)
+    assert len(set(data.train.sizes.tolist())) == 4
+    own = {"babu_finetune_epochs": 1} if algorithm == "fedbabu" else {}
+    cfg = RunConfig(n_clients=4, clients_per_round=3, rounds=3, local_epochs=2, batch_size=7, model="dnn",
+                    hidden=(5,), lr=LR, algorithm=algorithm, **own)  # fmt: skip
+    out = []
+    for executor in (StackedExecutor(), LoopExecutor()):
+        model = build_model("dnn", data.input_shape, 10, (5,), seed=0, dtype=torch.float64)
+        out.append(simulate_with(build_algorithm(cfg), data, model, executor, 3, local_steps=None, local_epochs=2,
+                                 batch_size=7, progress=False))  # fmt: skip
+    a, b = out
+    assert np.allclose(a.metrics.test_loss, b.metrics.test_loss, rtol=0, atol=1e-10)
+    assert np.allclose(a.client_loss, b.client_loss, rtol=0, atol=1e-10)
+    assert np.array_equal(a.metrics.gm_test_acc, b.metrics.gm_test_acc)
