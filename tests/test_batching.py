@@ -41,7 +41,7 @@ def _together(cfgs, data, **kw):
     return outs, gang
 
 
-OWN_OBJECTIVE = {"fedmix", "naivemix"}
+OWN_OBJECTIVE = {"fedmix", "naivemix", "fedrod"}  # per-client context: FedMix's means, FedRoD's label counts
 # the number of training calls is each run's own: FedALA learns its weights W until each client's loss settles
 OWN_CALLS = {"fedala"}
 
@@ -70,6 +70,10 @@ def test_batched_runs_equal_their_solo_runs(algorithm, dtype):
         assert merged == calls
     elif algorithm in OWN_CALLS:  # the calls the runs share merge, the rest run alone
         assert merged < calls
+    elif build_algorithm(cfgs[0]).finetune is not None:  # FedBABU: each round's training merges 4 -> 1, and the
+        # evaluation's fine-tuning (epochs of unequal clients: plans with idle steps, on which the CPU merges only
+        # runs of one optimiser, ``batching._train_key``) 4 -> 2, the run of another lr alone
+        assert merged * 8 == calls * 3
     else:
         assert merged * len(cfgs) == calls  # the four runs' training really ran as one call, other lr included
     calls, merged = gang.merged["evaluate"]

@@ -117,6 +117,10 @@ def test_every_training_call_steps_with_the_rounds_lr(algorithm):
                 scheduled += 1
         if algorithm.startswith("perfedavg"):  # the adaptation before evaluation: alpha as configured
             assert [c[2] for c in other] == [(LR,)], f"{algorithm} round {t}: {other}"
+        elif build_algorithm(cfg).finetune is not None:  # FedBABU's fine-tuning before evaluation: the round's lr
+            assert [(c[2], c[3]) for c in other] == [(pytest.approx((_eta(t),), rel=1e-15), 0.0)], (
+                f"{algorithm} round {t}: {other}"
+            )
         else:
             assert not other, f"{algorithm} round {t}: train calls outside the training stage: {other}"
     assert algorithm.startswith("pfedme") or scheduled >= ROUNDS

@@ -23,9 +23,9 @@ from tqdm.auto import tqdm
 
 from fedlib.core import metrics as M
 from fedlib.core.failures import Failures
-from fedlib.core.stages import Algorithm
+from fedlib.core.stages import Algorithm, Params
 from fedlib.core.state import COLUMNS, FAILURE_COLUMNS, NEW_COLUMNS, VAL_COLUMNS, Round, Run, State, evaluation_params
-from fedlib.data.federated import FederatedData, sample_epochs
+from fedlib.data.federated import FederatedData, Split, sample_epochs
 from fedlib.models.local_attention import hybrid_logits
 
 # the attention trace's cap (``AttentionTrace``: windows x (layers + 1) x N x N float64); above it the run keeps none
@@ -105,8 +105,9 @@ class Evaluation(Callback):
         alg, state = run.alg, run.state
         if alg.before_eval is not None:
             alg.before_eval(run.executor, run.model, state, run.data.train, run.eval_gen)
+        tuned = None if alg.finetune is None else finetuned_clients(run, out.t)
         row = _evaluate_round(alg, state, run.data, run.model, out.t, len(out.selected) + len(out.dropped),
-                              self.uploads, self.train, run.t0, run.executor.evaluate)  # fmt: skip
+                              self.uploads, self.train, run.t0, run.executor.evaluate, tuned)  # fmt: skip
         if run.schedule.failures.on:
             row.update(dropped=len(out.dropped), straggled=len(out.stragglers))
         if run.data.new_clients is not None:
@@ -314,8 +315,11 @@ class AttentionTrace(Callback):
 
 
 def _evaluate_round(alg: Algorithm, state: State, data: FederatedData, model: nn.Module, t: int, n_sel: int,
-                    uploads: int, eval_train: bool, t0: float, evaluate: Callable) -> dict:  # fmt: skip
-    params, per_client = evaluation_params(alg, state)
+                    uploads: int, eval_train: bool, t0: float, evaluate: Callable,
+                    tuned: Params | None = None) -> dict:  # fmt: skip
+    """One evaluation row; ``tuned``: every client's own model (N, ...) evaluated in place of the method's evaluated
+    models (``Algorithm.finetune``: the clients' fine-tuned copies of the global model)."""
+    params, per_client = evaluation_params(alg, state) if tuned is None else (tuned, True)
     correct, loss, cnt = evaluate(model, params, data.test, per_client)
     with np.errstate(invalid="ignore", divide="ignore"):
         acc, client_loss = correct / cnt, loss / cnt
@@ -369,7 +373,7 @@ def new_clients(run: Run, t: int, init: dict, epochs: int) -> dict:
     column compares what the methods' global models give). Its mini-batches are drawn from a stream of (seed, t)
     of its own, so the training's stream is untouched and a resumed run draws the same ones."""
     alg, state, new, dev = run.alg, run.state, run.data.new_clients, run.data.train.x.device
-    assert new is not None and alg.local is not None  # ``build_algorithm`` sets the local stage
+    assert new is not None
     k = new.n_clients
     one = {n: state.global_params[n] if alg.shared(n) else init[n].to(dev) for n in state.global_params}
     start = {n: v.unsqueeze(0).expand(k, *v.shape).clone() for n, v in one.items()}
@@ -377,18 +381,48 @@ def new_clients(run: Run, t: int, init: dict, epochs: int) -> dict:
     out = {}
     for name, params in (("new_test_acc", one if shared else start), ("new_ft_test_acc", None)):
         if params is None:
-            entropy = np.random.SeedSequence((run.seed, t, 3)).generate_state(2, np.uint64)
-            gen = torch.Generator().manual_seed(int(entropy[0] >> np.uint64(1)))
-            plan = sample_epochs(new.train.layout(), torch.arange(k), epochs, run.schedule.batch_size, gen)
-            opt = dataclasses.replace(alg.local, mu=0.0, lr=alg.local.lr * run.schedule.lr_scale(t))
-            plan = type(plan)(
-                plan.index.to(dev), *(None if x is None else x.to(dev) for x in (plan.weight, plan.active))
-            )
-            params = {**start, **run.executor.train(run.model, start, plan, new.train, opt)}
+            params = fine_tune(run, t, start, new.train, epochs, NEW_CLIENT_STREAM)
         c, _, n = run.executor.evaluate(run.model, params, new.test, params is not one)
         with np.errstate(invalid="ignore", divide="ignore"):
             out[name], out[f"{name}_mean"] = M.weighted_mean(c / n, n), M.unweighted_mean(c / n, n)
     return out
+
+
+# the random streams of the engine's fine-tunings, (seed, t, stream) each: apart from training's and from each other
+NEW_CLIENT_STREAM, FINETUNE_STREAM = 3, 4
+
+
+def fine_tune(
+    run: Run, t: int, start: Params, split: Split, epochs: int, stream: int, objective: object = None
+) -> Params:
+    """``start`` (name -> (K, ...), one model per client of ``split``) after each client trains it for ``epochs``
+    epochs of its rows of ``split``: plain SGD with the run's optimiser at round t's learning rate (lr, momentum,
+    weight decay; no proximal term and none of the method's own client procedure), minimising ``objective`` (None:
+    the cross-entropy). Its mini-batches are drawn from a stream of (seed, t, ``stream``) of its own, so the
+    training's stream is untouched and a resumed run draws the same ones. What a new client's fine-tuning
+    (``new_clients``) and a method's evaluation by fine-tuning (``Algorithm.finetune``) both run."""
+    alg, dev = run.alg, split.x.device
+    assert alg.local is not None  # ``build_algorithm`` sets the local stage
+    entropy = np.random.SeedSequence((run.seed, t, stream)).generate_state(2, np.uint64)
+    gen = torch.Generator().manual_seed(int(entropy[0] >> np.uint64(1)))
+    k = len(split.sizes)
+    plan = sample_epochs(split.layout(), torch.arange(k), epochs, run.schedule.batch_size, gen)
+    opt = dataclasses.replace(alg.local, mu=0.0, lr=alg.local.lr * run.schedule.lr_scale(t))
+    plan = type(plan)(plan.index.to(dev), *(None if x is None else x.to(dev) for x in (plan.weight, plan.active)))
+    return {**start, **run.executor.train(run.model, start, plan, split, opt, objective=objective)}
+
+
+def finetuned_clients(run: Run, t: int) -> Params:
+    """Every client's fine-tuning (``Algorithm.finetune``) of the model it would be evaluated with otherwise (the
+    global model, with the client's local parameters), on its training rows: the models evaluated in round t."""
+    alg, state = run.alg, run.state
+    assert alg.finetune is not None
+    params, per_client = evaluation_params(alg, state, "global")
+    n = run.data.n_clients
+    start = {k: (v if per_client else v.unsqueeze(0).expand(n, *v.shape)).clone() for k, v in params.items()}
+    ft = alg.finetune
+    objective = None if ft.objective is None else ft.objective(run.model)
+    return fine_tune(run, t, start, run.data.train, ft.epochs, FINETUNE_STREAM, objective)
 
 
 def declared_traces(

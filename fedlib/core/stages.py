@@ -203,6 +203,24 @@ class ClientWork:
         return self.executor.train(self.model, params, plan, self.split, opt, **kw)
 
 
+@dataclass(frozen=True)
+class FineTune:
+    """Evaluation by fine-tuning (FedBABU): before each evaluation every client fine-tunes the model it would be
+    evaluated with otherwise (the global model, with its own local parameters) for ``epochs`` epochs of its training
+    rows, and the fine-tuned models are evaluated as the clients' personal ones; they are not kept (the next round
+    starts from the global model as if no client had fine-tuned). The fine-tuning is the engine's one
+    (``fedlib.core.callbacks.fine_tune``, as a new client's: plain SGD at the round's lr, a random stream of its own);
+    ``objective(model)``: the objective it minimises on the run's model (None: the cross-entropy; e.g. FedRep's
+    ``FrozenParts`` of the model's body, to tune the head only)."""
+
+    epochs: int
+    objective: Callable[[nn.Module], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 1:
+            raise ValueError(f"FineTune.epochs={self.epochs!r} must be an integer >= 1")
+
+
 # the signatures of the stages ``Algorithm`` holds (``State`` quoted: ``fedlib.core.state`` imports this module)
 Aggregate = Callable[[Params, torch.Tensor, np.ndarray], Mixing]  # (uploads, n_k of the uploaders, uploaders)
 LocalUpdate = Callable[[ClientWork], Params]  # -> the trained models of the work's clients
@@ -238,7 +256,8 @@ class Algorithm:
     fraction of each client's training rows the method's client procedure needs as validation rows when the data
     holds none out (``val_frac`` = 0): the engine moves them out of the training split before the first round
     (``simulation.method_validation``: the same rows for every run on the data) and hands them to the procedure
-    as ``ClientWork.val`` (FedFomo weighs other clients' models on them); 0: none. ``traces``: what the
+    as ``ClientWork.val`` (FedFomo weighs other clients' models on them); 0: none. ``finetune``: evaluate each
+    client's fine-tuning of the global model (``FineTune``: FedBABU) in place of the evaluated models above. ``traces``: what the
     method records for the result beyond every run's ``selected`` (``"attention"``: the personalisation weights of
     aggregators that send each uploader its own model, FedMCSA and HeurFedAMP); only runs that declare a trace
     pay for recording it.
@@ -262,6 +281,7 @@ class Algorithm:
     server_step: ServerStep | None = None  # (global, mean of uploads, state) -> new global (FedAvgM, FedAdam)
     traces: tuple[str, ...] = ()  # records beyond 'selected' ("attention": FedMCSA's, HeurFedAMP's weights)
     validation: float = 0.0  # training rows held out for the client procedure where the data has no val split
+    finetune: FineTune | None = None  # clients fine-tune the global model before evaluation (FedBABU)
 
     def __post_init__(self) -> None:
         if self.aggregate is None:

@@ -142,10 +142,11 @@ def _conv_activations(name: str, attention: str, input_shape: tuple, n_classes: 
 def estimate(cfg) -> dict[str, float]:
     """Bytes the run of ``cfg`` adds at its peak to a process that has imported fedlib, by part: 'clients' (every
     client's model, ``STATE_COPIES`` of it, and ``PERSONAL_COPIES`` more where the method keeps personal models),
-    'training' (each client that trains: the method's ``trains``, all N for FedMCSA or pFedMe), 'data' (the data set
-    at its load, ``DATA_LOAD_COPIES`` of its float32 arrays, a copy in the run's dtype where that differs, and the
-    padded evaluation blocks; feature-shift data: one copy of ``DATA``'s bound; one more in the run's dtype where the
-    method holds validation rows out of training, ``Algorithm.validation``), 'plan', 'records'. It errs high:
+    'training' (each client that trains: the method's ``trains``, all N for FedMCSA or pFedMe, and for an evaluation
+    by fine-tuning, FedBABU's), 'data' (the data set at its load, ``DATA_LOAD_COPIES`` of its float32 arrays, a copy
+    in the run's dtype where that differs, and the padded evaluation blocks; feature-shift data: one copy of
+    ``DATA``'s bound; one more in the run's dtype where the method holds validation rows out of training,
+    ``Algorithm.validation``), 'plan', 'records'. It errs high:
     the measured peaks of ``tests/test_memory_estimate.py`` lie between a third of it and all of it; its parts are
     summed, though the data's load copies are freed before the models are built (the allocator keeps them,
     ``fedlib.runs.malloc``, and the run reuses them)."""
@@ -156,8 +157,9 @@ def estimate(cfg) -> dict[str, float]:
     params, acts = model_size(m.name, m.hidden, m.attention, shape, 10)  # class count: a rounding error here
     n = d.n_clients
     alg = cfg.method.build(cfg)
-    trainers = n if alg.trains == "all" else _selected(cfg)
-    personal = alg.evaluate == "personal" or alg.personal is not None
+    # an evaluation by fine-tuning (FedBABU) trains every client's copy of the global model at once
+    trainers = n if alg.trains == "all" or alg.finetune is not None else _selected(cfg)
+    personal = alg.evaluate == "personal" or alg.personal is not None or alg.finetune is not None
     values = data_samples(cfg) * math.prod(shape)
     evaluated = 1.0 if cfg.eval_train else 1 - d.train_frac  # rows evaluated per client, padded into blocks
     held = 4 * DATA_LOAD_COPIES + (b if b != 4 else 0) + b * PAD_WASTE * evaluated
