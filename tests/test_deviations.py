@@ -179,3 +179,27 @@ def test_the_switches_at_their_defaults_leave_the_keys_alone():
         assert RunConfig(algorithm=alg, **{switch: default}).key() == old.key() and switch not in old.changed()
         new = RunConfig(algorithm=alg, **{switch: other})
         assert new.key() != old.key() and new.changed()[switch] == other
+
+
+def _simulate(cfg, data, executor=None, stop=None):
+    model = build_model(cfg.model.name, data.input_shape, 10, (8,), seed=cfg.seed, dtype=data.train.x.dtype)
+    return simulate_with(build_algorithm(cfg), data, model, executor or StackedExecutor(), cfg.rounds,
+                         local_steps=cfg.local_steps, batch_size=cfg.batch_size, seed=cfg.seed, progress=False,
+                         stop=stop)  # fmt: skip
+
+
+def test_switched_runs_batched_with_their_defaults_equal_their_solo_runs():
+    """Runs of both readings trained together (one stacked model, ``run_together``) give each its solo numbers: the
+    code's Per-FedAvg adapts on the test split while its neighbour adapts on the training split."""
+    from fedlib.runs.batching import run_together
+
+    data = small_synthetic(n_clients=4, rows=60)
+    base = dict(n_clients=4, clients_per_round=2, rounds=3, local_steps=2, batch_size=5, model="dnn", lr=0.1)
+    cfgs = [RunConfig(algorithm="perfedavg", beta=0.3, adapt_eval=a, **base) for a in ("paper", "code")]
+    cfgs += [RunConfig(algorithm="pfedme", personal_eval=p, **base) for p in ("theta", "local")]
+    solo = [_simulate(c, data) for c in cfgs]
+    together, _ = run_together([lambda ex, stop, c=c: _simulate(c, data, ex, stop) for c in cfgs], StackedExecutor())
+    for a, b in zip(solo, together):
+        assert np.array_equal(a.client_loss, b.client_loss) and np.array_equal(a.client_acc, b.client_acc)
+    assert not np.array_equal(solo[0].client_loss, solo[1].client_loss)
+    assert not np.array_equal(solo[2].client_loss, solo[3].client_loss)

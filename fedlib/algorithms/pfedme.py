@@ -18,7 +18,7 @@ proximal pull toward w_i on the *same* mini-batch, which is exactly ``LocalSGD(e
 run on a plan repeating that batch K times; theta_i carries over from one local step to the
 next, as in the authors' code. That code's inner optimiser (``pFedMeOptimizer``) also adds a weight decay of
 ``mu = 0.001`` to each inner step (its default, which the users keep); the paper's inner problem has none, nor
-do these runs (``weight_decay`` is refused here: ``SGD_EXTRAS = False``). The personalised model (PM) is theta_i
+do these runs (``weight_decay`` is refused here: ``SGD_EXTRAS = False``). The personalised model (PM) is by default theta_i
 after the last step (``test_acc``); the global model (GM) is reported too (``gm_test_acc``).
 
 Which model is scored as "personalised" (``personal_eval``). The paper's PM is theta_i, the solution of the
