@@ -77,9 +77,7 @@ def test_adaptation_uses_training_rows_only_and_one_step():
     data = small_synthetic(n_clients=2, rows=40)
     model = build_model("mlr", (60,), 10, seed=0, dtype=torch.float64)
     state = init_state(model, 2)
-    AdaptBeforeEval(alpha=0.5, batch_size=4)(
-        StackedExecutor(), model, state, data.train, torch.Generator().manual_seed(0)
-    )
+    AdaptBeforeEval(alpha=0.5, batch_size=4)(StackedExecutor(), model, state, data, torch.Generator().manual_seed(0))
     plan = sample_steps(data.train, torch.arange(2), 1, 4, torch.Generator().manual_seed(0))
     for i in range(2):
         rows = plan.index[0, i]

@@ -46,6 +46,11 @@ their 2x2 on Synthetic):
   and reweighted rows. ``by_data_size`` is then already on, so setting both is refused (two
   keys for one run). The authors' code also uses sigma = 1000 and lambda = 15 by default; set
   those explicitly.
+- Two more differences need no switch. The code's attention can iterate (``at_num_of_iter``: the query replaced by
+  the attended models, the last pass's weights applied); its default is one pass, which is Eqs. 6-7. And it keeps the
+  personalised models by position in the sampled list; they reach the right clients because the next round sends
+  them along that same list, and its blend with the old model at that position (another client's) is a copy at its
+  beta = 1. docs/deviations.md lists every difference with its measured effect.
 - On ``fedmcsa-mcsa``, ``mcsa_code=True`` drops the prox only (the mean stays equal-weight, as
   it always has for that variant: stored runs keep their meaning). ``by_data_size=True`` there
   makes the mean data-size weighted (uniform rows times the shares, renormalised: every

@@ -10,12 +10,18 @@ Server: FedAvg's sample-weighted average. Paper symbols -> ``RunConfig``: alpha 
 beta -> ``beta`` (pFedMe's code reuses the same argument), delta -> ``hf_delta``, tau -> ``local_steps``.
 
 Every piece is one step of ``executor.train``: a gradient at p on a batch is p - SGD(p, lr=1),
-so both executors run it. Evaluation (FedMCSA's comparison, via pFedMe's code): every client
-adapts the global model with one step of SGD (rate alpha) on a mini-batch of its *training*
-data, as the paper's evaluation (one step of gradient descent), and the adapted models are tested. pFedMe's code
-(``UserPerAvg.train_one_step``) takes two steps instead, one at alpha and one at beta, each on a batch of the *test*
-data, which leaks test labels; we do neither. ``test_acc`` is the adapted models', ``gm_test_acc`` the
-global model's.
+so both executors run it. Evaluation (``adapt_eval``; FedMCSA's comparison runs pFedMe's code):
+- ``'paper'`` (the default: every stored run): every client adapts the global model with one step of SGD (rate
+  alpha) on a mini-batch of its *training* data, as the paper's evaluation (one step of gradient descent), and the
+  adapted models are tested.
+- ``'code'``: what pFedMe's code does (``UserPerAvg.train_one_step``, called by ``evaluate_one_step`` on every
+  client): two plain SGD steps from the global model, the first at alpha, the second at beta from the first's
+  result (no meta-gradient: the model is not restored between them), each on a mini-batch of the client's *test*
+  data, so the scored model has seen test labels. The code walks the unshuffled test set batch by batch; here the
+  two batches are drawn at random from the client's test rows (with replacement, as training's), from the
+  evaluation stream. A client without test rows is scored on none, so its adapted model does not count; a data set
+  with no client test rows at all (AdaFL's setting) is refused.
+``test_acc`` is the adapted models', ``gm_test_acc`` the global model's.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from fedlib.config.options import MethodOptions, option, register
 from fedlib.core.protocols import Executor, RunSpec
 from fedlib.core.stages import Algorithm, ClientWork, MethodState, Params, WeightedMean, local_sgd
 from fedlib.core.state import State
-from fedlib.data.federated import BatchPlan, Split, sample_steps
+from fedlib.data.federated import BatchPlan, FederatedData, sample_steps
 from fedlib.executors import LocalSGD
 
 
@@ -81,24 +87,45 @@ class AdaptedModels(MethodState):
         return self.adapted
 
 
+ADAPT_EVAL = ("paper", "code")
+
+
 @dataclass
 class AdaptBeforeEval:
-    """Every client adapts the global model with one SGD step (rate alpha) on one training mini-batch."""
+    """Every client adapts the global model before it is scored: ``mode='paper'``, one SGD step (rate alpha) on one
+    training mini-batch; ``mode='code'``, pFedMe's code's two SGD steps, at alpha then at beta, each on one mini-batch
+    of the client's test rows (module docstring)."""
 
     alpha: float
     batch_size: int
+    beta: float = 0.0  # the second step's rate under mode='code'
+    mode: str = "paper"
 
     def __call__(
-        self, executor: Executor, model: nn.Module, state: State, split: Split, generator: torch.Generator
+        self, executor: Executor, model: nn.Module, state: State, data: FederatedData, generator: torch.Generator
     ) -> None:
+        if self.mode not in ADAPT_EVAL:
+            raise ValueError(f"AdaptBeforeEval.mode={self.mode!r} is not one of: {', '.join(ADAPT_EVAL)}")
+        split = data.train if self.mode == "paper" else data.test
         n = len(split.sizes)
-        plan = sample_steps(split.layout(), torch.arange(n), 1, self.batch_size, generator)
-        plan = BatchPlan(plan.index.to(split.x.device))
-        g = {k: v.unsqueeze(0).expand(n, *v.shape).clone() for k, v in state.global_params.items()}
-        state.extra[AdaptedModels.KEY] = AdaptedModels(executor.train(model, g, plan, split, LocalSGD(lr=self.alpha)))
+        if self.mode == "code" and int(split.sizes.sum()) == 0:
+            raise ValueError(
+                "adapt_eval='code' adapts on the clients' test rows, and this data set has none "
+                "(use adapt_eval='paper', which adapts on training rows)"
+            )
+        steps = 1 if self.mode == "paper" else 2
+        plan = sample_steps(split.layout(), torch.arange(n), steps, self.batch_size, generator)
+        index = plan.index.clamp_min(0)  # a client without test rows draws a row not its own: it is scored on none
+        plan = BatchPlan(index.to(split.x.device))
+        p = {k: v.unsqueeze(0).expand(n, *v.shape).clone() for k, v in state.global_params.items()}
+        for s, lr in zip(range(steps), (self.alpha, self.beta)):
+            p = executor.train(model, p, plan.at_steps(slice(s, s + 1)), split, LocalSGD(lr=lr))
+        state.extra[AdaptedModels.KEY] = AdaptedModels(p)
 
 
-def _build(cfg: RunSpec, name: str, beta: float, hessian_free: bool, delta: float = 1e-3) -> Algorithm:
+def _build(
+    cfg: RunSpec, name: str, beta: float, hessian_free: bool, delta: float = 1e-3, adapt_eval: str = "paper"
+) -> Algorithm:
     return Algorithm(
         name=name,
         local=local_sgd(cfg),
@@ -108,11 +135,16 @@ def _build(cfg: RunSpec, name: str, beta: float, hessian_free: bool, delta: floa
         evaluate="personal",
         personal=AdaptedModels,
         report_global=True,
-        before_eval=AdaptBeforeEval(cfg.local.lr, cfg.local.batch_size),
+        before_eval=AdaptBeforeEval(cfg.local.lr, cfg.local.batch_size, beta, adapt_eval),
     )
 
 
 _BETA: dict[str, Any] = dict(gt=0, doc="outer (meta) step size beta")
+_ADAPT: dict[str, Any] = dict(
+    choices=ADAPT_EVAL,
+    doc="the adaptation before scoring: 'paper', one SGD step at alpha on a training batch (the paper's), or "
+    "'code', two SGD steps (alpha, then beta) on test batches (what pFedMe's code does)",
+)
 
 
 @register
@@ -123,9 +155,10 @@ class PerFedAvg(MethodOptions):
     NAME = "perfedavg"
     SGD_EXTRAS = False
     beta: float = option(1.0, **_BETA)
+    adapt_eval: str = option("paper", **_ADAPT)
 
     def build(self, cfg: RunSpec) -> Algorithm:
-        return _build(cfg, self.NAME, self.beta, False)
+        return _build(cfg, self.NAME, self.beta, False, adapt_eval=self.adapt_eval)
 
 
 @register
@@ -137,6 +170,7 @@ class PerFedAvgHF(MethodOptions):
     SGD_EXTRAS = False
     beta: float = option(1.0, **_BETA)
     hf_delta: float = option(1e-3, gt=0, doc="finite-difference step delta")
+    adapt_eval: str = option("paper", **_ADAPT)
 
     def build(self, cfg: RunSpec) -> Algorithm:
-        return _build(cfg, self.NAME, self.beta, True, self.hf_delta)
+        return _build(cfg, self.NAME, self.beta, True, self.hf_delta, self.adapt_eval)

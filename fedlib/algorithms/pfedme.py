@@ -18,8 +18,15 @@ proximal pull toward w_i on the *same* mini-batch, which is exactly ``LocalSGD(e
 run on a plan repeating that batch K times; theta_i carries over from one local step to the
 next, as in the authors' code. That code's inner optimiser (``pFedMeOptimizer``) also adds a weight decay of
 ``mu = 0.001`` to each inner step (its default, which the users keep); the paper's inner problem has none, nor
-do these runs (``weight_decay`` is refused here: ``SGD_EXTRAS = False``). The personalised model (PM) is theta_i
+do these runs (``weight_decay`` is refused here: ``SGD_EXTRAS = False``). The personalised model (PM) is by default theta_i
 after the last step (``test_acc``); the global model (GM) is reported too (``gm_test_acc``).
+
+Which model is scored as "personalised" (``personal_eval``). The paper's PM is theta_i, the solution of the
+personalised problem (``'theta'``, the default: every stored run). pFedMe's code scores the local model w_i instead:
+its inner optimiser's step returns the model's own parameter tensors, kept as ``persionalized_model_bar``, and the
+client's last act (``update_parameters(self.local_model)``) writes w_i into those very tensors, so
+``evaluate_personalized_model`` tests w_i after the round's R steps (before aggregation; all clients train).
+``personal_eval='local'`` scores that: every client's trained w_i (``client_params``), theta_i not kept.
 
 ``pfedme+mcsa`` (FedMCSA Table 2): the server's average is replaced by FedMCSA's attention
 among the sampled clients; a sampled client starts its next round from its personalised W_i.
@@ -63,6 +70,7 @@ class PFedMeClient:
     personal_lr: float
     lam: float
     inner_steps: int
+    keep_theta: bool = True  # False: theta_i is not scored (``personal_eval='local'``), so not kept either
 
     def __call__(self, work: ClientWork) -> Params:
         plan, state = work.plan, work.state
@@ -80,6 +88,8 @@ class PFedMeClient:
                     else:  # a client past the end of its epoch does not step
                         m = plan.active[r].view(-1, *([1] * (t.dim() - 1)))
                         t.copy_(torch.where(m, torch.lerp(t, theta[n], step), t))
+        if not self.keep_theta:
+            return w
         store = PersonalizedModels.of(
             state, lambda: PersonalizedModels({n: v.clone() for n, v in state.client_params.items()})
         ).theta
@@ -102,6 +112,20 @@ class PFedMeServer:
 _LAM: dict[str, Any] = dict(ge=0, doc="lambda: strength of the Moreau envelope's pull")
 _K: dict[str, Any] = dict(ge=1, doc="K steps solving the personalised problem")
 _ETA_P: dict[str, Any] = dict(gt=0, doc="personal learning rate eta_p")
+_EVAL: dict[str, Any] = dict(
+    choices=("theta", "local"),
+    doc="the model scored as personalised (test_acc): 'theta', the personal theta_i (the paper's PM), or 'local', "
+    "the local model w_i (what pFedMe's code scores)",
+)
+
+
+def _client(opts: PFedMe | PFedMePlusMCSA) -> PFedMeClient:
+    return PFedMeClient(opts.personal_lr, opts.lam, opts.inner_steps, keep_theta=opts.personal_eval == "theta")
+
+
+def _personal(opts: PFedMe | PFedMePlusMCSA) -> type[PersonalizedModels] | None:
+    """The method state whose models are scored: theta_i, or none (the clients' own trained w_i)."""
+    return PersonalizedModels if opts.personal_eval == "theta" else None
 
 
 @register
@@ -113,6 +137,7 @@ class PFedMe(MethodOptions):
     inner_steps: int = option(5, **_K)
     personal_lr: float = option(0.01, **_ETA_P)
     beta: float = option(1.0, ge=0, doc="server mixing beta (1: plain average)")
+    personal_eval: str = option("theta", **_EVAL)
 
     def build(self, cfg: RunSpec) -> Algorithm:
         return Algorithm(
@@ -122,8 +147,8 @@ class PFedMe(MethodOptions):
             trains="all",
             start="global",
             evaluate="personal",
-            local_update=PFedMeClient(self.personal_lr, self.lam, self.inner_steps),
-            personal=PersonalizedModels,
+            local_update=_client(self),
+            personal=_personal(self),
             report_global=True,
         )
 
@@ -132,7 +157,7 @@ class PFedMe(MethodOptions):
 @dataclass(frozen=True)
 class PFedMePlusMCSA(MethodOptions):
     """pFedMe^{+MCSA}: the server's average replaced by FedMCSA's attention (so no beta); ``by_data_size``: the
-    attention as in the authors' code (module docstring)."""
+    attention as in the authors' code; ``personal_eval``: as on ``pfedme`` (module docstring)."""
 
     NAME = "pfedme+mcsa"
     SGD_EXTRAS = False
@@ -142,6 +167,7 @@ class PFedMePlusMCSA(MethodOptions):
     sigma: float = option(50.0, ge=0, doc="FedMCSA's attention scale sigma")
     by_data_size: bool = option(False, **_PLUS_BY_SIZE)
     component: str = option("tensor", **_COMPONENT)
+    personal_eval: str = option("theta", **_EVAL)
 
     def build(self, cfg: RunSpec) -> Algorithm:
         return Algorithm(
@@ -151,7 +177,7 @@ class PFedMePlusMCSA(MethodOptions):
             trains="all",
             start="personal",
             evaluate="personal",
-            local_update=PFedMeClient(self.personal_lr, self.lam, self.inner_steps),
-            personal=PersonalizedModels,
+            local_update=_client(self),
+            personal=_personal(self),
             traces=("attention",),
         )

@@ -104,7 +104,7 @@ class Evaluation(Callback):
         run.lap("other")  # the callbacks before this one (traces)
         alg, state = run.alg, run.state
         if alg.before_eval is not None:
-            alg.before_eval(run.executor, run.model, state, run.data.train, run.eval_gen)
+            alg.before_eval(run.executor, run.model, state, run.data, run.eval_gen)
         tuned = None if alg.finetune is None else finetuned_clients(run, out.t)
         row = _evaluate_round(alg, state, run.data, run.model, out.t, len(out.selected) + len(out.dropped),
                               self.uploads, self.train, run.t0, run.executor.evaluate, tuned)  # fmt: skip

@@ -21,7 +21,7 @@ from torch import nn
 
 from fedlib.core.protocols import Executor, Params, RunSpec, Selector
 from fedlib.core.selection import UniformSelection  # noqa: F401  (re-exported: algorithms build it from here)
-from fedlib.data.federated import BatchPlan, Split
+from fedlib.data.federated import BatchPlan, FederatedData, Split
 from fedlib.executors.sgd import LocalSGD
 
 if TYPE_CHECKING:
@@ -225,7 +225,7 @@ class FineTune:
 Aggregate = Callable[[Params, torch.Tensor, np.ndarray], Mixing]  # (uploads, n_k of the uploaders, uploaders)
 LocalUpdate = Callable[[ClientWork], Params]  # -> the trained models of the work's clients
 ServerStep = Callable[[Params, Params, "State"], Params]  # (global, mean of the uploads, state) -> new global
-BeforeEval = Callable[[Executor, nn.Module, "State", Split, torch.Generator], None]
+BeforeEval = Callable[[Executor, nn.Module, "State", FederatedData, torch.Generator], None]
 
 
 @dataclass
@@ -247,8 +247,9 @@ class Algorithm:
     methods that keep them apart from what they upload.
     ``report_global``: also evaluate the global model every round (``gm_*`` columns).
     ``batches_per_step``: mini-batches a local step consumes (Per-FedAvg: 2, or 3 for HF).
-    ``before_eval(executor, model, state, split, generator)``: prepares the evaluated models
-    (Per-FedAvg adapts the global model on each client's training data). ``local_groups``: declared
+    ``before_eval(executor, model, state, data, generator)``: prepares the evaluated models from the run's
+    ``FederatedData`` and its evaluation stream (Per-FedAvg adapts the global model on each client's training data,
+    or on its test data as pFedMe's code does). ``local_groups``: declared
     parameter groups (``fedlib.models.groups.param_groups``) that never leave the client; the engine turns
     them into ``shared`` for the model at hand. ``server_step(global, mean, state) -> new global``: a
     server optimiser taking the uploads' mean as its pseudo-gradient target (FedAvgM, FedAdam); it keeps
