@@ -20,7 +20,8 @@ End to end (``--e2e [--only W1,..] [--rounds R] [--tiny]``): whole rounds (selec
 local training, aggregation, evaluation) of W1 FedAvg on MNIST Dir(0.1), W2 AdaFL's MNIST setting, W3 FedMCSA on
 Synthetic with the DNN, W4 pFedMe on Synthetic MLR, W5 FedBN+SE on the digits (LeNet-BN; also "W5s": the stacked
 executor with per-client BatchNorm buffers, opt-in), W6 a 12-run FedMCSA grid one by one and W7 FedPer (a
-split model: heads kept on the clients) in FedMCSA's MNIST setting, each as
+split model: heads kept on the clients) in FedMCSA's MNIST setting and W8 FedALA (adaptive local aggregation) in its
+Synthetic one, each as
 ``fedlib.runs.train.train`` runs it with the round loop's stage clock on (``StageClock``). Per workload: seconds
 per round (round 1 dropped), the round's FLOPs from the model's layer shapes (``sample_flops``) times the rows
 trained and evaluated, the time those take at the large-matmul rate, the ratio (1.0 = at the limit), and the share
@@ -236,7 +237,10 @@ def bench_fedmix(repeats: int = 5, device: str = "cpu", clients: int = 10, steps
 # from the model's layer shapes (``sample_flops``) times the rows trained (read off every plan the executor gets,
 # padding not counted) and the rows evaluated; the limit is that many FLOPs at the large-matmul rate.
 STAGES = ("selection", "start", "plan", "training", "aggregation", "evaluation", "other")
-E2E_ROUNDS = {"W1": 5, "W2": 5, "W3": 21, "W4": 21, "W5": 3, "W6": 6, "W7": 21}
+E2E_ROUNDS = {"W1": 5, "W2": 5, "W3": 21, "W4": 21, "W5": 3, "W6": 6, "W7": 21, "W8": 21}
+# workloads whose floor is logged over all their rounds, where two are not like the rest: FedALA's long first weight
+# learning falls in each client's second round of training, which the first two rounds of 20 of 100 clients rarely hold
+FLOOR_EVERY_ROUND = ("W8",)
 W6_LRS = (0.005, 0.01, 0.03, 0.05)  # W6l: W6's grid over lr, each seed's four runs at these
 # W5's target is "3x faster than the loop": its baseline, in seconds, is the loop executor's round on the first --e2e
 # run (one thread, a 2-core CPU; docs/measurements/)
@@ -312,13 +316,15 @@ def _w_configs(tiny: bool = False) -> dict[str, tuple[str, list]]:
     ]
     # a split-model method: FedPer's heads stay on the clients, so every round evaluates N personal models
     w7 = fedmcsa.base(r["W7"]).replace(**fedmcsa.DATA["mnist"], model="dnn", hidden=(100,), algorithm="fedper")
+    # FedALA: each client's start mixes the global model in element-wise, with weights it learns on its own data
+    w8 = fedmcsa.base(r["W8"]).replace(**syn, model="dnn", hidden=(20,), algorithm="fedala")
     if tiny:
         w1 = w1.replace(n_clients=4, clients_per_round=4)
         w2 = w2.replace(n_clients=10, shard_size=30, local_epochs=1)
         w3, w4 = (w.replace(n_clients=6, clients_per_round=3, local_steps=3) for w in (w3, w4))
         w5 = w5.replace(domain_percent=0.01)
         w6 = [w.replace(n_clients=6, clients_per_round=3, local_steps=3) for w in w6[:2]]
-        w7 = w7.replace(n_clients=4, clients_per_round=2, local_steps=3)
+        w7, w8 = (w.replace(n_clients=4, clients_per_round=2, local_steps=3) for w in (w7, w8))
     return {
         "W1": ("FedAvg MNIST Dir(0.1) N=20 all, DNN 784-100-10, E=1 B=20", [w1]),
         "W2": ("AdaFL MNIST shards N=100 C=0.1, MLP 784-200-200-10, E=5 B=10", [w2]),
@@ -327,6 +333,7 @@ def _w_configs(tiny: bool = False) -> dict[str, tuple[str, list]]:
         "W5": ("FedBN+SE digits (LeNet-BN), E=1 B=32", [w5]),
         "W6": (f"FedMCSA Synthetic MLR grid, {len(w6)} runs one by one", w6),
         "W7": ("FedPer MNIST N=20 S=10, DNN 784-100-10 (head local), R=20 B=20", [w7]),
+        "W8": ("FedALA Synthetic N=100 S=20, DNN 60-20-10, R=20 B=20", [w8]),
     }
 
 
@@ -547,7 +554,7 @@ def time_run(cfg, device: str, executor=None, log: ArithmeticLog | None = None) 
 def bench_e2e(
     device: str, rate: float, only=None, rounds: int | None = None, tiny: bool = False, out=None, repeats: int = 1
 ) -> dict:
-    """Time every workload (``only``: some of W1..W7) and print a line each: seconds per round, the round's GFLOPs,
+    """Time every workload (``only``: some of W1..W8) and print a line each: seconds per round, the round's GFLOPs,
     the seconds those take at ``rate`` FLOP/s, the ratio (1.0 = at the limit) and the stages' shares. ``repeats``:
     each workload's runs timed that many times, one after another; its line is the median timing's, with the range
     of all of them (``_e2e_line``); W6's grids alternate max(2, repeats) times each way.
@@ -649,12 +656,12 @@ def _floor_line(name: str, cfgs: list, device: str, out, results: dict) -> None:
     (``ArithmeticLog``) and replayed alone (``replay``), per round; against the FLOP limit, and the timed round
     over it. A round cannot go below its floor without other kernels (or skipping arithmetic): a target under the
     floor is out of reach of this machine's kernels at these shapes, whatever the code around them."""
-    logs = []
+    logs, rounds = [], cfgs[0].rounds if name in FLOOR_EVERY_ROUND else 2
     for c in cfgs:
         logs.append(ArithmeticLog())
-        time_run(c.replace(rounds=2), device, log=logs[-1])
+        time_run(c.replace(rounds=rounds), device, log=logs[-1])
     r = results[name]
-    r["floor"] = floor = sum(replay(log.calls, device) for log in logs) / 2
+    r["floor"] = floor = sum(replay(log.calls, device) for log in logs) / rounds
     r["logs"] = logs
     what = "  its matmuls and convolutions alone, at the round's shapes (floor)"
     out(
@@ -815,10 +822,10 @@ def main(argv=None):
     ap.add_argument("--device", default=auto_device(), choices=["cpu", "cuda"])
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     ap.add_argument(
-        "--only", default=None, help="comma-separated cases among a,b,c,f (with --e2e: among W1..W7); default all"
+        "--only", default=None, help="comma-separated cases among a,b,c,f (with --e2e: among W1..W8); default all"
     )
     ap.add_argument("--momentum", type=float, default=0.0)
-    ap.add_argument("--e2e", action="store_true", help="whole rounds of workloads W1..W7 instead of local training")
+    ap.add_argument("--e2e", action="store_true", help="whole rounds of workloads W1..W8 instead of local training")
     ap.add_argument("--rounds", type=int, default=None, help="--e2e: rounds of every run (default: E2E_ROUNDS)")
     ap.add_argument("--tiny", action="store_true", help="--e2e: a few small clients per workload (tests)")
     ap.add_argument(
