@@ -19,7 +19,7 @@ from torch import nn
 from fedlib.core.callbacks import Callback, Evaluation, declared_traces
 from fedlib.core.protocols import Executor
 from fedlib.core.stages import Algorithm, ClientWork, Params, keep_local, mix
-from fedlib.core.state import Round, Run, RunResult, Schedule, moved, start_models
+from fedlib.core.state import Round, Run, RunResult, Schedule, bytes_down, moved, payload_bytes, start_models
 from fedlib.data.federated import BatchPlan, FederatedData, Split, gather_rows
 from fedlib.models.groups import param_groups
 
@@ -45,6 +45,7 @@ def run_round(run: Run, t: int) -> Round:
     run.lap("selection")
     trainers = sel if alg.trains == "selected" else np.arange(n)
     tr = torch.as_tensor(trainers, device=dev)
+    down = bytes_down(alg, state, tr)  # before training clears ``fresh``
     start, anchor = start_models(alg, state, tr)
     run.lap("start")
     plan = _to(run.schedule.plan(run.layout, torch.as_tensor(trainers), alg.batches_per_step, run.gen), dev)
@@ -76,7 +77,7 @@ def run_round(run: Run, t: int) -> Round:
         ref = {k: state.sent[k][sel_t] if mixing.to_personal is not None else state.global_params[k] for k in up}
         select.observe(sel, up, ref)
     run.lap("aggregation")
-    return Round(t, sel, mixing, up)
+    return Round(t, sel, mixing, up, payload_bytes(up), down)
 
 
 def start_losses(run: Run, clients: np.ndarray) -> np.ndarray:
