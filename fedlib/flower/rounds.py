@@ -277,6 +277,7 @@ class Client:
     def __init__(self, cfg: RunConfig, index: int, train: Split, test: Split, input_shape: tuple[int, ...],
                  n_classes: int, val: Split | None = None) -> None:  # fmt: skip
         self.cfg, self.index, self.train_split, self.test, self.val = cfg, index, train, test, val
+        self.model_shape, self.n_classes = tuple(input_shape), n_classes
         self.alg, self.model, self.schedule = setup(cfg, input_shape, n_classes, _sizes_for(cfg))
         self.executor = make_executor(cfg.executor, self.model)
         self.state = init_state(self.model, 1)
