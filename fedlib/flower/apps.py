@@ -52,7 +52,10 @@ def from_record(rec: ArrayRecord | None) -> Params:
 
 def _plan_record(task: Task) -> ArrayRecord:
     assert task.index is not None
-    parts = {"index": task.index, **{k: v for k, v in (("weight", task.weight), ("active", task.active)) if v is not None}}
+    parts = {
+        "index": task.index,
+        **{k: v for k, v in (("weight", task.weight), ("active", task.active)) if v is not None},
+    }
     return to_record(parts)
 
 
@@ -150,7 +153,9 @@ def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, 
         info: dict[int, Any] = {}
         for r in replies:
             if r.has_error():
-                raise RuntimeError(f"fedlib.flower: node {r.metadata.src_node_id} failed to answer the query: {r.error}")
+                raise RuntimeError(
+                    f"fedlib.flower: node {r.metadata.src_node_id} failed to answer the query: {r.error}"
+                )
             rec = r.content["info"]
             node_of[int(rec["client"])] = r.metadata.src_node_id
             info[int(rec["client"])] = rec
@@ -163,7 +168,9 @@ def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, 
             selected, tasks = server.begin(t)
             msgs, by_id = [], {}
             for task in tasks:
-                content = RecordDict({"config": ConfigRecord({"t": t, "upload": task.upload}), "plan": _plan_record(task)})
+                content = RecordDict(
+                    {"config": ConfigRecord({"t": t, "upload": task.upload}), "plan": _plan_record(task)}
+                )
                 if task.params:
                     content["params"] = to_record(task.params)
                 if task.personal:
@@ -222,8 +229,13 @@ class LocalGrid(Grid):
     def __init__(self, client: ClientApp, n: int, run_id: int = 1) -> None:
         self.app, self.run_id = client, run_id
         self.contexts = {
-            node: Context(run_id=run_id, node_id=node, node_config={"partition-id": i, "num-partitions": n},
-                          state=RecordDict(), run_config={})  # fmt: skip
+            node: Context(
+                run_id=run_id,
+                node_id=node,
+                node_config={"partition-id": i, "num-partitions": n},
+                state=RecordDict(),
+                run_config={},
+            )  # fmt: skip
             for i, node in enumerate(range(1001, 1001 + n))
         }
         self.replies: dict[str, Message] = {}

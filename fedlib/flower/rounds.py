@@ -43,13 +43,11 @@ from fedlib.algorithms import build_algorithm
 from fedlib.config.run import RunConfig
 from fedlib.core import metrics as M
 from fedlib.core.simulation import _stepped, finite
-from fedlib.core.stages import Algorithm, ClientWork, Params, keep_local, mix
+from fedlib.core.stages import ClientWork, Params, keep_local, mix
 from fedlib.core.state import (
     COLUMNS,
     Round,
     Schedule,
-    State,
-    bytes_down,
     evaluation_params,
     init_state,
     moved,
@@ -81,7 +79,9 @@ def setup(cfg: RunConfig, input_shape: tuple[int, ...], n_classes: int, n_sample
     same ones from the config, so neither sends the other code."""
     cfg.validate()
     if cfg.method.NAME in UNSUPPORTED:
-        raise ValueError(f"fedlib.flower: algorithm={cfg.method.NAME!r} is not supported: {UNSUPPORTED[cfg.method.NAME]}")
+        raise ValueError(
+            f"fedlib.flower: algorithm={cfg.method.NAME!r} is not supported: {UNSUPPORTED[cfg.method.NAME]}"
+        )
     dtype, m = getattr(torch, cfg.dtype), cfg.model
     model = build_model(m.name, input_shape, n_classes, m.hidden, seed=cfg.seed, dtype=dtype, attention=m.attention)
     alg = build_algorithm(cfg, n_samples=n_samples)
@@ -140,7 +140,9 @@ class Server:
             raise ValueError(f"fedlib.flower: {self.n} clients reported, the config has n_clients={cfg.data.n_clients}")
         self.alg, model, self.schedule = setup(cfg, input_shape, n_classes, np.asarray(sizes))
         if self.alg.select is not None and self.alg.select.probes:
-            raise ValueError("fedlib.flower: selection that probes the clients' losses (Power-of-Choice) is not supported")
+            raise ValueError(
+                "fedlib.flower: selection that probes the clients' losses (Power-of-Choice) is not supported"
+            )
         self.model = model
         self.state = init_state(model, self.n)
         self.state.client_params = {}  # the clients' models are theirs: the server never holds them
@@ -150,7 +152,9 @@ class Server:
         sizes_t = torch.as_tensor(np.asarray(sizes), dtype=torch.int64)
         self.layout = Split(torch.zeros(0), torch.zeros(0).long(), torch.cumsum(sizes_t, 0) - sizes_t, sizes_t)
         self.n_train = sizes_t.to(torch.float64)
-        self.shapes = {k: (tuple(self.state.global_params[k].shape), self.state.global_params[k].dtype) for k in self.names}
+        self.shapes = {
+            k: (tuple(self.state.global_params[k].shape), self.state.global_params[k].dtype) for k in self.names
+        }
         self.uploads = 0
         self.bytes_up = 0
         self.bytes_down = 0
@@ -258,7 +262,10 @@ class Server:
                 "bytes_down": self.bytes_down,
             })  # fmt: skip
             if self.alg.report_global:
-                row["gm_test_acc"], row["gm_test_acc_mean"] = M.weighted_mean(gc / gk, gk), M.unweighted_mean(gc / gk, gk)
+                row["gm_test_acc"], row["gm_test_acc_mean"] = (
+                    M.weighted_mean(gc / gk, gk),
+                    M.unweighted_mean(gc / gk, gk),
+                )
             if val is not None:
                 row["val_acc"] = M.weighted_mean(val[:, 0] / val[:, 2], val[:, 2])
                 row["val_loss"] = float(val[:, 1].sum() / max(val[:, 2].sum(), 1))
@@ -285,7 +292,9 @@ class Client:
             m, dtype = cfg.model, getattr(torch, cfg.dtype)
 
             def drawn(seed):
-                return build_model(m.name, input_shape, n_classes, m.hidden, seed=seed, dtype=dtype, attention=m.attention)
+                return build_model(
+                    m.name, input_shape, n_classes, m.hidden, seed=seed, dtype=dtype, attention=m.attention
+                )
 
             for k, v in per_client_attention(drawn, cfg.data.n_clients, cfg.seed).items():
                 self.state.client_params[k][0] = v[index]
@@ -406,7 +415,9 @@ def refuse_unsupported_data(data) -> None:
     """The data a Flower run cannot reproduce yet: a global test set (AdaFL's setting evaluates the global model on
     the data set's own test set: the server would need it) and held-out new clients."""
     if data.global_test is not None:
-        raise ValueError("fedlib.flower: data with a global test set (the server would evaluate on it) is not supported")
+        raise ValueError(
+            "fedlib.flower: data with a global test set (the server would evaluate on it) is not supported"
+        )
     if data.new_clients is not None:
         raise ValueError("fedlib.flower: held-out new clients (new_client_frac > 0) are not supported")
 
