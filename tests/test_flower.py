@@ -206,3 +206,41 @@ def test_refused_unsupported():
 
     with pytest.raises(ValueError, match="scaffold"):
         setup(RunConfig(algorithm="scaffold", n_clients=3, clients_per_round=2), (60,), 10, None)
+
+
+def test_bytes_by_hand(monkeypatch):
+    """The simulation's byte columns: an MLR on 60 features and 10 classes is 610 float64 numbers (4,880 bytes) a
+    model. FedAvg sends the global model to its 3 selected clients and receives 3 uploads a round; FedMCSA (every
+    client trains, starting from its W_i where one waits) sends nothing in round 1 and, from round 2, the W_i of
+    the clients that uploaded the round before, the clients its selection drew."""
+    data = small_synthetic(n_clients=5, rows=60)
+    one = (60 * 10 + 10) * 8
+    cfg = RunConfig(n_clients=5, clients_per_round=3, rounds=3, local_steps=2, batch_size=5, model="mlr", lr=0.1,
+                    executor="loop", dtype="float64")  # fmt: skip
+    fedavg = _simulated(cfg, data, monkeypatch).metrics
+    assert list(fedavg.bytes_up) == [3 * one * t for t in (1, 2, 3)] == list(fedavg.bytes_down)
+    mcsa = _simulated(cfg.replace(algorithm="fedmcsa"), data, monkeypatch).metrics
+    assert list(mcsa.bytes_up) == [3 * one * t for t in (1, 2, 3)]
+    assert list(mcsa.bytes_down) == [0, 3 * one, 6 * one]
+    # float32 halves them
+    f32 = _simulated(cfg.replace(dtype="float32"), data.to("cpu", torch.float32), monkeypatch).metrics
+    assert list(f32.bytes_up) == [3 * one // 2 * t for t in (1, 2, 3)]
+
+
+def test_stored_runs_without_byte_columns_read(tmp_path, monkeypatch):
+    """A run stored before the byte columns (its metrics.csv lacks them) reads as stored, without them."""
+    from fedlib import Store, run
+
+    monkeypatch.delenv("FEDLIB_READ_UNSEALED", raising=False)
+    cfg = RunConfig(n_clients=4, clients_per_round=2, rounds=2, local_steps=2, model="mlr")
+    store = Store(tmp_path)
+    first = run(cfg, store, progress=False)
+    assert {"bytes_up", "bytes_down"} <= set(first.metrics.columns)
+    folder = store.path(cfg)
+    m = pd.read_csv(folder / "metrics.csv").drop(columns=["bytes_up", "bytes_down"])
+    m.to_csv(folder / "metrics.csv", index=False, float_format="%.6g")
+    (folder / "manifest.json").unlink()
+    store.reseal(cfg)  # as the run was sealed when it was stored, before the columns
+    again = store.load(cfg)
+    assert again is not None and "bytes_up" not in again.metrics.columns
+    assert np.allclose(again.metrics.test_loss, first.metrics.test_loss, rtol=1e-5, atol=0)
