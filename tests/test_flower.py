@@ -244,3 +244,17 @@ def test_stored_runs_without_byte_columns_read(tmp_path, monkeypatch):
     again = store.load(cfg)
     assert again is not None and "bytes_up" not in again.metrics.columns
     assert np.allclose(again.metrics.test_loss, first.metrics.test_loss, rtol=1e-5, atol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.ports
+def test_flower_simulation_engine_equals_simulation(monkeypatch):
+    """Flower's own simulation engine (``run_simulation``: the ClientApps in Ray actors, their state kept by the
+    engine) gives the simulation's numbers too."""
+    pytest.importorskip("flwr")
+    pytest.importorskip("ray")
+    from fedlib.flower.apps import simulate
+
+    cfg, data = _case("fedmcsa")
+    ref = _simulated(cfg, data, monkeypatch)
+    _same(ref, simulate(cfg, data, engine="ray", cpus=2))
