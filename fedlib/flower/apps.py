@@ -164,6 +164,7 @@ def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, 
         first = info[0]
         sizes = np.array([int(info[i]["n_train"]) for i in range(n)])
         server = Server(cfg, sizes, tuple(int(s) for s in first["input_shape"]), int(first["n_classes"]))
+        server.test_sizes = np.array([int(info[i]["n_test"]) for i in range(n)])
         for t in range(1, cfg.rounds + 1):
             selected, tasks = server.begin(t)
             msgs, by_id = [], {}

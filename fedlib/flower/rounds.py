@@ -162,6 +162,8 @@ class Server:
         self.client_acc: list[np.ndarray] = []
         self.client_loss: list[np.ndarray] = []
         self.refused: list[tuple[int, int, str]] = []  # (round, client, why)
+        self.selected = np.zeros((cfg.rounds, self.n), dtype=bool)  # the 'selected' trace: who was aggregated
+        self.test_sizes = np.zeros(self.n, dtype=np.int64)  # the clients' test rows (reported by the query)
         self.t0 = time.perf_counter()
 
     # -- a round --------------------------------------------------------------------------------------------------
@@ -229,6 +231,7 @@ class Server:
             ref = {k: state.sent[k][sel_t] if mixing.to_personal is not None else state.global_params[k] for k in up}
             alg.select.observe(sel, up, ref)
         self.uploads += len(sel)
+        self.selected[t - 1, sel] = True
         self.bytes_up += payload_bytes(up)
         self.bytes_down += sent_bytes
         return Round(t, sel, mixing, up, payload_bytes(up), sent_bytes)  # type: ignore[arg-type]
@@ -274,6 +277,23 @@ class Server:
         self.client_acc.append(a)
         self.client_loss.append(lo)
         return row
+
+    def result(self, meta: dict[str, Any] | None = None):
+        """The run as a ``RunResult`` (the layout ``Store.save`` writes: metrics, per-client accuracies, the
+        'selected' trace), its meta ``meta`` plus the refused uploads."""
+        import pandas as pd
+
+        from fedlib.core.state import RunResult
+
+        return RunResult(
+            pd.DataFrame(self.rows, columns=list(COLUMNS)),
+            np.array(self.client_acc),
+            np.array(self.client_loss),
+            self.test_sizes,
+            meta={**(meta or {}), "refused": [list(r) for r in self.refused]},
+            config=self.cfg,
+            traces={"selected": self.selected},
+        )
 
 
 class Client:
