@@ -258,3 +258,46 @@ def test_flower_simulation_engine_equals_simulation(monkeypatch):
     cfg, data = _case("fedmcsa")
     ref = _simulated(cfg, data, monkeypatch)
     _same(ref, simulate(cfg, data, engine="ray", cpus=2))
+
+
+def _free_port() -> int:
+    """A port p with p, p + 100 + i (the SuperNodes') free, for the deployment test."""
+    import random
+    import socket
+
+    for _ in range(50):
+        p = random.randint(20000, 40000)
+        try:
+            for q in (p, p + 100, p + 101, p + 102):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", q))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no free ports")
+
+
+@pytest.mark.slow
+@pytest.mark.ports
+def test_deployment_on_localhost(tmp_path):
+    """A SuperLink, 3 SuperNodes (one killed mid-way through round 2) and ``flwr run`` of the generated app, on
+    localhost: 3 rounds, the run stored in the store's layout with ``deployment: flower``; the killed client is left
+    out of rounds 2 and 3 (the SuperLink answers for it once its heartbeats stop) and the run completes; round 1 is
+    the simulation's."""
+    pytest.importorskip("flwr")
+    from fedlib import Store, train
+    from fedlib.flower.deploy import local
+
+    cfg = RunConfig(algorithm="fedmcsa", n_clients=3, clients_per_round=3, rounds=3, model="mlr", local_steps=2)
+    store = tmp_path / "store"
+    folder = local(cfg, store, port=_free_port(), log_dir=tmp_path / "logs", kill=(2, 2))
+    run = Store(store).load(cfg)
+    assert run is not None and folder == Store(store).path(cfg)
+    assert run.meta["deployment"] == "flower"
+    assert list(run.metrics["round"]) == [1, 2, 3]
+    assert list(run.metrics.uploads) == [3, 5, 7]  # client 2 answered round 1 only
+    assert {(t, c) for t, c, _ in run.meta["refused"]} == {(2, 2), (3, 2)}
+    assert run.traces["selected"][:, 2].tolist() == [True, False, False]
+    sim = train(cfg, progress=False).metrics
+    np.testing.assert_allclose(run.metrics.test_acc[0], sim.test_acc[0], rtol=0, atol=1e-6)  # metrics.csv's digits
+    assert run.metrics.bytes_up[0] == sim.bytes_up[0]

@@ -148,7 +148,8 @@ def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, 
             nodes = list(grid.get_node_ids())
         if len(nodes) < n:
             raise RuntimeError(f"fedlib.flower: {len(nodes)} of n_clients={n} nodes connected within {wait_nodes} s")
-        replies = grid.send_and_receive([Message(RecordDict(), node, "query") for node in nodes], timeout=round_timeout)
+        # the query waits for every node (a node's first ClientApp may take a while to start)
+        replies = grid.send_and_receive([Message(RecordDict(), node, "query") for node in nodes])
         node_of: dict[int, int] = {}
         info: dict[int, Any] = {}
         for r in replies:
@@ -180,8 +181,11 @@ def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, 
                 by_id[node_of[task.client]] = task
             uploads: dict[int, Params] = {}
             answered = set()
-            for r in grid.send_and_receive(msgs, timeout=round_timeout):
-                task = by_id[r.metadata.src_node_id]
+            replies = list(grid.send_and_receive(msgs, timeout=round_timeout))
+            by_msg = {m.metadata.message_id: by_id[m.metadata.dst_node_id] for m in msgs}
+            for r in replies:
+                # by the message it answers: the SuperLink itself answers for a node it holds unavailable
+                task = by_msg.get(r.metadata.reply_to_message_id) or by_id[r.metadata.src_node_id]
                 answered.add(task.client)
                 if r.has_error():
                     log.warning("round %d: client %d failed: %s", t, task.client, r.error)

@@ -137,11 +137,14 @@ def _bin(name: str) -> str:
 
 
 def local(cfg: RunConfig, store: Path | str, *, port: int = 8000, log_dir: Path | str | None = None,
-          kill: tuple[int, float] | None = None, timeout: float = 600.0) -> Path:  # fmt: skip
+          kill: tuple[int, int] | None = None, round_timeout: float = 0.0, timeout: float = 900.0) -> Path:  # fmt: skip
     """``cfg`` deployed on this machine: a SuperLink on ``127.0.0.1:port`` (its Fleet, Control and Runtime APIs),
     one SuperNode per client, ``flwr run`` of a generated app; returns the stored run's folder. The processes log
-    to ``log_dir`` (default: a temporary folder) and are stopped at the end. ``kill=(client, seconds)``: stop that
-    client's SuperNode that many seconds after the run starts (the fault test); its rounds go on without it."""
+    to ``log_dir`` (default: a temporary folder) and are stopped at the end. ``kill=(client, round)``: kill that
+    client's SuperNode once it has received its first message of that round (the fault test). The SuperLink marks
+    a node that stops its heartbeats unavailable (after two missed heartbeats, a minute) and answers its messages
+    with an error: the round goes on without it, recorded. ``round_timeout`` (seconds; 0: none): how long a round
+    waits for its replies before it goes on without the missing ones."""
     from fedlib.runs.store import Store
 
     work = Path(tempfile.mkdtemp(prefix="fedlib-flower-"))
@@ -151,7 +154,7 @@ def local(cfg: RunConfig, store: Path | str, *, port: int = 8000, log_dir: Path 
     home.mkdir()
     (home / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "127.0.0.1:{port}"\n'
                                       "insecure = true\n")  # fmt: skip
-    app = write_app(work / "app", cfg, store, round_timeout=30.0 if kill else 0.0)
+    app = write_app(work / "app", cfg, store, round_timeout=round_timeout)
     root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])  # flwr's own commands
     env = {**os.environ, "FLWR_HOME": str(home), "PATH": path,
@@ -175,8 +178,12 @@ def local(cfg: RunConfig, store: Path | str, *, port: int = 8000, log_dir: Path 
         t0, killed = time.monotonic(), False
         folder = Store(store).path(cfg)
         while time.monotonic() - t0 < timeout:
-            if kill and not killed and time.monotonic() - t0 > kill[1]:
-                nodes[kill[0]].kill()
+            if (
+                kill
+                and not killed
+                and f"ROUND {kill[1]}]" in (logs / f"client{kill[0]}.log").read_text(errors="replace")
+            ):
+                nodes[kill[0]].kill()  # SIGKILL: the node vanishes mid-round, as a crashed machine does
                 killed = True
             if (folder / "manifest.json").exists() and Store(store).load(cfg) is not None:
                 return folder
