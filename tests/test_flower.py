@@ -57,6 +57,16 @@ def _case(name):
     return cfg, data
 
 
+_REFERENCE: dict = {}  # name -> fedlib.train's result for CASES[name], shared by the tests that compare with it
+
+
+def _reference(name, monkeypatch):
+    if name not in _REFERENCE:
+        cfg, data = _case(name)
+        _REFERENCE[name] = _simulated(cfg, data, monkeypatch)
+    return _REFERENCE[name]
+
+
 def _simulated(cfg, data, monkeypatch):
     """``fedlib.train(cfg)`` on ``data`` (its loader handed the data), with the round's selections recorded."""
     import fedlib.runs.train as T
@@ -71,7 +81,7 @@ def test_message_protocol_equals_simulation(name, monkeypatch):
     from fedlib.flower.rounds import drive
 
     cfg, data = _case(name)
-    ref = _simulated(cfg, data, monkeypatch)
+    ref = _reference(name, monkeypatch)
     server = drive(cfg, data)
     _same(ref, server)
 
@@ -82,7 +92,7 @@ def test_flower_apps_equal_simulation(name, monkeypatch):
     from fedlib.flower.apps import simulate
 
     cfg, data = _case(name)
-    ref = _simulated(cfg, data, monkeypatch)
+    ref = _reference(name, monkeypatch)
     server = simulate(cfg, data)
     _same(ref, server)
     assert server.refused == []
@@ -107,7 +117,7 @@ def test_selected_clients_match(monkeypatch):
     from fedlib.flower.rounds import Client, Server, client_splits
 
     cfg, data = _case("adafl")
-    ref = _simulated(cfg, data, monkeypatch)
+    ref = _reference("adafl", monkeypatch)
     clients = [Client(cfg, i, *client_splits(data, i)[:2], data.input_shape, data.n_classes) for i in range(5)]
     server = Server(cfg, np.array([c.sizes()[0] for c in clients]), data.input_shape, data.n_classes)
     for t in range(1, cfg.rounds + 1):
@@ -256,7 +266,7 @@ def test_flower_simulation_engine_equals_simulation(monkeypatch):
     from fedlib.flower.apps import simulate
 
     cfg, data = _case("fedmcsa")
-    ref = _simulated(cfg, data, monkeypatch)
+    ref = _reference("fedmcsa", monkeypatch)
     _same(ref, simulate(cfg, data, engine="ray", cpus=2))
 
 
@@ -298,6 +308,8 @@ def test_deployment_on_localhost(tmp_path):
     assert list(run.metrics.uploads) == [3, 5, 7]  # client 2 answered round 1 only
     assert {(t, c) for t, c, _ in run.meta["refused"]} == {(2, 2), (3, 2)}
     assert run.traces["selected"][:, 2].tolist() == [True, False, False]
+    assert {tuple(x) for x in run.meta["stale"]} == {(2, 2), (3, 2)}  # its round-1 accuracy kept
+    assert run.client_acc[1, 2] == run.client_acc[2, 2] == run.client_acc[0, 2]
     sim = train(cfg, progress=False).metrics
     np.testing.assert_allclose(run.metrics.test_acc[0], sim.test_acc[0], rtol=0, atol=1e-6)  # metrics.csv's digits
     assert run.metrics.bytes_up[0] == sim.bytes_up[0]

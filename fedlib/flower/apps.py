@@ -209,9 +209,12 @@ def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, 
             evals = [Message(RecordDict({"config": ConfigRecord({"t": t}), "params": params}), node_of[i], "evaluate",
                              group_id=str(t)) for i in range(n)]  # fmt: skip
             reports = []
-            for r in grid.send_and_receive(evals, timeout=round_timeout):
+            replies = list(grid.send_and_receive(evals, timeout=round_timeout))
+            whose = {m.metadata.message_id: i for i, m in enumerate(evals)}
+            for r in replies:
                 if r.has_error():
-                    log.warning("round %d: node %d failed to evaluate: %s", t, r.metadata.src_node_id, r.error)
+                    i = whose.get(r.metadata.reply_to_message_id, -1)
+                    log.warning("round %d: client %d failed to evaluate: %s", t, i, r.error)
                     continue
                 c = r.content["counts"]
                 val = tuple(c["val"]) if "val" in c else None

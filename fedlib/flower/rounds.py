@@ -164,6 +164,8 @@ class Server:
         self.refused: list[tuple[int, int, str]] = []  # (round, client, why)
         self.selected = np.zeros((cfg.rounds, self.n), dtype=bool)  # the 'selected' trace: who was aggregated
         self.test_sizes = np.zeros(self.n, dtype=np.int64)  # the clients' test rows (reported by the query)
+        self.last: dict[int, Report] = {}  # each client's last evaluation report
+        self.stale: list[tuple[int, int]] = []  # (round, client): evaluations missed, its last reading kept
         self.t0 = time.perf_counter()
 
     # -- a round --------------------------------------------------------------------------------------------------
@@ -242,11 +244,20 @@ class Server:
 
     def record(self, out: Round, reports: list[Report]) -> dict[str, Any]:
         """Round ``out.t``'s row of metrics (``fedlib.core.state.COLUMNS``) from the clients' reports, made as
-        ``fedlib.core.callbacks._evaluate_round`` makes it; a client that did not report counts as no rows."""
+        ``fedlib.core.callbacks._evaluate_round`` makes it. A client that did not report (it failed, or left) counts
+        with its last report (its accuracy when it was last heard from; before any, 0), and is listed in ``stale``:
+        a stored run holds every client's accuracy every evaluated round, and its test_acc is recomputed from them."""
         acc, loss, cnt = (np.zeros(self.n) for _ in range(3))
         gc, gk = np.zeros(self.n), np.zeros(self.n)
         val = np.zeros((self.n, 3)) if any(r.val is not None for r in reports) else None
+        got = {r.client for r in reports}
+        for i in range(self.n):  # a client that did not report keeps its last reading (a stored run has one a round)
+            if i not in got:
+                last = self.last.get(i, Report(i, 0.0, 0.0, float(self.test_sizes[i])))
+                reports = [*reports, dataclasses.replace(last, val=None)]
+                self.stale.append((out.t, i))
         for r in reports:
+            self.last[r.client] = r
             acc[r.client], loss[r.client], cnt[r.client] = r.correct, r.loss, r.rows
             gc[r.client], gk[r.client] = r.gm_correct, r.gm_rows
             if val is not None and r.val is not None:
@@ -290,7 +301,7 @@ class Server:
             np.array(self.client_acc),
             np.array(self.client_loss),
             self.test_sizes,
-            meta={**(meta or {}), "refused": [list(r) for r in self.refused]},
+            meta={**(meta or {}), "refused": [list(r) for r in self.refused], "stale": [list(r) for r in self.stale]},
             config=self.cfg,
             traces={"selected": self.selected},
         )
