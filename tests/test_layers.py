@@ -28,7 +28,7 @@ LAYERS = (
     ("fedlib.config",),
     ("fedlib.runs", "fedlib.plotting"),  # plotting imports nothing of fedlib; ``Results.plot`` draws with it
     ("fedlib.papers",),
-    ("fedlib.experiments",),
+    ("fedlib.experiments", "fedlib.flower"),  # flower: the methods as Flower apps (the runs' config, data and store)
     ("fedlib",),
 )
 # what the papers' modules must not import: they are pure functions of (profile, available data) and of the store

@@ -91,6 +91,8 @@ class Evaluation(Callback):
     accs: list = field(default_factory=list)
     losses: list = field(default_factory=list)
     uploads: int = 0
+    bytes_up: int = 0  # totals since the first round (``Round.bytes_up``, ``bytes_down``)
+    bytes_down: int = 0
     key: ClassVar[str] = "evaluation"
     init: dict = field(default_factory=dict)  # the model's initial tensors: a new client's local parameters
 
@@ -99,6 +101,8 @@ class Evaluation(Callback):
 
     def after_round(self, run: Run, out: Round) -> None:
         self.uploads += len(out.selected)  # the uploaders (the dropped clients are apart: ``Round.dropped``)
+        self.bytes_up += out.bytes_up
+        self.bytes_down += out.bytes_down
         if out.t % self.every and out.t != run.rounds and run.diverged_at != out.t:
             return
         run.lap("other")  # the callbacks before this one (traces)
@@ -110,6 +114,7 @@ class Evaluation(Callback):
                               self.uploads, self.train, run.t0, run.executor.evaluate, tuned)  # fmt: skip
         if run.schedule.failures.on:
             row.update(dropped=len(out.dropped), straggled=len(out.stragglers))
+        row["bytes_up"], row["bytes_down"] = self.bytes_up, self.bytes_down
         if run.data.new_clients is not None:
             row.update(new_clients(run, out.t, self.init, self.finetune_epochs))
         if not np.isfinite(row["test_loss"]) or (self.train and not np.isfinite(row["train_loss"])):
@@ -132,10 +137,13 @@ class Evaluation(Callback):
         return pd.DataFrame(self.rows, columns=[*COLUMNS, *extra])
 
     def state_dict(self) -> dict:
-        return {"rows": self.rows, "accs": self.accs, "losses": self.losses, "uploads": self.uploads}
+        return {"rows": self.rows, "accs": self.accs, "losses": self.losses, "uploads": self.uploads,
+                "bytes_up": self.bytes_up, "bytes_down": self.bytes_down}  # fmt: skip
 
     def load_state_dict(self, d: dict) -> None:
         self.rows, self.accs, self.losses, self.uploads = d["rows"], d["accs"], d["losses"], d["uploads"]
+        # a snapshot from before the byte columns: its rows lack them (NaN in the frame), its totals start at 0
+        self.bytes_up, self.bytes_down = d.get("bytes_up", 0), d.get("bytes_down", 0)
 
 
 @dataclass
@@ -335,6 +343,8 @@ def _evaluate_round(alg: Algorithm, state: State, data: FederatedData, model: nn
         "gm_test_acc_mean": np.nan,
         "selected": n_sel,
         "uploads": uploads,
+        "bytes_up": 0,  # the caller's totals (``Evaluation.after_round``)
+        "bytes_down": 0,
         "_client_acc": acc,
         "_client_loss": client_loss,
     }

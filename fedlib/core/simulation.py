@@ -22,7 +22,7 @@ from fedlib.core.callbacks import Callback, Evaluation, declared_traces
 from fedlib.core.failures import NONE, RoundFailures, truncate
 from fedlib.core.protocols import Executor
 from fedlib.core.stages import Algorithm, ClientWork, Mixing, Params, keep_local, mix
-from fedlib.core.state import Round, Run, RunResult, Schedule, moved, start_models
+from fedlib.core.state import Round, Run, RunResult, Schedule, bytes_down, moved, payload_bytes, start_models
 from fedlib.data import holdout
 from fedlib.data.federated import BatchPlan, FederatedData, Split, gather_rows
 from fedlib.models.groups import param_groups
@@ -57,6 +57,7 @@ def run_round(run: Run, t: int) -> Round:
     if len(fail.dropped):  # a dropped client does no work at all: it neither trains nor uploads
         trainers, uploaders = trainers[~np.isin(trainers, fail.dropped)], sel[~np.isin(sel, fail.dropped)]
     tr = torch.as_tensor(trainers, device=dev)
+    down = bytes_down(alg, state, tr)  # before training clears ``fresh``
     start, anchor = start_models(alg, state, tr)
     run.lap("start")
     plan = run.schedule.plan(run.layout, torch.as_tensor(drawn_for), alg.batches_per_step, run.gen)
@@ -108,7 +109,7 @@ def run_round(run: Run, t: int) -> Round:
         ref = {k: state.sent[k][sel_t] if mixing.to_personal is not None else state.global_params[k] for k in up}
         select.observe(uploaders, up, ref)
     run.lap("aggregation")
-    return Round(t, uploaders, mixing, up, fail.dropped, fail.stragglers)
+    return Round(t, uploaders, mixing, up, fail.dropped, fail.stragglers, payload_bytes(up), down)
 
 
 def start_losses(run: Run, clients: np.ndarray) -> np.ndarray:

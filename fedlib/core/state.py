@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 # per-round columns, in order; *_mean are unweighted client means, the rest sample-weighted
 # gm_*: the global model's accuracy, for methods that evaluate personalised models but also keep one (pFedMe's GM);
-# selected: the clients the round selected, uploads: the models uploaded so far (fewer where selected clients drop out)
+# selected: the clients the round selected, uploads: the models uploaded so far (fewer where selected clients drop out);
+# bytes_up, bytes_down: totals since the first round (``payload_bytes``: the model tensors that travel)
 COLUMNS = (
     "round",
     "test_acc",
@@ -42,6 +43,8 @@ COLUMNS = (
     "gm_test_acc_mean",
     "selected",
     "uploads",
+    "bytes_up",
+    "bytes_down",
     "seconds",
 )
 # the evaluation protocols' columns, after COLUMNS in a run whose data holds them out (``fedlib.data.holdout``):
@@ -273,6 +276,35 @@ class Round:
     uploads: Params
     dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     stragglers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    bytes_up: int = 0  # the uploads' bytes (``payload_bytes``)
+    bytes_down: int = 0  # the bytes of the models the server sent the round's training clients
+
+
+def payload_bytes(params: Params) -> int:
+    """The bytes of the tensors ``params`` holds (numel x element size, no framing): what one message of model
+    parameters carries. Both the simulation (``Round.bytes_up``, ``bytes_down``) and ``fedlib.flower`` count with it."""
+    return sum(t.numel() * t.element_size() for t in params.values())
+
+
+def traveling(alg: Algorithm, params: Params) -> list[str]:
+    """The names of ``params`` that travel between a client and the server: shared (``alg.shared``) floating tensors.
+    A shared integer buffer (BatchNorm's ``num_batches_tracked``) is never aggregated, so the global model's stays the
+    initial one, which every client already holds: nothing to send."""
+    return [k for k, v in params.items() if alg.shared(k) and v.is_floating_point()]
+
+
+def bytes_down(alg: Algorithm, state: State, clients: torch.Tensor) -> int:
+    """What the server sends ``clients`` (about to train) for their start models: the global model's traveling
+    tensors to each (``start='global'``), and to each that has one waiting (``state.fresh``) the personalised model
+    the server made for it (FedMCSA's, HeurFedAMP's W_i), counted when it is delivered, not when it is made. Called
+    before training, while ``fresh`` still says which clients have one waiting."""
+    names = traveling(alg, state.client_params)
+    one = payload_bytes({k: state.global_params[k] for k in names})
+    total = one * len(clients) if alg.start == "global" else 0
+    waiting = int(state.fresh[clients].sum())
+    if waiting:
+        total += waiting * payload_bytes({k: state.sent[k][0] for k in names})
+    return total
 
 
 def moved(obj: Any, dev: torch.device | str) -> Any:

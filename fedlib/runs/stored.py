@@ -44,7 +44,7 @@ CONFIG_BYTES = 1 << 16  # a config is ~1 KB: ``Store.configs`` reads no larger o
 
 
 # against the manifest)
-LATER_COLUMNS = ("gm_test_acc", "gm_test_acc_mean")  # metrics columns the oldest stored runs lack
+LATER_COLUMNS = ("gm_test_acc", "gm_test_acc_mean", "bytes_up", "bytes_down")  # columns older stored runs lack
 
 
 class DamagedRun(ValueError):
