@@ -154,7 +154,7 @@ def test_e2e_prints_every_workload_with_its_breakdown(capsys):
 
 def test_e2e_rejects_unknown_workload(capsys):
     with pytest.raises(SystemExit):
-        main(["--e2e", "--only", "W7"])
+        main(["--e2e", "--only", "W9"])
     assert "allowed: W1, W2, W3, W4, W5, W6, W7, W8" in capsys.readouterr().err
 
 
