@@ -282,17 +282,9 @@ BEYOND_VAL_FRAC = 0.1
 
 
 def _beyond_cells(datasets, seeds, **extra) -> list[dict]:
-    everywhere = [m for m in BEYOND_PAPER + BEYOND_MIXING if m in _registered()]
-    split = [m for m in BEYOND_SPLIT if m in _registered()]
-    return cells(datasets, ["mlr", "dnn"], algorithm=everywhere, seed=seeds, **extra) + cells(
-        datasets, ["dnn"], algorithm=split, seed=seeds, **extra
+    return cells(datasets, ["mlr", "dnn"], algorithm=BEYOND_PAPER + BEYOND_MIXING, seed=seeds, **extra) + cells(
+        datasets, ["dnn"], algorithm=BEYOND_SPLIT, seed=seeds, **extra
     )
-
-
-def _registered() -> set[str]:
-    from fedlib.config.options import METHODS
-
-    return set(METHODS)
 
 
 def beyond(profile: str, available: "Available | None" = None):

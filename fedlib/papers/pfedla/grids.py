@@ -184,16 +184,13 @@ BEYOND_METHODS = {"fedper": {}, "fedrep": {}, "fedrod": {}}
 
 def beyond(profile: str, available: "Available | None" = None):
     """Table 1's grid with FedPer, FedRep and FedRoD as the base methods."""
-    from fedlib.config.options import METHODS as REGISTERED
-
     doms = digits_domains(available)
     rounds, seeds, attns, extra = {
         "smoke": (2, [0], ["none", "se"], {"domain_percent": 0.02}),
         "quick": (30, [0], ATTENTIONS, {"eval_every": 5}),
         "paper": (100, [0, 1, 2, 3, 4], ATTENTIONS, {"eval_every": 10}),
     }[profile]
-    methods = [m for m in BEYOND_METHODS if m in REGISTERED]
-    cells = [{"algorithm": m, **BEYOND_METHODS[m], "attention": attns, "seed": seeds, **extra} for m in methods]
+    cells = [{"algorithm": m, **kw, "attention": attns, "seed": seeds, **extra} for m, kw in BEYOND_METHODS.items()]
     return digits_base(doms, rounds), (cells if len(doms) >= 2 else [])
 
 
