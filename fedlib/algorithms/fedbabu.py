@@ -87,12 +87,7 @@ class FedBABU(MethodOptions):
     )
 
     def check_with(self, cfg: RunSpec) -> None:
-        check_split(self.NAME, cfg)
-        if cfg.local.weight_decay:
-            raise ValueError(
-                f"RunConfig: weight_decay={cfg.local.weight_decay} set but algorithm='fedbabu' freezes the head, "
-                "and weight decay would still shrink it; use weight_decay=0"
-            )
+        check_split(self.NAME, cfg, frozen="the head")
 
     def build(self, cfg: RunSpec) -> Algorithm:
         """FedAvg's round (selection, server mean) over the bodies, the head frozen, evaluated after fine-tuning."""

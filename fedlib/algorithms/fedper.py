@@ -29,10 +29,17 @@ from fedlib.models.groups import HEAD
 from fedlib.models.registry import MODELS, groups_of
 
 
-def check_split(name: str, cfg: RunSpec) -> None:
-    """Refuse a split-model method ``name`` (FedPer, FedRep, LG-FedAvg) on a model it cannot split: one that declares
-    no head (``fedlib.models.groups.head``), or one whose every parameter is its head (no body: the split would
-    make the method Local or FedAvg). Raised by ``RunConfig.validate``, before any data is read."""
+def check_split(name: str, cfg: RunSpec, frozen: str = "") -> None:
+    """Refuse a split-model method ``name`` (FedPer, FedRep, LG-FedAvg, ...) on a model it cannot split: one that
+    declares no head (``fedlib.models.groups.head``), or one whose every parameter is its head (no body: the split
+    would make the method Local or FedAvg). ``frozen``: what the method holds frozen (FedRep, FedBABU), for which
+    weight decay is refused too, since it would still shrink the frozen part on the stacked executor. Raised by
+    ``RunConfig.validate``, before any data is read."""
+    if frozen and cfg.local.weight_decay:
+        raise ValueError(
+            f"RunConfig: weight_decay={cfg.local.weight_decay} set but algorithm={name!r} freezes {frozen}, and "
+            "weight decay would still shrink the frozen part; use weight_decay=0"
+        )
     m = cfg.model
     groups = groups_of(m.name, m.hidden, m.attention)
     if HEAD not in groups:

@@ -78,12 +78,7 @@ class FedRep(MethodOptions):
     )
 
     def check_with(self, cfg: RunSpec) -> None:
-        check_split(self.NAME, cfg)
-        if cfg.local.weight_decay:
-            raise ValueError(
-                f"RunConfig: weight_decay={cfg.local.weight_decay} set but algorithm='fedrep' freezes the body and "
-                "the head in turn, and weight decay would still shrink the frozen part; use weight_decay=0"
-            )
+        check_split(self.NAME, cfg, frozen="the body and the head in turn")
 
     def build(self, cfg: RunSpec) -> Algorithm:
         """FedAvg's round (selection, server mean) over the bodies, with FedRep's two-phase client procedure."""
