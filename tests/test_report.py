@@ -639,3 +639,22 @@ def test_accuracy_curves_panels_split_by_a_column_and_share_the_zoom():
     want = late_range(frame, "global_test_acc")
     assert fig.axes[0].get_ylim() == pytest.approx(want) and fig.axes[1].get_ylim() == pytest.approx(want)
     assert len(accuracy_curves(frame, hue="method", metrics=("global_test_acc",)).axes) == 1
+
+
+def test_personal_and_global_by_hand_and_without_diverged_runs():
+    """Two seeds of one cell: the best personal and global accuracies (%) averaged over the seeds, their gap; a
+    diverged run is left out as in ``ours_summary``, and a method with no global model is not listed."""
+    from fedlib.papers.report import personal_and_global
+
+    def run(key, acc, gm):
+        return pd.DataFrame({"key": key, "dataset": "d", "model": "m", "algorithm": "a", "round": [1, 2],
+                             "test_acc": acc, "gm_test_acc": gm})  # fmt: skip
+
+    no_gm = run("c", [0.5, 0.6], [np.nan, np.nan]).assign(algorithm="b")
+    frame = pd.concat([run("k0", [0.8, 0.9], [0.7, 0.6]), run("k1", [0.7, 0.5], [0.5, 0.6]), no_gm])
+    out = personal_and_global(frame)
+    assert list(out.algorithm) == ["a"]
+    assert out.personal.iloc[0] == pytest.approx(80.0) and out["global"].iloc[0] == pytest.approx(65.0)
+    assert out.gap.iloc[0] == pytest.approx(15.0)
+    alone = personal_and_global(frame, diverged=["k1"])
+    assert alone.personal.iloc[0] == pytest.approx(90.0) and alone["global"].iloc[0] == pytest.approx(70.0)

@@ -88,12 +88,13 @@ def methods_pivot(
     return out.reindex(rows).round(2)
 
 
-def personal_and_global(frame: pd.DataFrame, keys=("dataset", "model", "algorithm")) -> pd.DataFrame:
+def personal_and_global(frame: pd.DataFrame, keys=("dataset", "model", "algorithm"), diverged=()) -> pd.DataFrame:
     """For the methods that evaluate a global model beside the personal ones (the per-round ``gm_test_acc``): the
     best personal and the best global sample-weighted mean test accuracy (%, mean over seeds) and their gap. ``frame``:
-    the per-round frame (``Experiment.frame``)."""
+    the per-round frame (``Experiment.frame``); ``diverged``: the keys of runs that diverged, left out as
+    ``ours_summary`` leaves them out (a run's best before it diverged is not a result)."""
     has = frame.groupby("key").gm_test_acc.transform(lambda s: s.notna().any())
-    sub = frame[has]
+    sub = frame[has & ~frame.key.isin(set(diverged))]
     if sub.empty:
         return pd.DataFrame(columns=[*keys, "personal", "global", "gap"])
     per_run = sub.groupby(["key", *keys]).agg(personal=("test_acc", "max"), glob=("gm_test_acc", "max")).reset_index()
