@@ -1,1 +1,1 @@
-"""Flower (flwr) apps of fedlib's methods; see fedlib.flower.rounds (no flwr) and fedlib.flower.apps."""
+"""Flower (flwr) apps of fedlib's methods; see fedlib.flower.rounds (no flwr: messages, server, client) and fedlib.flower.apps."""

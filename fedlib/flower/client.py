@@ -1,0 +1,148 @@
+"""A client's half of a round (``Client``): its own rows and its rows of the run's state, trained with the run's
+executor and the method's client procedure (see ``fedlib.flower.rounds``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from fedlib.config.run import RunConfig
+from fedlib.core.stages import ClientWork, Params
+from fedlib.core.state import evaluation_params, init_state, start_models, traveling
+from fedlib.data.federated import BatchPlan, Split
+from fedlib.executors import make_executor
+from fedlib.flower.messages import Report, Task, _sizes_for, setup
+from fedlib.models.local_attention import per_client_attention
+from fedlib.models.registry import build_model
+
+
+class Client:
+    """Client ``index``'s half: its own training and test rows (``train``, ``test``, ``val``: ``Split``s of one
+    client) and its rows of the run's state, kept between rounds (``state_dict`` / ``load_state_dict``: what a
+    Flower ClientApp keeps in ``context.state``)."""
+
+    def __init__(self, cfg: RunConfig, index: int, train: Split, test: Split, input_shape: tuple[int, ...],
+                 n_classes: int, val: Split | None = None) -> None:  # fmt: skip
+        self.cfg, self.index, self.train_split, self.test, self.val = cfg, index, train, test, val
+        self.model_shape, self.n_classes = tuple(input_shape), n_classes
+        self.alg, self.model, self.schedule = setup(cfg, input_shape, n_classes, _sizes_for(cfg))
+        self.executor = make_executor(cfg.executor, self.model)
+        self.state = init_state(self.model, 1)
+        if cfg.model.attention_init == "per_client":  # pFedLA Algorithm 1, line 9: this client's own draw
+            m, dtype = cfg.model, getattr(torch, cfg.dtype)
+
+            def drawn(seed):
+                return build_model(
+                    m.name, input_shape, n_classes, m.hidden, seed=seed, dtype=dtype, attention=m.attention
+                )
+
+            for k, v in per_client_attention(drawn, cfg.data.n_clients, cfg.seed).items():
+                self.state.client_params[k][0] = v[index]
+                self.state.sent[k][0] = v[index]
+        self.names = traveling(self.alg, self.state.global_params)
+
+    def sizes(self) -> tuple[int, int]:
+        """(training rows, test rows): what the server asks first."""
+        return int(self.train_split.sizes[0]), int(self.test.sizes[0])
+
+    def fit(self, task: Task) -> Params:
+        """Train as ``run_round`` trains this client in round ``task.t``; returns the upload (empty unless
+        ``task.upload``)."""
+        alg, state = self.alg, self.state
+        assert alg.local is not None
+        state.round = task.t
+        for k, v in task.params.items():
+            state.global_params[k] = v.clone()
+        for k, v in task.personal.items():
+            state.sent[k][0] = v
+        if task.personal:
+            state.fresh[0] = True
+        scale = self.schedule.lr_scale(task.t)
+        local = alg.local if scale == 1 else dataclasses.replace(alg.local, lr=alg.local.lr * scale)
+        tr = torch.zeros(1, dtype=torch.int64)
+        start, anchor = start_models(alg, state, tr)
+        assert task.index is not None
+        f = lambda x: None if x is None else x[:, None]
+        plan = BatchPlan(task.index[:, None], f(task.weight), f(task.active))
+        if alg.local_update is None:
+            trained = self.executor.train(self.model, start, plan, self.train_split, local,
+                                          anchor=anchor if local.mu else None)  # fmt: skip
+        else:
+            work = ClientWork(
+                self.executor, self.model, start, anchor, plan, self.train_split, state, tr, local, shared=alg.shared
+            )
+            trained = alg.local_update(work)
+        for k, v in trained.items():
+            state.client_params[k][tr] = v
+        state.fresh[tr] = False
+        if not task.upload:
+            return {}
+        return {k: trained[k][0] for k in self.names}
+
+    def evaluate(self, t: int, params: Params) -> Report:
+        """This client's test counts on the model it is evaluated with (``evaluation_params``), the global model's
+        traveling tensors ``params`` received."""
+        alg, state = self.alg, self.state
+        for k, v in params.items():
+            state.global_params[k] = v.clone()
+        if alg.personal is not None and alg.personal.KEY not in state.extra:
+            # not trained yet: its personal model is its initial one, as the method's state holds it in ``simulate``
+            # (made from every client's model when the first client trains: this one's is still its initial one)
+            p, per_client = state.client_params, True
+        else:
+            p, per_client = evaluation_params(alg, state)
+        c, lo, n = self.executor.evaluate(self.model, p, self.test, per_client)
+        rep = Report(self.index, float(c[0]), float(lo[0]), float(n[0]))
+        if alg.report_global:
+            g, gper = evaluation_params(alg, state, "global")
+            gc, _, gk = self.executor.evaluate(self.model, g, self.test, gper)
+            rep.gm_correct, rep.gm_rows = float(gc[0]), float(gk[0])
+        if self.val is not None:
+            vc, vl, vk = self.executor.evaluate(self.model, p, self.val, per_client)
+            rep.val = (float(vc[0]), float(vl[0]), float(vk[0]))
+        return rep
+
+    # -- the state a ClientApp keeps between messages -----------------------------------------------------------------
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        s = self.state
+        out = {f"client.{k}": v for k, v in s.client_params.items()}
+        out.update({f"sent.{k}": v for k, v in s.sent.items()})
+        out.update({f"global.{k}": v for k, v in s.global_params.items()})
+        out["fresh"] = s.fresh.to(torch.uint8)
+        for key, ms in s.extra.items():
+            out.update({f"extra.{key}.{k}": v for k, v in dict(ms).items()})
+        return out
+
+    def load_state_dict(self, d: dict[str, torch.Tensor]) -> None:
+        s = self.state
+        extra: dict[str, dict[str, torch.Tensor]] = {}
+        for name, v in d.items():
+            part, _, rest = name.partition(".")
+            if part == "client":
+                s.client_params[rest] = v
+            elif part == "sent":
+                s.sent[rest] = v
+            elif part == "global":
+                s.global_params[rest] = v
+            elif part == "fresh":
+                s.fresh = v.to(torch.bool)
+            elif part == "extra":
+                key, _, k = rest.partition(".")
+                extra.setdefault(key, {})[k] = v
+        s.extra = dict(extra)  # rebuilt as the method's state class by ``MethodState.of`` on first use
+
+
+def client_splits(data, i: int) -> tuple[Split, Split, Split | None]:
+    """Client ``i``'s training, test and validation rows of a ``FederatedData``, each as a one-client ``Split``."""
+
+    def one(split: Split | None) -> Split | None:
+        if split is None:
+            return None
+        x, y = split.client(i)
+        z = torch.zeros(1, dtype=torch.int64)
+        return Split(x.clone(), y.clone(), z, torch.tensor([len(y)], dtype=torch.int64))
+
+    train, test = one(data.train), one(data.test)
+    assert train is not None and test is not None
+    return train, test, one(data.val)

@@ -1,0 +1,105 @@
+"""The messages of a round between ``fedlib.flower``'s server and clients (``Task``, ``Report``), the methods the
+Flower path refuses and the setup both halves build from the config (see ``fedlib.flower.rounds``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from fedlib.algorithms import build_algorithm
+from fedlib.config.run import RunConfig
+from fedlib.core.stages import Params, keep_local
+from fedlib.core.state import Schedule, payload_bytes
+from fedlib.models.groups import param_groups
+from fedlib.models.registry import build_model
+
+# methods whose client procedure or server stages read other clients' state or server state the clients need
+UNSUPPORTED = {
+    "scaffold": "its clients need the server's control variate c and upload c_i: a second message, not written yet",
+    "fedmix": "its clients need every client's shared batch means: a broadcast, not written yet",
+    "perfedavg": "its evaluation adapts the global model with mini-batches of one run-wide stream (before_eval)",
+    "perfedavg-hf": "its evaluation adapts the global model with mini-batches of one run-wide stream (before_eval)",
+    "local": "it has no server: every client trains alone and uploads nothing, so there is nothing to deploy",
+    "feddyn": "its server step reads what the client procedure adds to the run's state (h's update): a second "
+    "message, not written yet",
+    "fednova": "its server step reads each client's normalised correction from the run's state: a second message, "
+    "not written yet",
+    "apfl": "its personal model mixes the client's v_i with the current global model at evaluation: not wired to "
+    "the client's evaluate yet",
+    "fedbabu": "it fine-tunes every client before evaluation: not wired to the client's evaluate yet",
+    "fedrod": "it evaluates the sum of the generic and the personal head: not wired to the client's evaluate yet",
+    "fedala": "its clients draw their s% samples from the run's one mini-batch stream: a client-side stream, not "
+    "written yet",
+    "fedfomo": "its clients download other clients' models and need held-out rows and the run's random stream: not "
+    "written yet",
+}
+
+
+class RefusedUpdate(ValueError):
+    """An upload the server will not aggregate (wrong names, shapes or dtype, or a non-finite value)."""
+
+
+def setup(cfg: RunConfig, input_shape: tuple[int, ...], n_classes: int, n_samples: np.ndarray | None):
+    """(algorithm, initial model, schedule) of ``cfg``, as ``fedlib.runs.train`` builds them: both halves build the
+    same ones from the config, so neither sends the other code."""
+    cfg.validate()
+    if cfg.method.NAME in UNSUPPORTED:
+        raise ValueError(
+            f"fedlib.flower: algorithm={cfg.method.NAME!r} is not supported: {UNSUPPORTED[cfg.method.NAME]}"
+        )
+    if cfg.selection.dropout or cfg.selection.stragglers:
+        raise ValueError(
+            "fedlib.flower: dropout and stragglers simulate failing clients; in a deployment clients fail on their own "
+            "(a client that does not answer is left out of the round): set dropout=0 and stragglers=0"
+        )
+    dtype, m = getattr(torch, cfg.dtype), cfg.model
+    model = build_model(m.name, input_shape, n_classes, m.hidden, seed=cfg.seed, dtype=dtype, attention=m.attention)
+    alg = build_algorithm(cfg, n_samples=n_samples)
+    if alg.before_eval is not None:
+        raise ValueError(f"fedlib.flower: algorithm={cfg.method.NAME!r} has a before_eval stage, not supported")
+    if alg.local_groups:  # as ``simulate``: declared groups -> which parameters stay on the clients
+        alg.shared = keep_local(param_groups(model), tuple(alg.local_groups))
+    lo = cfg.local
+    return alg, model, Schedule(lo.local_steps, lo.local_epochs, lo.batch_size, lo.lr_decay)
+
+
+@dataclass
+class Task:
+    """What the server sends one training client in round t: whether it uploads (``upload``: it was selected; with
+    ``trains='all'`` the others train without uploading), the tensors it starts from (``params``: the global model's
+    traveling tensors, and/or ``personal``: the W_i waiting for it) and its mini-batch plan (``index`` (steps, B):
+    rows of its own training data; ``weight``, ``active``: epoch padding, or None)."""
+
+    t: int
+    client: int
+    upload: bool
+    params: Params = field(default_factory=dict)
+    personal: Params = field(default_factory=dict)
+    index: torch.Tensor | None = None
+    weight: torch.Tensor | None = None
+    active: torch.Tensor | None = None
+
+    def bytes_down(self) -> int:
+        return payload_bytes(self.params) + payload_bytes(self.personal)
+
+
+@dataclass
+class Report:
+    """A client's test counts for the round's metrics row (``correct``, ``loss`` sum, ``rows``), the global model's
+    (``gm_*``, for methods that report it beside the personal ones) and its validation counts, where it has some."""
+
+    client: int
+    correct: float
+    loss: float
+    rows: float
+    gm_correct: float = np.nan
+    gm_rows: float = np.nan
+    val: tuple[float, float, float] | None = None
+
+
+def _sizes_for(cfg: RunConfig) -> np.ndarray | None:
+    """The ``n_samples`` a client builds its algorithm with: a selection stage needs some, and a client never selects
+    (the server's stage is the one that runs), so ones do."""
+    return np.ones(cfg.data.n_clients)

@@ -1,0 +1,199 @@
+"""The server's half of a round (``Server``): selection, the mini-batch plans, aggregation and the metrics rows, as
+``fedlib.core.simulation.run_round`` runs them (see ``fedlib.flower.rounds``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedlib.config.run import RunConfig
+from fedlib.core import metrics as M
+from fedlib.core.simulation import _stepped, finite
+from fedlib.core.stages import Params, mix
+from fedlib.core.state import COLUMNS, Round, init_state, moved, payload_bytes, traveling
+from fedlib.data.federated import Split
+from fedlib.flower.messages import RefusedUpdate, Report, Task, setup
+
+
+class Server:
+    """The server's half of ``cfg``'s rounds over ``n_clients`` clients whose training-set sizes are ``sizes``.
+
+    Holds what ``simulate``'s ``State`` holds that is the server's: the global model, the personalised models it made
+    (``sent``) and whether each is waiting for its client (``fresh``), a method's server state (``extra``: FedAvgM's
+    velocity), and the run's random streams (selection, mini-batch plans)."""
+
+    def __init__(self, cfg: RunConfig, sizes: np.ndarray, input_shape: tuple[int, ...], n_classes: int) -> None:
+        self.cfg, self.n = cfg, len(sizes)
+        if self.n != cfg.data.n_clients:
+            raise ValueError(f"fedlib.flower: {self.n} clients reported, the config has n_clients={cfg.data.n_clients}")
+        self.alg, model, self.schedule = setup(cfg, input_shape, n_classes, np.asarray(sizes))
+        if self.alg.select is not None and self.alg.select.probes:
+            raise ValueError(
+                "fedlib.flower: selection that probes the clients' losses (Power-of-Choice) is not supported"
+            )
+        self.model = model
+        self.state = init_state(model, self.n)
+        self.state.client_params = {}  # the clients' models are theirs: the server never holds them
+        self.names = traveling(self.alg, self.state.global_params)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.gen = torch.Generator().manual_seed(cfg.seed + 1)
+        sizes_t = torch.as_tensor(np.asarray(sizes), dtype=torch.int64)
+        self.layout = Split(torch.zeros(0), torch.zeros(0).long(), torch.cumsum(sizes_t, 0) - sizes_t, sizes_t)
+        self.n_train = sizes_t.to(torch.float64)
+        self.shapes = {
+            k: (tuple(self.state.global_params[k].shape), self.state.global_params[k].dtype) for k in self.names
+        }
+        self.uploads = 0
+        self.bytes_up = 0
+        self.bytes_down = 0
+        self.rows: list[dict[str, Any]] = []
+        self.client_acc: list[np.ndarray] = []
+        self.client_loss: list[np.ndarray] = []
+        self.refused: list[tuple[int, int, str]] = []  # (round, client, why)
+        self.selected = np.zeros((cfg.rounds, self.n), dtype=bool)  # the 'selected' trace: who was aggregated
+        self.test_sizes = np.zeros(self.n, dtype=np.int64)  # the clients' test rows (reported by the query)
+        self.last: dict[int, Report] = {}  # each client's last evaluation report
+        self.stale: list[tuple[int, int]] = []  # (round, client): evaluations missed, its last reading kept
+        self.t0 = time.perf_counter()
+
+    # -- a round --------------------------------------------------------------------------------------------------
+    def begin(self, t: int) -> tuple[np.ndarray, list[Task]]:
+        """Round t's selection and what each training client is sent: (selected, tasks)."""
+        alg, state = self.alg, self.state
+        assert alg.select is not None
+        state.round = t
+        sel = np.asarray(alg.select.select(t, self.n, self.rng))
+        trainers = sel if alg.trains == "selected" else np.arange(self.n)
+        tr = torch.as_tensor(trainers)
+        plan = self.schedule.plan(self.layout, tr, alg.batches_per_step, self.gen)
+        chosen = set(sel.tolist())
+        tasks = []
+        for j, i in enumerate(trainers.tolist()):
+            task = Task(t, i, i in chosen)
+            if alg.start == "global":
+                task.params = {k: state.global_params[k] for k in self.names}
+            if bool(state.fresh[i]):  # a personalised model is waiting for it: delivered now
+                task.personal = {k: state.sent[k][i] for k in self.names}
+                state.fresh[i] = False
+            task.index = plan.index[:, j] - self.layout.offsets[i]
+            task.weight = None if plan.weight is None else plan.weight[:, j]
+            task.active = None if plan.active is None else plan.active[:, j]
+            tasks.append(task)
+        return sel, tasks
+
+    def check(self, t: int, client: int, params: Params) -> Params:
+        """``params`` if it is a well-formed upload (the traveling names, their shapes and dtype, finite), else
+        ``RefusedUpdate`` naming what is wrong; the caller logs it and leaves the upload out of the round."""
+        if set(params) != set(self.names):
+            missing, extra = sorted(set(self.names) - set(params)), sorted(set(params) - set(self.names))
+            raise RefusedUpdate(f"round {t}, client {client}: names differ (missing {missing}, unexpected {extra})")
+        for k, v in params.items():
+            shape, dtype = self.shapes[k]
+            if tuple(v.shape) != shape or v.dtype != dtype:
+                raise RefusedUpdate(f"round {t}, client {client}: {k} is {v.dtype} {tuple(v.shape)}, "
+                                    f"expected {dtype} {shape}")  # fmt: skip
+        if not finite(params):
+            raise RefusedUpdate(f"round {t}, client {client}: non-finite values (NaN or inf)")
+        return params
+
+    def end(self, t: int, selected: np.ndarray, uploads: dict[int, Params], sent_bytes: int) -> Round:
+        """Aggregate round t's uploads (client -> traveling tensors) as ``run_round`` does. ``selected``: the round's
+        selection; a selected client whose upload is missing (it failed, or its update was refused) is left out of
+        the aggregation and the selection stage's observation, as if it had not been selected."""
+        alg, state = self.alg, self.state
+        assert alg.aggregate is not None and alg.select is not None
+        sel = np.asarray([i for i in selected.tolist() if i in uploads], dtype=np.int64)
+        up = {k: torch.stack([uploads[i][k] for i in sel.tolist()]) for k in self.names} if len(sel) else {}
+        mixing = alg.aggregate(up, self.n_train[torch.as_tensor(sel)], sel) if len(sel) else None
+        if mixing is not None and mixing.to_global is not None:
+            mean = {k: v[0] for k, v in mix(mixing.to_global.unsqueeze(0), up).items()}
+            if alg.server_step is not None:
+                mean.update(alg.server_step(*_stepped(self.model, state.global_params, mean), state))
+            for k, v in mean.items():
+                g = state.global_params[k]
+                state.global_params[k] = v if mixing.beta == 1 else torch.lerp(g, v, mixing.beta)
+        sel_t = torch.as_tensor(sel)
+        if mixing is not None and mixing.to_personal is not None:
+            for k, v in mix(moved(mixing.to_personal, "cpu"), up).items():
+                state.sent[k][sel_t] = v
+            state.fresh[sel_t] = True
+        if alg.select.observes and len(sel):
+            ref = {k: state.sent[k][sel_t] if mixing.to_personal is not None else state.global_params[k] for k in up}
+            alg.select.observe(sel, up, ref)
+        self.uploads += len(sel)
+        self.selected[t - 1, sel] = True
+        self.bytes_up += payload_bytes(up)
+        self.bytes_down += sent_bytes
+        return Round(t, sel, mixing, up, bytes_up=payload_bytes(up), bytes_down=sent_bytes)  # type: ignore[arg-type]
+
+    def evaluation(self) -> Params:
+        """What every client evaluates with: the global model's traveling tensors."""
+        return {k: self.state.global_params[k] for k in self.names}
+
+    def record(self, out: Round, reports: list[Report]) -> dict[str, Any]:
+        """Round ``out.t``'s row of metrics (``fedlib.core.state.COLUMNS``) from the clients' reports, made as
+        ``fedlib.core.callbacks._evaluate_round`` makes it. A client that did not report (it failed, or left) counts
+        with its last report (its accuracy when it was last heard from; before any, 0), and is listed in ``stale``:
+        a stored run holds every client's accuracy every evaluated round, and its test_acc is recomputed from them."""
+        acc, loss, cnt = (np.zeros(self.n) for _ in range(3))
+        gc, gk = np.zeros(self.n), np.zeros(self.n)
+        val = np.zeros((self.n, 3)) if any(r.val is not None for r in reports) else None
+        got = {r.client for r in reports}
+        for i in range(self.n):  # a client that did not report keeps its last reading (a stored run has one a round)
+            if i not in got:
+                last = self.last.get(i, Report(i, 0.0, 0.0, float(self.test_sizes[i])))
+                reports = [*reports, dataclasses.replace(last, val=None)]
+                self.stale.append((out.t, i))
+        for r in reports:
+            self.last[r.client] = r
+            acc[r.client], loss[r.client], cnt[r.client] = r.correct, r.loss, r.rows
+            gc[r.client], gk[r.client] = r.gm_correct, r.gm_rows
+            if val is not None and r.val is not None:
+                val[r.client] = r.val
+        with np.errstate(invalid="ignore", divide="ignore"):
+            a, lo = acc / cnt, loss / cnt
+            row = {c: np.nan for c in COLUMNS}
+            row.update({
+                "round": out.t,
+                "test_acc": M.weighted_mean(a, cnt),
+                "test_acc_mean": M.unweighted_mean(a, cnt),
+                "test_loss": float(loss.sum() / max(cnt.sum(), 1)),
+                "selected": len(out.selected),
+                "uploads": self.uploads,
+                "bytes_up": self.bytes_up,
+                "bytes_down": self.bytes_down,
+            })  # fmt: skip
+            if self.alg.report_global:
+                row["gm_test_acc"], row["gm_test_acc_mean"] = (
+                    M.weighted_mean(gc / gk, gk),
+                    M.unweighted_mean(gc / gk, gk),
+                )
+            if val is not None:
+                row["val_acc"] = M.weighted_mean(val[:, 0] / val[:, 2], val[:, 2])
+                row["val_loss"] = float(val[:, 1].sum() / max(val[:, 2].sum(), 1))
+        row["seconds"] = time.perf_counter() - self.t0
+        self.rows.append(row)
+        self.client_acc.append(a)
+        self.client_loss.append(lo)
+        return row
+
+    def result(self, meta: dict[str, Any] | None = None):
+        """The run as a ``RunResult`` (the layout ``Store.save`` writes: metrics, per-client accuracies, the
+        'selected' trace), its meta ``meta`` plus the refused uploads."""
+        import pandas as pd
+
+        from fedlib.core.state import RunResult
+
+        return RunResult(
+            pd.DataFrame(self.rows, columns=list(COLUMNS)),
+            np.array(self.client_acc),
+            np.array(self.client_loss),
+            self.test_sizes,
+            meta={**(meta or {}), "refused": [list(r) for r in self.refused], "stale": [list(r) for r in self.stale]},
+            config=self.cfg,
+            traces={"selected": self.selected},
+        )
