@@ -36,7 +36,7 @@ from fedlib.config.options import MethodOptions, option, register
 from fedlib.core.protocols import Executor, RunSpec
 from fedlib.core.stages import Algorithm, ClientWork, MethodState, Params, WeightedMean, local_sgd
 from fedlib.core.state import State
-from fedlib.data.federated import BatchPlan, FederatedData, sample_steps
+from fedlib.data.federated import BatchPlan, FederatedData, Split, sample_steps
 from fedlib.executors import LocalSGD
 
 
@@ -104,18 +104,32 @@ class AdaptBeforeEval:
     def __call__(
         self, executor: Executor, model: nn.Module, state: State, data: FederatedData, generator: torch.Generator
     ) -> None:
+        self.apply(executor, model, state, data, self.draw(data, generator))
+
+    def _split(self, data: FederatedData) -> Split:
         if self.mode not in ADAPT_EVAL:
             raise ValueError(f"AdaptBeforeEval.mode={self.mode!r} is not one of: {', '.join(ADAPT_EVAL)}")
-        split = data.train if self.mode == "paper" else data.test
-        n = len(split.sizes)
+        return data.train if self.mode == "paper" else data.test
+
+    def draw(self, data: FederatedData, generator: torch.Generator) -> BatchPlan:
+        """The adaptation's mini-batches (steps, N, B) from ``generator``, each client's rows numbered within its own
+        rows of the split it adapts on; ``data`` may hold only the splits' sizes (``Split.layout``)."""
+        split = self._split(data)
         if self.mode == "code" and int(split.sizes.sum()) == 0:
             raise ValueError(
                 "adapt_eval='code' adapts on the clients' test rows, and this data set has none "
                 "(use adapt_eval='paper', which adapts on training rows)"
             )
-        steps = 1 if self.mode == "paper" else 2
-        plan = sample_steps(split.layout(), torch.arange(n), steps, self.batch_size, generator)
-        index = plan.index.clamp_min(0)  # a client without test rows draws a row not its own: it is scored on none
+        own = Split(split.x[:0], split.y[:0], torch.zeros_like(split.sizes.cpu()), split.sizes.cpu())
+        return sample_steps(own, torch.arange(len(split.sizes)), 1 if self.mode == "paper" else 2, self.batch_size,
+                            generator)  # fmt: skip
+
+    def apply(self, executor: Executor, model: nn.Module, state: State, data: FederatedData, plan: BatchPlan) -> None:
+        """Every client of ``data`` adapts the global model on its rows of ``plan`` (``draw``'s)."""
+        split = self._split(data)
+        n, steps = len(split.sizes), plan.steps
+        # a client without test rows draws a row not its own: it is scored on none
+        index = (plan.index + split.offsets.cpu()[None, :, None]).clamp_min(0)
         plan = BatchPlan(index.to(split.x.device))
         p = {k: v.unsqueeze(0).expand(n, *v.shape).clone() for k, v in state.global_params.items()}
         for s, lr in zip(range(steps), (self.alpha, self.beta)):

@@ -23,9 +23,20 @@ from tqdm.auto import tqdm
 
 from fedlib.core import metrics as M
 from fedlib.core.failures import Failures
+from fedlib.core.protocols import Executor
 from fedlib.core.stages import Algorithm, Params
-from fedlib.core.state import COLUMNS, FAILURE_COLUMNS, NEW_COLUMNS, VAL_COLUMNS, Round, Run, State, evaluation_params
-from fedlib.data.federated import FederatedData, Split, sample_epochs
+from fedlib.core.state import (
+    COLUMNS,
+    FAILURE_COLUMNS,
+    NEW_COLUMNS,
+    VAL_COLUMNS,
+    Round,
+    Run,
+    Schedule,
+    State,
+    evaluation_params,
+)
+from fedlib.data.federated import BatchPlan, FederatedData, Split, sample_epochs
 from fedlib.models.local_attention import hybrid_logits
 
 # the attention trace's cap (``AttentionTrace``: windows x (layers + 1) x N x N float64); above it the run keeps none
@@ -411,15 +422,28 @@ def fine_tune(
     the cross-entropy). Its mini-batches are drawn from a stream of (seed, t, ``stream``) of its own, so the
     training's stream is untouched and a resumed run draws the same ones. What a new client's fine-tuning
     (``new_clients``) and a method's evaluation by fine-tuning (``Algorithm.finetune``) both run."""
-    alg, dev = run.alg, split.x.device
-    assert alg.local is not None  # ``build_algorithm`` sets the local stage
-    entropy = np.random.SeedSequence((run.seed, t, stream)).generate_state(2, np.uint64)
+    plan = fine_tune_plan(run.seed, t, stream, split.layout(), epochs, run.schedule.batch_size)
+    return tuned(run.alg, run.executor, run.model, run.schedule, t, start, plan, split, objective)
+
+
+def fine_tune_plan(seed: int, t: int, stream: int, layout: Split, epochs: int, batch_size: int) -> BatchPlan:
+    """The mini-batches of ``fine_tune`` (on the CPU, rows numbered as ``layout``'s): ``epochs`` epochs of every
+    client of ``layout``, drawn from the stream (seed, t, ``stream``). Apart from ``tuned`` so that a party that holds
+    only the clients' sizes (a federated server) draws them and each client trains on its own column."""
+    entropy = np.random.SeedSequence((seed, t, stream)).generate_state(2, np.uint64)
     gen = torch.Generator().manual_seed(int(entropy[0] >> np.uint64(1)))
-    k = len(split.sizes)
-    plan = sample_epochs(split.layout(), torch.arange(k), epochs, run.schedule.batch_size, gen)
-    opt = dataclasses.replace(alg.local, mu=0.0, lr=alg.local.lr * run.schedule.lr_scale(t))
+    return sample_epochs(layout, torch.arange(len(layout.sizes)), epochs, batch_size, gen)
+
+
+def tuned(alg: Algorithm, executor: Executor, model: nn.Module, schedule: Schedule, t: int, start: Params, plan: BatchPlan,
+          split: Split, objective: object = None) -> Params:  # fmt: skip
+    """``start`` trained on ``plan`` (``fine_tune_plan``) of ``split``: plain SGD with the run's optimiser at round t's
+    learning rate (lr, momentum, weight decay; no proximal term), minimising ``objective`` (None: cross-entropy)."""
+    assert alg.local is not None  # ``build_algorithm`` sets the local stage
+    dev = split.x.device
+    opt = dataclasses.replace(alg.local, mu=0.0, lr=alg.local.lr * schedule.lr_scale(t))
     plan = type(plan)(plan.index.to(dev), *(None if x is None else x.to(dev) for x in (plan.weight, plan.active)))
-    return {**start, **run.executor.train(run.model, start, plan, split, opt, objective=objective)}
+    return {**start, **executor.train(model, start, plan, split, opt, objective=objective)}
 
 
 def finetuned_clients(run: Run, t: int) -> Params:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 import torch
@@ -228,6 +228,22 @@ ServerStep = Callable[[Params, Params, "State"], Params]  # (global, mean of the
 BeforeEval = Callable[[Executor, nn.Module, "State", FederatedData, torch.Generator], None]
 
 
+@runtime_checkable
+class DrawnBeforeEval(Protocol):
+    """A ``before_eval`` stage whose random draws are apart from its work, so that whoever holds only the clients'
+    sizes draws them and each client does its own part (``fedlib.flower``: the server draws from the run's
+    evaluation stream, each client adapts on its column). ``draw(data, generator)``: the mini-batches, (steps, N, B)
+    rows numbered within each client's own rows (``data`` may hold only the splits' sizes, ``Split.layout``);
+    ``apply(executor, model, state, data, plan)``: the stage's work on ``data``'s clients with ``plan``. The stage
+    called is ``apply(..., draw(data, generator))``."""
+
+    def draw(self, data: FederatedData, generator: torch.Generator) -> BatchPlan: ...
+
+    def apply(
+        self, executor: Executor, model: nn.Module, state: State, data: FederatedData, plan: BatchPlan
+    ) -> None: ...
+
+
 @dataclass
 class Algorithm:
     """One FL method as a composition of stages.
@@ -249,7 +265,7 @@ class Algorithm:
     ``batches_per_step``: mini-batches a local step consumes (Per-FedAvg: 2, or 3 for HF).
     ``before_eval(executor, model, state, data, generator)``: prepares the evaluated models from the run's
     ``FederatedData`` and its evaluation stream (Per-FedAvg adapts the global model on each client's training data,
-    or on its test data as pFedMe's code does). ``local_groups``: declared
+    or on its test data as pFedMe's code does); a ``DrawnBeforeEval`` also runs where the clients are apart. ``local_groups``: declared
     parameter groups (``fedlib.models.groups.param_groups``) that never leave the client; the engine turns
     them into ``shared`` for the model at hand. ``server_step(global, mean, state) -> new global``: a
     server optimiser taking the uploads' mean as its pseudo-gradient target (FedAvgM, FedAdam); it keeps

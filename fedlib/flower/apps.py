@@ -31,6 +31,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedlib.config.run import RunConfig
 from fedlib.core.stages import Params
+from fedlib.flower.evaluation import Held, eval_plans, training_clients
 from fedlib.flower.rounds import Client, RefusedUpdate, Report, Server, Task, client_splits, refuse_unsupported_data
 
 log = logging.getLogger("fedlib.flower")
@@ -115,7 +116,11 @@ def client_app(cfg: RunConfig, data=None, partition: int | None = None, mods: li
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
         c = client(context)
-        rep = c.evaluate(int(msg.content["config"]["t"]), from_record(msg.content["params"]))  # type: ignore[arg-type]
+        rep = c.evaluate(
+            int(msg.content["config"]["t"]),
+            from_record(msg.content["params"]),  # type: ignore[arg-type]
+            from_record(msg.content.get("plan")),
+        )  # type: ignore[arg-type]
         context.state["fedlib"] = to_record(c.state_dict())
         counts: dict[str, Any] = {"client": rep.client, "correct": rep.correct, "loss": rep.loss, "rows": rep.rows}
         if not np.isnan(rep.gm_rows):
@@ -129,25 +134,28 @@ def client_app(cfg: RunConfig, data=None, partition: int | None = None, mods: li
 
 # -- the server ----------------------------------------------------------------------------------------------------
 def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, round_timeout: float | None = None,
-               wait_nodes: float = 60.0) -> ServerApp:  # fmt: skip
-    """The ``ServerApp`` of ``cfg``: queries the ``cfg.data.n_clients`` nodes, runs ``cfg.rounds`` rounds and hands the
+               wait_nodes: float = 60.0, held=None) -> ServerApp:  # fmt: skip
+    """The ``ServerApp`` of ``cfg``: queries the training clients' nodes, runs ``cfg.rounds`` rounds and hands the
     finished ``Server`` (its metrics rows, per-client accuracies, refused uploads) to ``done``. ``round_timeout``:
     seconds a round waits for its clients' replies (None: for all of them); ``wait_nodes``: seconds to wait for the
-    nodes to connect."""
+    nodes to connect; ``held``: the ``FederatedData`` whose global test set and new clients the server evaluates
+    itself (``fedlib.flower.evaluation.Held``; None: neither)."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         import time
 
-        n = cfg.data.n_clients
+        n = training_clients(cfg)
         deadline = time.monotonic() + wait_nodes
         nodes = list(grid.get_node_ids())
         while len(nodes) < n and time.monotonic() < deadline:
             time.sleep(0.5)
             nodes = list(grid.get_node_ids())
         if len(nodes) < n:
-            raise RuntimeError(f"fedlib.flower: {len(nodes)} of n_clients={n} nodes connected within {wait_nodes} s")
+            raise RuntimeError(
+                f"fedlib.flower: {len(nodes)} of the {n} training clients' nodes connected within {wait_nodes} s"
+            )
         # the query waits for every node (a node's first ClientApp may take a while to start)
         replies = grid.send_and_receive([Message(RecordDict(), node, "query") for node in nodes])
         node_of: dict[int, int] = {}
@@ -166,6 +174,7 @@ def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, 
         sizes = np.array([int(info[i]["n_train"]) for i in range(n)])
         server = Server(cfg, sizes, tuple(int(s) for s in first["input_shape"]), int(first["n_classes"]))
         server.test_sizes = np.array([int(info[i]["n_test"]) for i in range(n)])
+        kept = Held(server, held)
         for t in range(1, cfg.rounds + 1):
             selected, tasks = server.begin(t)
             msgs, by_id = [], {}
@@ -205,9 +214,10 @@ def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, 
             out = server.end(t, selected, uploads, sum(task.bytes_down() for task in tasks))
             if t % cfg.eval_every and t != cfg.rounds:
                 continue
-            params = to_record(server.evaluation())
-            evals = [Message(RecordDict({"config": ConfigRecord({"t": t}), "params": params}), node_of[i], "evaluate",
-                             group_id=str(t)) for i in range(n)]  # fmt: skip
+            params, plans = to_record(server.evaluation()), eval_plans(server, t)
+            evals = [Message(RecordDict({"config": ConfigRecord({"t": t}), "params": params,
+                                         **({"plan": to_record(plans[i])} if plans[i] else {})}),
+                             node_of[i], "evaluate", group_id=str(t)) for i in range(n)]  # fmt: skip
             reports = []
             replies = list(grid.send_and_receive(evals, timeout=round_timeout))
             whose = {m.metadata.message_id: i for i, m in enumerate(evals)}
@@ -220,7 +230,7 @@ def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, 
                 val = tuple(c["val"]) if "val" in c else None
                 reports.append(Report(int(c["client"]), float(c["correct"]), float(c["loss"]), float(c["rows"]),
                                       float(c.get("gm_correct", np.nan)), float(c.get("gm_rows", np.nan)), val))  # type: ignore[arg-type]  # fmt: skip
-            server.record(out, reports)
+            server.record(out, reports, kept.columns(t))
         if done is not None:
             done(server)
 
@@ -304,7 +314,7 @@ def _reinflated(obj: Any) -> Any:
 
 def simulate(cfg: RunConfig, data=None, *, engine: str = "local", cpus: int = 1, round_timeout: float | None = None,
              mods: list | None = None) -> Server:  # fmt: skip
-    """``cfg`` run as Flower apps in this process: the ``ServerApp`` and ``ClientApp`` above over ``cfg.data.n_clients``
+    """``cfg`` run as Flower apps in this process: the ``ServerApp`` and ``ClientApp`` above over the training clients
     nodes, with ``engine='local'`` (``LocalGrid``: the clients in this process, every message through Flower's wire
     form) or ``'ray'`` (Flower's simulation engine, ``flwr.simulation.run_simulation``: the clients in Ray actors,
     ``cpus`` of them). ``data``: the ``FederatedData`` (default ``load_federated(cfg)``); ``mods``: Flower client mods
@@ -320,17 +330,19 @@ def simulate(cfg: RunConfig, data=None, *, engine: str = "local", cpus: int = 1,
     if engine == "local":
         from flwr.supercore.task_identity import TaskIdentity
 
-        grid = LocalGrid(client_app(cfg, data, mods=mods), cfg.data.n_clients)
+        grid = LocalGrid(client_app(cfg, data, mods=mods), training_clients(cfg))
         # who the messages the ServerApp makes come from (the SuperLink, node 1), as a ServerApp process sets it
         TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, grid.run_id, 1
-        server_app(cfg, result.append, round_timeout=round_timeout)(grid, Context(1, 0, {}, RecordDict(), {}))
+        server_app(cfg, result.append, round_timeout=round_timeout, held=data)(
+            grid, Context(1, 0, {}, RecordDict(), {})
+        )
         return result[0]
     from flwr.simulation import run_simulation
 
     backend = {"init_args": {"num_cpus": cpus, "include_dashboard": False, "log_to_driver": False},
                "client_resources": {"num_cpus": 1, "num_gpus": 0.0}}  # fmt: skip
-    run_simulation(server_app(cfg, result.append, round_timeout=round_timeout), client_app(cfg, data, mods=mods),
-                   num_supernodes=cfg.data.n_clients, backend_config=backend)  # type: ignore[arg-type]  # fmt: skip
+    run_simulation(server_app(cfg, result.append, round_timeout=round_timeout, held=data), client_app(cfg, data, mods=mods),
+                   num_supernodes=training_clients(cfg), backend_config=backend)  # type: ignore[arg-type]  # fmt: skip
     if not result:
         raise RuntimeError("fedlib.flower: the Flower simulation ended without finishing the run (see its log)")
     return result[0]

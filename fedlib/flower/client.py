@@ -12,6 +12,7 @@ from fedlib.core.stages import ClientWork, Params
 from fedlib.core.state import evaluation_params, init_state, start_models, traveling
 from fedlib.data.federated import BatchPlan, Split
 from fedlib.executors import make_executor
+from fedlib.flower.evaluation import initial_state, prepare
 from fedlib.flower.messages import Report, Task, _sizes_for, setup
 from fedlib.models.local_attention import per_client_attention
 from fedlib.models.registry import build_model
@@ -41,6 +42,7 @@ class Client:
                 self.state.client_params[k][0] = v[index]
                 self.state.sent[k][0] = v[index]
         self.names = traveling(self.alg, self.state.global_params)
+        initial_state(self)  # the method's state as the simulation's first round makes it
 
     def sizes(self) -> tuple[int, int]:
         """(training rows, test rows): what the server asks first."""
@@ -80,13 +82,17 @@ class Client:
             return {}
         return {k: trained[k][0] for k in self.names}
 
-    def evaluate(self, t: int, params: Params) -> Report:
+    def evaluate(self, t: int, params: Params, plan: Params | None = None) -> Report:
         """This client's test counts on the model it is evaluated with (``evaluation_params``), the global model's
-        traveling tensors ``params`` received."""
+        traveling tensors ``params`` received; ``plan``: its mini-batches of the evaluation's stages (a
+        ``before_eval``, a fine-tuning: ``fedlib.flower.evaluation.prepare``)."""
         alg, state = self.alg, self.state
         for k, v in params.items():
             state.global_params[k] = v.clone()
-        if alg.personal is not None and alg.personal.KEY not in state.extra:
+        tuned = prepare(self, t, plan or {})
+        if tuned is not None:
+            p, per_client = tuned, True
+        elif alg.personal is not None and alg.personal.KEY not in state.extra:
             # not trained yet: its personal model is its initial one, as the method's state holds it in ``simulate``
             # (made from every client's model when the first client trains: this one's is still its initial one)
             p, per_client = state.client_params, True

@@ -12,6 +12,7 @@ from fedlib.algorithms import build_algorithm
 from fedlib.config.run import RunConfig
 from fedlib.core.stages import Params, keep_local
 from fedlib.core.state import Schedule, payload_bytes
+from fedlib.flower.evaluation import refuse_unplanned, training_clients
 from fedlib.models.groups import param_groups
 from fedlib.models.registry import build_model
 
@@ -19,17 +20,10 @@ from fedlib.models.registry import build_model
 UNSUPPORTED = {
     "scaffold": "its clients need the server's control variate c and upload c_i: a second message, not written yet",
     "fedmix": "its clients need every client's shared batch means: a broadcast, not written yet",
-    "perfedavg": "its evaluation adapts the global model with mini-batches of one run-wide stream (before_eval)",
-    "perfedavg-hf": "its evaluation adapts the global model with mini-batches of one run-wide stream (before_eval)",
-    "local": "it has no server: every client trains alone and uploads nothing, so there is nothing to deploy",
     "feddyn": "its server step reads what the client procedure adds to the run's state (h's update): a second "
     "message, not written yet",
     "fednova": "its server step reads each client's normalised correction from the run's state: a second message, "
     "not written yet",
-    "apfl": "its personal model mixes the client's v_i with the current global model at evaluation: not wired to "
-    "the client's evaluate yet",
-    "fedbabu": "it fine-tunes every client before evaluation: not wired to the client's evaluate yet",
-    "fedrod": "it evaluates the sum of the generic and the personal head: not wired to the client's evaluate yet",
     "fedala": "its clients draw their s% samples from the run's one mini-batch stream: a client-side stream, not "
     "written yet",
     "fedfomo": "its clients download other clients' models and need held-out rows and the run's random stream: not "
@@ -57,8 +51,7 @@ def setup(cfg: RunConfig, input_shape: tuple[int, ...], n_classes: int, n_sample
     dtype, m = getattr(torch, cfg.dtype), cfg.model
     model = build_model(m.name, input_shape, n_classes, m.hidden, seed=cfg.seed, dtype=dtype, attention=m.attention)
     alg = build_algorithm(cfg, n_samples=n_samples)
-    if alg.before_eval is not None:
-        raise ValueError(f"fedlib.flower: algorithm={cfg.method.NAME!r} has a before_eval stage, not supported")
+    refuse_unplanned(alg, cfg.method.NAME)
     if alg.local_groups:  # as ``simulate``: declared groups -> which parameters stay on the clients
         alg.shared = keep_local(param_groups(model), tuple(alg.local_groups))
     lo = cfg.local
@@ -102,4 +95,4 @@ class Report:
 def _sizes_for(cfg: RunConfig) -> np.ndarray | None:
     """The ``n_samples`` a client builds its algorithm with: a selection stage needs some, and a client never selects
     (the server's stage is the one that runs), so ones do."""
-    return np.ones(cfg.data.n_clients)
+    return np.ones(training_clients(cfg))

@@ -19,14 +19,16 @@ Choices that keep a Flower run equal to ``simulate`` (tested in float64 to 1e-10
   scores need them;
 - a personalised model W_i is sent when client i next trains (``bytes_down`` counts it then), as ``simulate``'s
   ``fresh`` flag says it arrives;
-- evaluation: the server sends every client the global model's traveling tensors and each reports its test counts;
-  the server makes the round's row of metrics from them as ``simulate``'s ``Evaluation`` does. Evaluation messages
+- evaluation: the server sends every client the global model's traveling tensors (and its mini-batches of the
+  evaluation's stages: a ``before_eval``'s, a fine-tuning's, drawn from the run's streams) and each reports its test
+  counts; the server evaluates what it holds (the data set's own test set, the held-out new clients) and makes the
+  round's row of metrics as ``simulate``'s ``Evaluation`` does (``fedlib.flower.evaluation``). Evaluation messages
   are not counted in the bytes (they measure the method, they are not part of it).
 
 Not supported (refused when the server is built, naming why): selection that probes clients' losses
 (Power-of-Choice: a query round per round, not written yet), methods whose server stages read clients' state
-(SCAFFOLD's control variates, FedMix's shared means: ``UNSUPPORTED``), ``before_eval`` stages (Per-FedAvg's
-adaptation draws from one run-wide stream), data sets with a global test set or held-out new clients.
+(SCAFFOLD's control variates, FedMix's shared means: ``UNSUPPORTED``), ``before_eval`` stages that do not declare
+their draws apart (``DrawnBeforeEval``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 
 from fedlib.config.run import RunConfig
 from fedlib.flower.client import Client, client_splits
+from fedlib.flower.evaluation import Held, eval_plans
 from fedlib.flower.messages import UNSUPPORTED, RefusedUpdate, Report, Task, setup
 from fedlib.flower.server import Server
 
@@ -42,14 +45,9 @@ __all__ = ["UNSUPPORTED", "Client", "RefusedUpdate", "Report", "Server", "Task",
 
 
 def refuse_unsupported_data(data) -> None:
-    """The data a Flower run cannot reproduce yet: a global test set (AdaFL's setting evaluates the global model on
-    the data set's own test set: the server would need it) and held-out new clients."""
-    if data.global_test is not None:
-        raise ValueError(
-            "fedlib.flower: data with a global test set (the server would evaluate on it) is not supported"
-        )
-    if data.new_clients is not None:
-        raise ValueError("fedlib.flower: held-out new clients (new_client_frac > 0) are not supported")
+    """The data a Flower run cannot reproduce yet: none (a global test set and held-out new clients are the
+    server's to evaluate: ``fedlib.flower.evaluation.Held``); kept as the place such a check goes."""
+    return None
 
 
 def drive(cfg: RunConfig, data) -> Server:
@@ -60,6 +58,8 @@ def drive(cfg: RunConfig, data) -> Server:
                       val=client_splits(data, i)[2]) for i in range(data.n_clients)]  # fmt: skip
     sizes = np.array([c.sizes()[0] for c in clients])
     server = Server(cfg, sizes, data.input_shape, data.n_classes)
+    server.test_sizes = np.array([c.sizes()[1] for c in clients])
+    held = Held(server, data)
     for t in range(1, cfg.rounds + 1):
         selected, tasks = server.begin(t)
         uploads = {}
@@ -69,6 +69,6 @@ def drive(cfg: RunConfig, data) -> Server:
                 uploads[task.client] = server.check(t, task.client, up)
         out = server.end(t, selected, uploads, sum(task.bytes_down() for task in tasks))
         if t % cfg.eval_every == 0 or t == cfg.rounds:
-            params = server.evaluation()
-            server.record(out, [c.evaluate(t, params) for c in clients])
+            params, plans = server.evaluation(), eval_plans(server, t)
+            server.record(out, [c.evaluate(t, params, plans[c.index]) for c in clients], held.columns(t))
     return server

@@ -16,6 +16,7 @@ from fedlib.core.simulation import _stepped, finite
 from fedlib.core.stages import Params, mix
 from fedlib.core.state import COLUMNS, Round, init_state, moved, payload_bytes, traveling
 from fedlib.data.federated import Split
+from fedlib.flower.evaluation import training_clients
 from fedlib.flower.messages import RefusedUpdate, Report, Task, setup
 
 
@@ -28,8 +29,9 @@ class Server:
 
     def __init__(self, cfg: RunConfig, sizes: np.ndarray, input_shape: tuple[int, ...], n_classes: int) -> None:
         self.cfg, self.n = cfg, len(sizes)
-        if self.n != cfg.data.n_clients:
-            raise ValueError(f"fedlib.flower: {self.n} clients reported, the config has n_clients={cfg.data.n_clients}")
+        if self.n != training_clients(cfg):
+            raise ValueError(f"fedlib.flower: {self.n} clients reported, the config trains {training_clients(cfg)} "
+                             f"(n_clients={cfg.data.n_clients} less the new clients)")  # fmt: skip
         self.alg, model, self.schedule = setup(cfg, input_shape, n_classes, np.asarray(sizes))
         if self.alg.select is not None and self.alg.select.probes:
             raise ValueError(
@@ -41,6 +43,7 @@ class Server:
         self.names = traveling(self.alg, self.state.global_params)
         self.rng = np.random.default_rng(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed + 1)
+        self.eval_gen = torch.Generator().manual_seed(cfg.seed + 2)  # the evaluation stream (``Run.eval_gen``)
         sizes_t = torch.as_tensor(np.asarray(sizes), dtype=torch.int64)
         self.layout = Split(torch.zeros(0), torch.zeros(0).long(), torch.cumsum(sizes_t, 0) - sizes_t, sizes_t)
         self.n_train = sizes_t.to(torch.float64)
@@ -134,11 +137,12 @@ class Server:
         """What every client evaluates with: the global model's traveling tensors."""
         return {k: self.state.global_params[k] for k in self.names}
 
-    def record(self, out: Round, reports: list[Report]) -> dict[str, Any]:
+    def record(self, out: Round, reports: list[Report], held: dict[str, float] | None = None) -> dict[str, Any]:
         """Round ``out.t``'s row of metrics (``fedlib.core.state.COLUMNS``) from the clients' reports, made as
         ``fedlib.core.callbacks._evaluate_round`` makes it. A client that did not report (it failed, or left) counts
         with its last report (its accuracy when it was last heard from; before any, 0), and is listed in ``stale``:
-        a stored run holds every client's accuracy every evaluated round, and its test_acc is recomputed from them."""
+        a stored run holds every client's accuracy every evaluated round, and its test_acc is recomputed from them.
+        ``held``: the columns the server evaluated itself (``fedlib.flower.evaluation.Held``)."""
         acc, loss, cnt = (np.zeros(self.n) for _ in range(3))
         gc, gk = np.zeros(self.n), np.zeros(self.n)
         val = np.zeros((self.n, 3)) if any(r.val is not None for r in reports) else None
@@ -175,6 +179,7 @@ class Server:
             if val is not None:
                 row["val_acc"] = M.weighted_mean(val[:, 0] / val[:, 2], val[:, 2])
                 row["val_loss"] = float(val[:, 1].sum() / max(val[:, 2].sum(), 1))
+        row.update(held or {})
         row["seconds"] = time.perf_counter() - self.t0
         self.rows.append(row)
         self.client_acc.append(a)
@@ -186,10 +191,11 @@ class Server:
         'selected' trace), its meta ``meta`` plus the refused uploads."""
         import pandas as pd
 
-        from fedlib.core.state import RunResult
+        from fedlib.core.state import NEW_COLUMNS, RunResult
 
+        extra = [c for c in NEW_COLUMNS if self.rows and c in self.rows[0]]
         return RunResult(
-            pd.DataFrame(self.rows, columns=list(COLUMNS)),
+            pd.DataFrame(self.rows, columns=[*COLUMNS, *extra]),
             np.array(self.client_acc),
             np.array(self.client_loss),
             self.test_sizes,
