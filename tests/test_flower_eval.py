@@ -17,9 +17,9 @@ from helpers import small_synthetic
 from test_flower import IMAGES, VECTORS, _simulated
 
 from fedlib.config.run import RunConfig
+from fedlib.core.state import NEW_COLUMNS
 from fedlib.data import holdout
 from fedlib.data.federated import FederatedData
-from fedlib.core.state import NEW_COLUMNS
 
 
 def _global_images(n_clients=4, rows=16) -> FederatedData:

@@ -9,7 +9,9 @@ The messages, one exchange each:
 - ``train`` (round t, to each training client): ``params`` (the global model's traveling tensors) and/or ``personal``
   (its personalised model W_i), ``plan`` (its mini-batches), ``config`` (round, whether it uploads); the reply
   holds ``upload`` (its trained traveling tensors, where it uploads);
-- ``evaluate`` (every evaluated round, to every node): ``params``; the reply holds the client's test counts.
+- ``evaluate`` (every evaluated round, to every node): ``params``, and ``plan`` where the evaluation has stages with
+  mini-batches (a ``before_eval``, a fine-tuning: ``fedlib.flower.evaluation``); the reply holds the client's test
+  counts. The server evaluates what it holds itself (``held``: a global test set, the new clients).
 
 A client's own state between rounds (its model, local groups included: FedBN's BN, pFedLA's attention; the W_i it
 received; a method's per-client state such as Ditto's v_i) is kept in its ``context.state`` under ``fedlib``, never
@@ -32,7 +34,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedlib.config.run import RunConfig
 from fedlib.core.stages import Params
 from fedlib.flower.evaluation import Held, eval_plans, training_clients
-from fedlib.flower.rounds import Client, RefusedUpdate, Report, Server, Task, client_splits, refuse_unsupported_data
+from fedlib.flower.rounds import Client, RefusedUpdate, Report, Server, Task, client_splits
 
 log = logging.getLogger("fedlib.flower")
 
@@ -77,7 +79,6 @@ def client_app(cfg: RunConfig, data=None, partition: int | None = None, mods: li
                 from fedlib.data import load_federated
 
                 source = load_federated(cfg).to("cpu", getattr(torch, cfg.dtype))
-            refuse_unsupported_data(source)
             sources.append(source)
         source = sources[0]
         train, test, val = client_splits(source, i)
@@ -325,7 +326,6 @@ def simulate(cfg: RunConfig, data=None, *, engine: str = "local", cpus: int = 1,
         from fedlib.data import load_federated
 
         data = load_federated(cfg).to("cpu", getattr(torch, cfg.dtype))
-    refuse_unsupported_data(data)
     result: list[Server] = []
     if engine == "local":
         from flwr.supercore.task_identity import TaskIdentity

@@ -44,16 +44,9 @@ from fedlib.flower.server import Server
 __all__ = ["UNSUPPORTED", "Client", "RefusedUpdate", "Report", "Server", "Task", "client_splits", "drive", "setup"]
 
 
-def refuse_unsupported_data(data) -> None:
-    """The data a Flower run cannot reproduce yet: none (a global test set and held-out new clients are the
-    server's to evaluate: ``fedlib.flower.evaluation.Held``); kept as the place such a check goes."""
-    return None
-
-
 def drive(cfg: RunConfig, data) -> Server:
     """``cfg``'s rounds with a ``Server`` and a ``Client`` per client of ``data`` exchanging their messages in
     process, without Flower: the message protocol on its own (what the Flower apps carry, message for message)."""
-    refuse_unsupported_data(data)
     clients = [Client(cfg, i, *client_splits(data, i)[:2], data.input_shape, data.n_classes,
                       val=client_splits(data, i)[2]) for i in range(data.n_clients)]  # fmt: skip
     sizes = np.array([c.sizes()[0] for c in clients])
