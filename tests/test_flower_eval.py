@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 from helpers import small_synthetic
-from test_flower import IMAGES, VECTORS, _simulated
+from test_flower import IMAGES, VECTORS, _images, _simulated
 
 from fedlib.config.run import RunConfig
 from fedlib.core.state import NEW_COLUMNS
@@ -37,6 +37,10 @@ def _new_clients():
     return holdout.hold_out_clients(small_synthetic(n_clients=6, rows=60), 1 / 3, 0)
 
 
+def _new_image_clients():
+    return holdout.hold_out_clients(_images(n_clients=6), 1 / 3, 0)
+
+
 CASES = {
     "apfl": (VECTORS, {"algorithm": "apfl"}, None),
     "fedbabu": (VECTORS, {"algorithm": "fedbabu", "babu_finetune_epochs": 2}, None),
@@ -48,6 +52,8 @@ CASES = {
     "local": (VECTORS, {"algorithm": "local", "clients_per_round": None}, None),
     "global-test": (IMAGES, {"selection": "attention"}, _global_images),
     "new-clients": (VECTORS, {"n_clients": 6, "new_client_frac": 1 / 3, "new_client_finetune_epochs": 2}, _new_clients),
+    # a new client's local parameters (FedBN's BN) are the model's initial ones
+    "new-clients-fedbn": (IMAGES, {"algorithm": "fedbn", "n_clients": 6, "new_client_frac": 1 / 3}, _new_image_clients),
 }
 
 
@@ -92,7 +98,7 @@ def _check(name, ref, server):
         assert (m.bytes_up == 0).all() and (m.bytes_down == 0).all()
     if name == "global-test":
         assert m.global_test_acc.notna().all() and m.test_acc.isna().all()
-    if name == "new-clients":
+    if name.startswith("new-clients"):
         assert m.new_ft_test_acc.notna().all()
     if name.startswith(("apfl", "fedrod", "perfedavg", "fedbabu")):  # personal models evaluated beside the global
         assert not np.allclose(m.test_acc, m.gm_test_acc)
