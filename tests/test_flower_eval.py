@@ -123,3 +123,19 @@ def test_flower_apps_equal_simulation(name, monkeypatch):
     server = simulate(cfg, data)
     _check(name, ref, server)
     assert server.refused == []
+
+
+def test_deployed_server_reads_the_data_it_evaluates(monkeypatch, tmp_path, capsys):
+    """A deployed ServerApp reads the data it evaluates itself from its own data root, as its clients do (AdaFL's
+    settings: the data set's global test set); a server without a copy says so and evaluates none of it, so those
+    columns stay empty instead of holding a number of no model."""
+    pytest.importorskip("flwr")
+    from fedlib.flower import deploy
+
+    data = _global_images()
+    monkeypatch.setattr("fedlib.data.load_federated", lambda cfg, root=None: data)
+    assert deploy._held(RunConfig(**IMAGES)) is data
+    monkeypatch.undo()
+    monkeypatch.setenv("FEDLIB_DATA", str(tmp_path))  # no MNIST there
+    assert deploy._held(RunConfig(**IMAGES)) is None
+    assert "the server has no copy of the data" in capsys.readouterr().out

@@ -62,7 +62,22 @@ def _serve(grid: Grid, context: Context) -> None:
         print(f"fedlib.flower: stored {path}", flush=True)
 
     timeout = float(context.run_config.get("round-timeout", 0)) or None  # type: ignore[arg-type]
-    apps.server_app(cfg, done, round_timeout=timeout, wait_nodes=120.0)(grid, context)
+    apps.server_app(cfg, done, round_timeout=timeout, wait_nodes=120.0, held=_held(cfg))(grid, context)
+
+
+def _held(cfg: RunConfig):
+    """The data the server evaluates itself (a global test set, held-out new clients: ``evaluation.Held``), read
+    from the server's own data root as the clients read theirs; a server without a copy evaluates neither, and says
+    so (those columns stay empty, never filled with another model's numbers)."""
+    from fedlib.data import load_federated
+    from fedlib.data.readers.common import DatasetNotFoundError
+
+    try:
+        return load_federated(cfg)
+    except DatasetNotFoundError as e:
+        print(f"fedlib.flower: the server has no copy of the data ({e}): no global test set or new clients "
+              "evaluated at the server", flush=True)  # fmt: skip
+        return None
 
 
 def _client_for(context: Context) -> ClientApp:
