@@ -20,6 +20,8 @@ updates its linear term; the server updates h and takes the uniform mean of the 
     theta^t = (1 / |P_t|) sum_{k in P_t} theta_k - h / alpha
 
 g_k and h only change for the clients of P_t; both are the method's state, so a resumed run continues them.
+Nothing travels but the models (``Algorithm.exchange``): the server updates h from the uploads (``absorb``, the
+function the client procedure calls) and each g_k stays on its client.
 
 Choices, stated because the paper leaves them open for our setting:
 - The mean over P_t is uniform, as Algorithm 1 writes it, not FedAvg's sample-weighted one: FedDyn's fixed point is a
@@ -67,13 +69,21 @@ class DynamicState(MethodState):
 
 
 def _state(state: State, names: list[str]) -> DynamicState:
+    """The run's g and h, made at 0 the first time (g over the clients' rows this state holds: none on
+    ``fedlib.flower``'s server, where each g_k stays on its client)."""
     return DynamicState.of(
         state,
         lambda: DynamicState(
-            {n: torch.zeros_like(state.client_params[n]) for n in names},
+            {n: torch.zeros_like(state.client_params[n]) for n in names if n in state.client_params},
             {n: torch.zeros_like(state.global_params[n]) for n in names},
         ),
     )
+
+
+def absorb_moves(h: Params, moved: Params, alpha: float, n_clients: int) -> None:
+    """h <- h - (alpha / m) sum_{k in P_t} (theta_k - theta^{t-1}), in place (``moved``: the (K, ...) differences)."""
+    for n, d in moved.items():
+        h[n] -= (alpha / n_clients) * d.sum(0)
 
 
 @dataclass
@@ -90,11 +100,29 @@ class DynamicClient:
         st = _state(state, names)
         drift = {n: -st.g[n][clients] for n in names}  # the gradient of -<g_k, theta>
         trained = work.train(start, anchor=work.anchor, drift=drift)  # work.local.mu is alpha
+        moved = {n: trained[n] - start[n] for n in names}  # theta_k - theta^{t-1}
         for n in names:
-            moved = trained[n] - start[n]  # theta_k - theta^{t-1}
-            st.g[n][clients] = st.g[n][clients] - self.alpha * moved
-            st.h[n] -= (self.alpha / n_clients) * moved.sum(0)
+            st.g[n][clients] = st.g[n][clients] - self.alpha * moved[n]
+        absorb_moves(st.h, moved, self.alpha, n_clients)
         return trained
+
+    # -- what travels (``Exchange``): the models alone; h is updated from them, g_k stays on its client ----------
+    def down(self, state: State) -> Params:
+        return {}
+
+    def receive(self, state: State, down: Params) -> None:
+        pass
+
+    def up(self, state: State) -> Params:
+        return {}
+
+    def like(self, state: State) -> Params:
+        return {}
+
+    def absorb(self, state: State, start: Params, uploads: Params, rows: Params, n_samples: torch.Tensor,
+               params: list[str], n_clients: int) -> None:  # fmt: skip
+        moved = {n: uploads[n] - start[n] for n in params}
+        absorb_moves(_state(state, params).h, moved, self.alpha, n_clients)
 
 
 @dataclass
@@ -128,11 +156,13 @@ class FedDyn(MethodOptions):
             )
 
     def build(self, cfg: RunSpec) -> Algorithm:
+        client = DynamicClient(self.dyn_alpha)
         return Algorithm(
             name=self.NAME,
             local=local_sgd(cfg, mu=self.dyn_alpha),
             aggregate=WeightedMean("uniform"),
             anchor="start",  # the proximal centre is theta^{t-1}, the model the client received
-            local_update=DynamicClient(self.dyn_alpha),
+            local_update=client,
+            exchange=client,
             server_step=DynamicServer(self.dyn_alpha),
         )

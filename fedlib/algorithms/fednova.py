@@ -33,6 +33,9 @@ Choices, stated because the paper leaves them open for our setting:
   whenever the tau_i differ; about 25 for 1 and 100 steps at equal p), which can drive a running variance below zero.
 - A client that took no step this round (a plan that stops it before its first step) has no direction (0/0): it
   is left out of p and tau_eff; its upload is the model it received. If no client stepped the model stays.
+- What travels (``Algorithm.exchange``): each uploading client's tau_i (one float64) with its model; the server,
+  which knows the sizes n_i, computes a_i, c_i and the correction from the uploads (``absorb``, the function the
+  client procedure calls).
 - Weight decay is part of the client's gradient (as in the authors' optimiser), so it does not change a_i; the lr
   schedule changes the step size between rounds, not within one, so a_i does not depend on it.
 """
@@ -60,6 +63,22 @@ class NovaCorrection(MethodState):
 
     KEY = "fednova"
     step: Params
+    tau: Params = dataclasses.field(default_factory=dict)  # {"tau": (K,)} the round's tau_i of its training clients
+
+
+def correction(start: Params, trained: Params, names: list[str], n: torch.Tensor, tau: torch.Tensor, momentum: float,
+               tau_eff: str) -> Params:  # fmt: skip
+    """sum_i (c_i - p_i)(theta_i - theta^t) per parameter of ``names``, for clients of sizes ``n`` that took ``tau``
+    steps from ``start`` to ``trained`` (K, ...)."""
+    p = n / n.sum()  # FedAvg's weights, as the engine's mean computes them (``WeightedMean('samples')``)
+    c = coefficients(n, tau, momentum, tau_eff)
+    dev = start[names[0]].device if names else torch.device("cpu")
+    e = (c - p).to(dev)
+    step = {}
+    for k in names:
+        moved = trained[k] - start[k]  # theta_i - theta^t
+        step[k] = (e.to(moved.dtype).view(-1, *[1] * (moved.dim() - 1)) * moved).sum(0)
+    return step
 
 
 def steps_taken(plan: BatchPlan) -> torch.Tensor:
@@ -100,22 +119,36 @@ class NovaClient:
     """The round's local SGD, then the normalised average's correction to FedAvg's mean (``NovaCorrection``)."""
 
     tau_eff: str = "steps"
+    momentum: float = 0.0  # the clients' rho (``LocalSGD.momentum``), for the server's ``absorb``
 
     def __call__(self, work: ClientWork) -> Params:
         start, clients = work.start, work.clients
         trained = work.train(start)
         names = [n for n, _ in work.model.named_parameters() if work.shared(n)]
         n = work.split.sizes[clients].cpu().to(torch.float64)
-        p = n / n.sum()  # FedAvg's weights, as the engine's mean computes them (``WeightedMean('samples')``)
-        c = coefficients(n, steps_taken(work.plan), work.local.momentum, self.tau_eff)
-        dev = start[names[0]].device if names else torch.device("cpu")
-        e = (c - p).to(dev)
-        step = {}
-        for k in names:
-            moved = trained[k] - start[k]  # theta_i - theta^t
-            step[k] = (e.to(moved.dtype).view(-1, *[1] * (moved.dim() - 1)) * moved).sum(0)
-        work.state.extra[NovaCorrection.KEY] = NovaCorrection(step)
+        tau = steps_taken(work.plan)
+        step = correction(start, trained, names, n, tau, work.local.momentum, self.tau_eff)
+        work.state.extra[NovaCorrection.KEY] = NovaCorrection(step, {"tau": tau})
         return trained
+
+    # -- what travels (``Exchange``): each client's tau_i up with its model; the server computes the correction ----
+    def down(self, state: State) -> Params:
+        return {}
+
+    def receive(self, state: State, down: Params) -> None:
+        pass
+
+    def up(self, state: State) -> Params:
+        return dict(NovaCorrection.of(state).tau)
+
+    def like(self, state: State) -> Params:
+        return {"tau": torch.zeros((), dtype=torch.float64)}
+
+    def absorb(self, state: State, start: Params, uploads: Params, rows: Params, n_samples: torch.Tensor,
+               params: list[str], n_clients: int) -> None:  # fmt: skip
+        n, tau = n_samples.cpu().to(torch.float64), rows["tau"].cpu().to(torch.float64)
+        step = correction(start, uploads, params, n, tau, self.momentum, self.tau_eff)
+        state.extra[NovaCorrection.KEY] = NovaCorrection(step, {"tau": tau})
 
 
 def nova_server(global_params: Params, mean: Params, state: State) -> Params:
@@ -136,6 +169,7 @@ class FedNova(MethodOptions):
     )
 
     def build(self, cfg: RunSpec) -> Algorithm:
+        client = NovaClient(self.nova_tau_eff, cfg.local.momentum)
         return dataclasses.replace(
-            FedAvg().build(cfg), name=self.NAME, local_update=NovaClient(self.nova_tau_eff), server_step=nova_server
+            FedAvg().build(cfg), name=self.NAME, local_update=client, server_step=nova_server, exchange=client
         )

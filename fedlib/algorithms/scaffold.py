@@ -30,11 +30,15 @@ Choices, stated because the paper leaves them open for our setting:
   gradients replayed by hand). At m = 0 the two are the same, so ``'gradient'`` needs momentum.
 - The control-variate update is done inside the client procedure (it needs only the sampled
   clients' own values, so it commutes with the model aggregation).
+- What travels (``Algorithm.exchange``, counted in ``bytes_down`` / ``bytes_up``): c down to every training client
+  with the model, and each uploading client's delta c_i = c_i+ - c_i up with its model (the paper's line 13: twice
+  FedAvg's traffic). The server updates c from the deltas alone (``absorb``, the same function the client procedure
+  calls), so c_i never leaves its client.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -42,6 +46,7 @@ import torch
 from fedlib.config.options import MethodOptions, option, register
 from fedlib.core.protocols import RunSpec
 from fedlib.core.stages import Algorithm, ClientWork, MethodState, Mixing, Params, WeightedMean, local_sgd
+from fedlib.core.state import State
 
 
 @dataclass(eq=False)
@@ -51,6 +56,26 @@ class ControlVariates(MethodState):
     KEY = "scaffold"
     c: Params
     ci: Params
+    delta: Params = field(default_factory=dict)  # the round's delta c_i (K, ...), one row per training client
+
+
+def _variates(state: State) -> ControlVariates:
+    """The run's control variates, made at 0 the first time (c over the floating tensors of the global model; c_i
+    over the clients' rows this state holds: none on ``fedlib.flower``'s server)."""
+    names = [n for n, t in state.global_params.items() if t.is_floating_point()]
+    return ControlVariates.of(
+        state,
+        lambda: ControlVariates(
+            {n: torch.zeros_like(state.global_params[n]) for n in names},
+            {n: torch.zeros_like(state.client_params[n]) for n in names if n in state.client_params},
+        ),
+    )
+
+
+def absorb_deltas(c: Params, delta: Params, n_clients: int) -> None:
+    """c <- c + |S|/N mean_S(delta c_i) = c + sum_S(delta c_i) / N, in place."""
+    for n, d in delta.items():
+        c[n] += d.sum(0) / n_clients
 
 
 @dataclass
@@ -63,13 +88,7 @@ class ScaffoldClient:
         start, plan, state, clients, local = work.start, work.plan, work.state, work.clients, work.local
         names = [n for n, t in start.items() if t.is_floating_point()]
         n_clients = next(iter(state.client_params.values())).shape[0]
-        cv = ControlVariates.of(
-            state,
-            lambda: ControlVariates(
-                {n: torch.zeros_like(state.global_params[n]) for n in names},
-                {n: torch.zeros_like(state.client_params[n]) for n in names},
-            ),
-        )
+        cv = _variates(state)
         c, ci = cv.c, cv.ci
         drift = {n: c[n].unsqueeze(0) - ci[n][clients] for n in names}  # c - c_i
         lr = local.lr
@@ -86,8 +105,26 @@ class ScaffoldClient:
             old = ci[n][clients]
             new = old - c[n].unsqueeze(0) + (start[n] - trained[n]) / k_eta  # option II
             ci[n][clients] = new
-            c[n] += (new - old).sum(0) / n_clients  # c + |S|/N mean(delta c_i)
+            cv.delta[n] = new - old
+        absorb_deltas(c, cv.delta, n_clients)  # c + |S|/N mean(delta c_i)
         return trained
+
+    # -- what travels (``Exchange``) ----------------------------------------------------------------------------
+    def down(self, state: State) -> Params:
+        return dict(_variates(state).c)
+
+    def receive(self, state: State, down: Params) -> None:
+        _variates(state).c = {n: v.clone() for n, v in down.items()}
+
+    def up(self, state: State) -> Params:
+        return {f"delta.{n}": v for n, v in _variates(state).delta.items()}
+
+    def like(self, state: State) -> Params:
+        return {f"delta.{n}": torch.zeros_like(v) for n, v in _variates(state).c.items()}
+
+    def absorb(self, state: State, start: Params, uploads: Params, rows: Params, n_samples: torch.Tensor,
+               params: list[str], n_clients: int) -> None:  # fmt: skip
+        absorb_deltas(_variates(state).c, {k.partition(".")[2]: v for k, v in rows.items()}, n_clients)
 
 
 @dataclass
@@ -122,9 +159,11 @@ class Scaffold(MethodOptions):
             )
 
     def build(self, cfg: RunSpec) -> Algorithm:
+        client = ScaffoldClient(self.control_estimate)
         return Algorithm(
             name=self.NAME,
             local=local_sgd(cfg),
             aggregate=ScaffoldServer(self.server_lr),
-            local_update=ScaffoldClient(self.control_estimate),
+            local_update=client,
+            exchange=client,
         )

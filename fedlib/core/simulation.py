@@ -58,6 +58,8 @@ def run_round(run: Run, t: int) -> Round:
         trainers, uploaders = trainers[~np.isin(trainers, fail.dropped)], sel[~np.isin(sel, fail.dropped)]
     tr = torch.as_tensor(trainers, device=dev)
     down = bytes_down(alg, state, tr)  # before training clears ``fresh``
+    if alg.exchange is not None:  # the server state every training client reads (SCAFFOLD's c)
+        down += len(trainers) * payload_bytes(alg.exchange.down(state))
     start, anchor = start_models(alg, state, tr)
     run.lap("start")
     plan = run.schedule.plan(run.layout, torch.as_tensor(drawn_for), alg.batches_per_step, run.gen)
@@ -92,6 +94,7 @@ def run_round(run: Run, t: int) -> Round:
     run.lap("training")
     pos = torch.as_tensor(np.searchsorted(trainers, uploaders), device=dev)  # the uploaders' rows of ``trained``:
     up = {k: v[pos] for k, v in trained.items() if alg.shared(k) and v.is_floating_point()}  # shared tensors only
+    rows = {k: v[pos.to(v.device)] for k, v in alg.exchange.up(state).items()} if alg.exchange is not None and len(pos) else {}
     # no upload (every selected client dropped): the server does nothing, the global model stays
     mixing = aggregate(up, run.n_train[torch.as_tensor(uploaders)], uploaders) if len(uploaders) else Mixing()
     if mixing.to_global is not None:  # w <- (1 - beta) w + beta sum_k p_k w_k   (beta = 1: FedAvg; pFedMe's beta)
@@ -109,7 +112,7 @@ def run_round(run: Run, t: int) -> Round:
         ref = {k: state.sent[k][sel_t] if mixing.to_personal is not None else state.global_params[k] for k in up}
         select.observe(uploaders, up, ref)
     run.lap("aggregation")
-    return Round(t, uploaders, mixing, up, fail.dropped, fail.stragglers, payload_bytes(up), down)
+    return Round(t, uploaders, mixing, up, fail.dropped, fail.stragglers, payload_bytes(up) + payload_bytes(rows), down)
 
 
 def start_losses(run: Run, clients: np.ndarray) -> np.ndarray:

@@ -225,6 +225,33 @@ class FineTune:
 Aggregate = Callable[[Params, torch.Tensor, np.ndarray], Mixing]  # (uploads, n_k of the uploaders, uploaders)
 LocalUpdate = Callable[[ClientWork], Params]  # -> the trained models of the work's clients
 ServerStep = Callable[[Params, Params, "State"], Params]  # (global, mean of the uploads, state) -> new global
+
+
+class Exchange(Protocol):
+    """The method state that travels beside the model (``Algorithm.exchange``): what the server sends every training
+    client (``down``) and what each uploading client sends back (``up``), with how the server updates its own part of
+    the state from it (``absorb``). The simulation keeps one ``State`` and the client procedure updates all of it; the
+    declaration is what counts the bytes (``bytes_down``, ``bytes_up``) and what lets ``fedlib.flower`` split it.
+
+    - ``down(state)``: the server's tensors (no client axis) every training client reads this round;
+    - ``receive(state, down)``: a client puts them in its own state before it trains;
+    - ``up(state)``: (K, ...) rows, one per client of the round's training (in order), that the server reads;
+      ``like(state)``: one client's row of each (its shape and dtype: what the server checks an upload against);
+    - ``absorb(state, start, uploads, rows, n_samples, params, n_clients)``: the server's update of its state from
+      the uploading clients' models ``uploads`` (K, ...), their ``rows`` and training sizes, ``start`` the global
+      model they started from, ``params`` the shared parameter names (no buffers), before the aggregation: what the
+      client procedure does to the server's part of the state in the simulation, by the same function."""
+
+    def down(self, state: State) -> Params: ...
+
+    def receive(self, state: State, down: Params) -> None: ...
+
+    def up(self, state: State) -> Params: ...
+
+    def like(self, state: State) -> Params: ...
+
+    def absorb(self, state: State, start: Params, uploads: Params, rows: Params, n_samples: torch.Tensor,
+               params: list[str], n_clients: int) -> None: ...  # fmt: skip
 BeforeEval = Callable[[Executor, nn.Module, "State", FederatedData, torch.Generator], None]
 
 
@@ -277,7 +304,8 @@ class Algorithm:
     client's fine-tuning of the global model (``FineTune``: FedBABU) in place of the evaluated models above. ``traces``: what the
     method records for the result beyond every run's ``selected`` (``"attention"``: the personalisation weights of
     aggregators that send each uploader its own model, FedMCSA and HeurFedAMP); only runs that declare a trace
-    pay for recording it.
+    pay for recording it. ``exchange``: the method state that travels beside the model (``Exchange``: SCAFFOLD's
+    control variates, FedDyn's h, FedNova's steps), counted in the bytes and split by ``fedlib.flower``.
     """
 
     name: str
@@ -299,6 +327,7 @@ class Algorithm:
     traces: tuple[str, ...] = ()  # records beyond 'selected' ("attention": FedMCSA's, HeurFedAMP's weights)
     validation: float = 0.0  # training rows held out for the client procedure where the data has no val split
     finetune: FineTune | None = None  # clients fine-tune the global model before evaluation (FedBABU)
+    exchange: Exchange | None = None  # method state that travels beside the model (SCAFFOLD's control variates)
 
     def __post_init__(self) -> None:
         if self.aggregate is None:

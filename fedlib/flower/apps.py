@@ -109,7 +109,8 @@ def client_app(cfg: RunConfig, data=None, partition: int | None = None, mods: li
         conf = msg.content["config"]
         plan = from_record(msg.content["plan"])  # type: ignore[arg-type]
         task = Task(int(conf["t"]), c.index, bool(conf["upload"]), from_record(msg.content.get("params")),  # type: ignore[arg-type]
-                    from_record(msg.content.get("personal")), plan["index"], plan.get("weight"), plan.get("active"))  # type: ignore[arg-type]  # fmt: skip
+                    from_record(msg.content.get("personal")), plan["index"], plan.get("weight"), plan.get("active"),  # type: ignore[arg-type]
+                    state=from_record(msg.content.get("state")))  # type: ignore[arg-type]  # fmt: skip
         up = c.fit(task)
         context.state["fedlib"] = to_record(c.state_dict())
         return Message(RecordDict({"upload": to_record(up)}), reply_to=msg)
@@ -187,6 +188,8 @@ def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, 
                     content["params"] = to_record(task.params)
                 if task.personal:
                     content["personal"] = to_record(task.personal)
+                if task.state:
+                    content["state"] = to_record(task.state)
                 msgs.append(Message(content, node_of[task.client], "train", group_id=str(t)))
                 by_id[node_of[task.client]] = task
             uploads: dict[int, Params] = {}

@@ -13,7 +13,7 @@ from fedlib.core.state import evaluation_params, init_state, start_models, trave
 from fedlib.data.federated import BatchPlan, Split
 from fedlib.executors import make_executor
 from fedlib.flower.evaluation import initial_state, prepare
-from fedlib.flower.messages import Report, Task, _sizes_for, setup
+from fedlib.flower.messages import STATE, Report, Task, _sizes_for, setup
 from fedlib.models.local_attention import per_client_attention
 from fedlib.models.registry import build_model
 
@@ -60,6 +60,8 @@ class Client:
             state.sent[k][0] = v
         if task.personal:
             state.fresh[0] = True
+        if alg.exchange is not None and task.state:  # the server state the method's clients read (SCAFFOLD's c)
+            alg.exchange.receive(state, task.state)
         scale = self.schedule.lr_scale(task.t)
         local = alg.local if scale == 1 else dataclasses.replace(alg.local, lr=alg.local.lr * scale)
         tr = torch.zeros(1, dtype=torch.int64)
@@ -80,7 +82,8 @@ class Client:
         state.fresh[tr] = False
         if not task.upload:
             return {}
-        return {k: trained[k][0] for k in self.names}
+        rows = {STATE + k: v[0] for k, v in alg.exchange.up(state).items()} if alg.exchange is not None else {}
+        return {**{k: trained[k][0] for k in self.names}, **rows}
 
     def evaluate(self, t: int, params: Params, plan: Params | None = None) -> Report:
         """This client's test counts on the model it is evaluated with (``evaluation_params``), the global model's

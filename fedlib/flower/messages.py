@@ -18,12 +18,7 @@ from fedlib.models.registry import build_model
 
 # methods whose client procedure or server stages read other clients' state or server state the clients need
 UNSUPPORTED = {
-    "scaffold": "its clients need the server's control variate c and upload c_i: a second message, not written yet",
     "fedmix": "its clients need every client's shared batch means: a broadcast, not written yet",
-    "feddyn": "its server step reads what the client procedure adds to the run's state (h's update): a second "
-    "message, not written yet",
-    "fednova": "its server step reads each client's normalised correction from the run's state: a second message, "
-    "not written yet",
     "fedala": "its clients draw their s% samples from the run's one mini-batch stream: a client-side stream, not "
     "written yet",
     "fedfomo": "its clients download other clients' models and need held-out rows and the run's random stream: not "
@@ -62,8 +57,9 @@ def setup(cfg: RunConfig, input_shape: tuple[int, ...], n_classes: int, n_sample
 class Task:
     """What the server sends one training client in round t: whether it uploads (``upload``: it was selected; with
     ``trains='all'`` the others train without uploading), the tensors it starts from (``params``: the global model's
-    traveling tensors, and/or ``personal``: the W_i waiting for it) and its mini-batch plan (``index`` (steps, B):
-    rows of its own training data; ``weight``, ``active``: epoch padding, or None)."""
+    traveling tensors, and/or ``personal``: the W_i waiting for it), the method's server state it reads (``state``:
+    ``Algorithm.exchange.down``, SCAFFOLD's c) and its mini-batch plan (``index`` (steps, B): rows of its own
+    training data; ``weight``, ``active``: epoch padding, or None)."""
 
     t: int
     client: int
@@ -73,9 +69,13 @@ class Task:
     index: torch.Tensor | None = None
     weight: torch.Tensor | None = None
     active: torch.Tensor | None = None
+    state: Params = field(default_factory=dict)
 
     def bytes_down(self) -> int:
-        return payload_bytes(self.params) + payload_bytes(self.personal)
+        return payload_bytes(self.params) + payload_bytes(self.personal) + payload_bytes(self.state)
+
+
+STATE = "state."  # an upload's names of the method's rows (``Algorithm.exchange.up``), beside the model's
 
 
 @dataclass

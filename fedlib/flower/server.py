@@ -17,7 +17,7 @@ from fedlib.core.stages import Params, mix
 from fedlib.core.state import COLUMNS, Round, init_state, moved, payload_bytes, traveling
 from fedlib.data.federated import Split
 from fedlib.flower.evaluation import training_clients
-from fedlib.flower.messages import RefusedUpdate, Report, Task, setup
+from fedlib.flower.messages import STATE, RefusedUpdate, Report, Task, setup
 
 
 class Server:
@@ -47,9 +47,12 @@ class Server:
         sizes_t = torch.as_tensor(np.asarray(sizes), dtype=torch.int64)
         self.layout = Split(torch.zeros(0), torch.zeros(0).long(), torch.cumsum(sizes_t, 0) - sizes_t, sizes_t)
         self.n_train = sizes_t.to(torch.float64)
+        like = self.alg.exchange.like(self.state) if self.alg.exchange is not None else {}  # the method's rows
         self.shapes = {
-            k: (tuple(self.state.global_params[k].shape), self.state.global_params[k].dtype) for k in self.names
+            **{k: (tuple(self.state.global_params[k].shape), self.state.global_params[k].dtype) for k in self.names},
+            **{STATE + k: (tuple(v.shape), v.dtype) for k, v in like.items()},
         }
+        self.params = [n for n, _ in model.named_parameters() if n in self.names]  # no buffers
         self.uploads = 0
         self.bytes_up = 0
         self.bytes_down = 0
@@ -85,14 +88,16 @@ class Server:
             task.index = plan.index[:, j] - self.layout.offsets[i]
             task.weight = None if plan.weight is None else plan.weight[:, j]
             task.active = None if plan.active is None else plan.active[:, j]
+            if alg.exchange is not None:
+                task.state = alg.exchange.down(state)
             tasks.append(task)
         return sel, tasks
 
     def check(self, t: int, client: int, params: Params) -> Params:
         """``params`` if it is a well-formed upload (the traveling names, their shapes and dtype, finite), else
         ``RefusedUpdate`` naming what is wrong; the caller logs it and leaves the upload out of the round."""
-        if set(params) != set(self.names):
-            missing, extra = sorted(set(self.names) - set(params)), sorted(set(params) - set(self.names))
+        if set(params) != set(self.shapes):
+            missing, extra = sorted(set(self.shapes) - set(params)), sorted(set(params) - set(self.shapes))
             raise RefusedUpdate(f"round {t}, client {client}: names differ (missing {missing}, unexpected {extra})")
         for k, v in params.items():
             shape, dtype = self.shapes[k]
@@ -111,6 +116,10 @@ class Server:
         assert alg.aggregate is not None and alg.select is not None
         sel = np.asarray([i for i in selected.tolist() if i in uploads], dtype=np.int64)
         up = {k: torch.stack([uploads[i][k] for i in sel.tolist()]) for k in self.names} if len(sel) else {}
+        rows = {k: torch.stack([uploads[i][STATE + k] for i in sel.tolist()]) for k in self._rows()} if len(sel) else {}
+        if alg.exchange is not None and len(sel):  # the method's server state, from the uploads (SCAFFOLD's c)
+            alg.exchange.absorb(state, {k: state.global_params[k] for k in self.names}, up, rows,
+                                self.n_train[torch.as_tensor(sel)], self.params, self.n)  # fmt: skip
         mixing = alg.aggregate(up, self.n_train[torch.as_tensor(sel)], sel) if len(sel) else None
         if mixing is not None and mixing.to_global is not None:
             mean = {k: v[0] for k, v in mix(mixing.to_global.unsqueeze(0), up).items()}
@@ -129,9 +138,13 @@ class Server:
             alg.select.observe(sel, up, ref)
         self.uploads += len(sel)
         self.selected[t - 1, sel] = True
-        self.bytes_up += payload_bytes(up)
+        self.bytes_up += payload_bytes(up) + payload_bytes(rows)
         self.bytes_down += sent_bytes
-        return Round(t, sel, mixing, up, bytes_up=payload_bytes(up), bytes_down=sent_bytes)  # type: ignore[arg-type]
+        return Round(t, sel, mixing, up, bytes_up=payload_bytes(up) + payload_bytes(rows), bytes_down=sent_bytes)  # type: ignore[arg-type]
+
+    def _rows(self) -> list[str]:
+        """The names of the method's rows in an upload (``Algorithm.exchange.like``), without ``STATE``."""
+        return [k[len(STATE) :] for k in self.shapes if k.startswith(STATE)]
 
     def evaluation(self) -> Params:
         """What every client evaluates with: the global model's traveling tensors."""
