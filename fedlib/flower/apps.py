@@ -43,7 +43,8 @@ log = logging.getLogger("fedlib.flower")
 def to_record(params: Params) -> ArrayRecord:
     rec = ArrayRecord()
     for k, v in params.items():
-        rec[k] = Array.from_numpy_ndarray(np.ascontiguousarray(v.detach().cpu().numpy()))
+        a = v.detach().cpu().numpy()  # ``ascontiguousarray`` makes a 0-d array 1-d: reshaped back
+        rec[k] = Array.from_numpy_ndarray(np.ascontiguousarray(a).reshape(a.shape))
     return rec
 
 
