@@ -94,7 +94,11 @@ def run_round(run: Run, t: int) -> Round:
     run.lap("training")
     pos = torch.as_tensor(np.searchsorted(trainers, uploaders), device=dev)  # the uploaders' rows of ``trained``:
     up = {k: v[pos] for k, v in trained.items() if alg.shared(k) and v.is_floating_point()}  # shared tensors only
-    rows = {k: v[pos.to(v.device)] for k, v in alg.exchange.up(state).items()} if alg.exchange is not None and len(pos) else {}
+    rows = (
+        {k: v[pos.to(v.device)] for k, v in alg.exchange.up(state).items()}
+        if alg.exchange is not None and len(pos)
+        else {}
+    )
     # no upload (every selected client dropped): the server does nothing, the global model stays
     mixing = aggregate(up, run.n_train[torch.as_tensor(uploaders)], uploaders) if len(uploaders) else Mixing()
     if mixing.to_global is not None:  # w <- (1 - beta) w + beta sum_k p_k w_k   (beta = 1: FedAvg; pFedMe's beta)

@@ -252,6 +252,8 @@ class Exchange(Protocol):
 
     def absorb(self, state: State, start: Params, uploads: Params, rows: Params, n_samples: torch.Tensor,
                params: list[str], n_clients: int) -> None: ...  # fmt: skip
+
+
 BeforeEval = Callable[[Executor, nn.Module, "State", FederatedData, torch.Generator], None]
 
 

@@ -17,6 +17,9 @@ Choices that keep a Flower run equal to ``simulate`` (tested in float64 to 1e-10
   clients draw their own batches (same method, other batches);
 - the server learns the clients' training-set sizes first (``Client.sizes``): FedAvg's weights and AdaFL's initial
   scores need them;
+- a method's state that travels beside the model (``Algorithm.exchange``: SCAFFOLD's c down and delta c_i up,
+  FedNova's tau_i up) goes in the same messages (``Task.state``; the upload's ``state.*`` names), and the server
+  updates its part of the state from the uploads with the function the simulation's client procedure calls;
 - a personalised model W_i is sent when client i next trains (``bytes_down`` counts it then), as ``simulate``'s
   ``fresh`` flag says it arrives;
 - evaluation: the server sends every client the global model's traveling tensors (and its mini-batches of the
@@ -26,8 +29,8 @@ Choices that keep a Flower run equal to ``simulate`` (tested in float64 to 1e-10
   are not counted in the bytes (they measure the method, they are not part of it).
 
 Not supported (refused when the server is built, naming why): selection that probes clients' losses
-(Power-of-Choice: a query round per round, not written yet), methods whose server stages read clients' state
-(SCAFFOLD's control variates, FedMix's shared means: ``UNSUPPORTED``), ``before_eval`` stages that do not declare
+(Power-of-Choice: a query round per round, not written yet), methods whose clients need other clients' data or
+streams (FedMix's shared means: ``UNSUPPORTED``), ``before_eval`` stages that do not declare
 their draws apart (``DrawnBeforeEval``).
 """
 
