@@ -259,7 +259,9 @@ class PowerOfChoice(Selector):
     - d = m or m = M: every candidate is kept, so no loss is computed (and none is charged).
 
     Cost: the losses are computation the candidates do and upload (one forward pass over their training data, one
-    number each) beyond their local training. ``traces`` records them per round ('candidate_losses', rounds x M: the
+    number each) beyond their local training, and the current model the server sends each of the d candidates to
+    compute it on: the round counts that download in ``bytes_down`` (``fedlib.core.state.probe_bytes``: d models a
+    round, beside the m training messages, as a deployment sends them; ``fedlib.flower`` counts the same). ``traces`` records them per round ('candidate_losses', rounds x M: the
     candidates' losses, NaN for clients not asked), so ``probe_rows`` gives the rows evaluated each round.
     """
 

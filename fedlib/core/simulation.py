@@ -22,7 +22,17 @@ from fedlib.core.callbacks import Callback, Evaluation, declared_traces
 from fedlib.core.failures import NONE, RoundFailures, truncate
 from fedlib.core.protocols import Executor
 from fedlib.core.stages import Algorithm, ClientWork, Mixing, Params, keep_local, mix
-from fedlib.core.state import Round, Run, RunResult, Schedule, bytes_down, moved, payload_bytes, start_models
+from fedlib.core.state import (
+    Round,
+    Run,
+    RunResult,
+    Schedule,
+    bytes_down,
+    moved,
+    payload_bytes,
+    probe_bytes,
+    start_models,
+)
 from fedlib.data import holdout
 from fedlib.data.federated import BatchPlan, FederatedData, Split, gather_rows
 from fedlib.models.groups import param_groups
@@ -45,8 +55,15 @@ def run_round(run: Run, t: int) -> Round:
     state.round = t
     scale = run.schedule.lr_scale(t)
     local = unscheduled if scale == 1 else dataclasses.replace(unscheduled, lr=unscheduled.lr * scale)
+    probed = 0  # bytes of the probe messages: the global model to each candidate asked (``probe_bytes``)
     if select.probes:  # Power-of-Choice: the candidates' losses on the models they would start from
-        sel = np.asarray(select.select(t, n, run.rng, losses=lambda c: start_losses(run, c)))  # type: ignore[call-arg]
+
+        def losses(c: np.ndarray) -> np.ndarray:
+            nonlocal probed
+            probed += probe_bytes(alg, state, len(c))
+            return start_losses(run, c)
+
+        sel = np.asarray(select.select(t, n, run.rng, losses=losses))  # type: ignore[call-arg]
     else:
         sel = np.asarray(select.select(t, n, run.rng))
     run.lap("selection")
@@ -57,7 +74,7 @@ def run_round(run: Run, t: int) -> Round:
     if len(fail.dropped):  # a dropped client does no work at all: it neither trains nor uploads
         trainers, uploaders = trainers[~np.isin(trainers, fail.dropped)], sel[~np.isin(sel, fail.dropped)]
     tr = torch.as_tensor(trainers, device=dev)
-    down = bytes_down(alg, state, tr)  # before training clears ``fresh``
+    down = probed + bytes_down(alg, state, tr)  # before training clears ``fresh``
     if alg.exchange is not None:  # the server state every training client reads (SCAFFOLD's c)
         down += len(trainers) * payload_bytes(alg.exchange.down(state))
     start, anchor = start_models(alg, state, tr)

@@ -307,6 +307,15 @@ def bytes_down(alg: Algorithm, state: State, clients: torch.Tensor) -> int:
     return total
 
 
+def probe_bytes(alg: Algorithm, state: State, candidates: int) -> int:
+    """What a probe round sends (a selection stage that ``probes``: Power-of-Choice's loss query): the global model's
+    traveling tensors to each of the ``candidates`` it asks. A deployment sends them before the round's selection, so
+    they are counted in ``bytes_down`` beside the training messages (a selected candidate then receives the model
+    again, in its training message, and both are counted: two messages, as ``fedlib.flower`` sends them)."""
+    names = traveling(alg, state.global_params)
+    return candidates * payload_bytes({k: state.global_params[k] for k in names})
+
+
 def moved(obj: Any, dev: torch.device | str) -> Any:
     """``obj`` (tensors, possibly in nested dicts) on device ``dev``."""
     if isinstance(obj, torch.Tensor):

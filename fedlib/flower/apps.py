@@ -9,6 +9,9 @@ The messages, one exchange each:
 - ``train`` (round t, to each training client): ``params`` (the global model's traveling tensors) and/or ``personal``
   (its personalised model W_i), ``plan`` (its mini-batches), ``config`` (round, whether it uploads); the reply
   holds ``upload`` (its trained traveling tensors, where it uploads);
+- ``query.probe`` (round t, before the selection, to each candidate of a selection stage that ``probes``:
+  Power-of-Choice): ``params`` (the global model's traveling tensors, counted in ``bytes_down``); the reply holds
+  ``loss`` (its mean training loss on the model it would start from; a missing or non-finite one is refused);
 - ``evaluate`` (every evaluated round, to every node): ``params``, and ``plan`` where the evaluation has stages with
   mini-batches (a ``before_eval``, a fine-tuning: ``fedlib.flower.evaluation``); the reply holds the client's test
   counts. The server evaluates what it holds itself (``held``: a global test set, the new clients).
@@ -116,6 +119,13 @@ def client_app(cfg: RunConfig, data=None, partition: int | None = None, mods: li
         context.state["fedlib"] = to_record(c.state_dict())
         return Message(RecordDict({"upload": to_record(up)}), reply_to=msg)
 
+    @app.query("probe")
+    def probe(msg: Message, context: Context) -> Message:
+        c = client(context)
+        loss = c.probe(from_record(msg.content["params"]))  # type: ignore[arg-type]
+        context.state["fedlib"] = to_record(c.state_dict())
+        return Message(RecordDict({"loss": MetricRecord({"loss": loss})}), reply_to=msg)
+
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
         c = client(context)
@@ -178,8 +188,24 @@ def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, 
         server = Server(cfg, sizes, tuple(int(s) for s in first["input_shape"]), int(first["n_classes"]))
         server.test_sizes = np.array([int(info[i]["n_test"]) for i in range(n)])
         kept = Held(server, held)
+
+        def probe(t: int, candidates: np.ndarray, params: Params) -> dict[int, float]:
+            rec = to_record(params)
+            msgs = [Message(RecordDict({"params": rec}), node_of[i], "query.probe", group_id=str(t))
+                    for i in candidates.tolist()]  # fmt: skip
+            replies = list(grid.send_and_receive(msgs, timeout=round_timeout))
+            whose = {m.metadata.message_id: i for i, m in zip(candidates.tolist(), msgs)}  # ids set when sent
+            got = {}
+            for r in replies:
+                i = whose.get(r.metadata.reply_to_message_id, -1)
+                if r.has_error() or "loss" not in r.content:
+                    log.warning("round %d: client %d failed to answer the probe", t, i)
+                    continue
+                got[i] = float(r.content["loss"]["loss"])  # type: ignore[arg-type]
+            return got
+
         for t in range(1, cfg.rounds + 1):
-            selected, tasks = server.begin(t)
+            selected, tasks = server.begin(t, probe)
             msgs, by_id = [], {}
             for task in tasks:
                 content = RecordDict(

@@ -85,6 +85,16 @@ class Client:
         rows = {STATE + k: v[0] for k, v in alg.exchange.up(state).items()} if alg.exchange is not None else {}
         return {**{k: trained[k][0] for k in self.names}, **rows}
 
+    def probe(self, params: Params) -> float:
+        """This client's answer to a probe (a selection stage that ``probes``: Power-of-Choice): its mean training loss
+        on the model it would start the round from (``start_models``: the global model ``params`` received, with its
+        own local parameters), as ``fedlib.core.simulation.start_losses`` computes it."""
+        for k, v in params.items():
+            self.state.global_params[k] = v.clone()
+        start, _ = start_models(self.alg, self.state, torch.zeros(1, dtype=torch.int64))
+        _, lo, n = self.executor.evaluate(self.model, start, self.train_split, True)
+        return float(lo[0] / n[0])
+
     def evaluate(self, t: int, params: Params, plan: Params | None = None) -> Report:
         """This client's test counts on the model it is evaluated with (``evaluation_params``), the global model's
         traveling tensors ``params`` received; ``plan``: its mini-batches of the evaluation's stages (a

@@ -28,9 +28,13 @@ Choices that keep a Flower run equal to ``simulate`` (tested in float64 to 1e-10
   round's row of metrics as ``simulate``'s ``Evaluation`` does (``fedlib.flower.evaluation``). Evaluation messages
   are not counted in the bytes (they measure the method, they are not part of it).
 
-Not supported (refused when the server is built, naming why): selection that probes clients' losses
-(Power-of-Choice: a query round per round, not written yet), methods whose clients need other clients' data or
-streams (FedMix's shared means: ``UNSUPPORTED``), ``before_eval`` stages that do not declare
+- a selection stage that ``probes`` (Power-of-Choice) has the server send its candidates the global model (a probe
+  message, counted in ``bytes_down`` as the simulation counts it: ``probe_bytes``) and rank the losses they report;
+  a missing or non-finite loss is refused and the client is no candidate.
+
+Not supported (refused when the server is built, naming why): probing for a method whose clients do not start from
+the global model, methods whose clients need other clients' data or streams (FedMix's shared means, FedALA's and
+FedFomo's draws: ``UNSUPPORTED``), ``before_eval`` stages that do not declare
 their draws apart (``DrawnBeforeEval``).
 """
 
@@ -57,7 +61,7 @@ def drive(cfg: RunConfig, data) -> Server:
     server.test_sizes = np.array([c.sizes()[1] for c in clients])
     held = Held(server, data)
     for t in range(1, cfg.rounds + 1):
-        selected, tasks = server.begin(t)
+        selected, tasks = server.begin(t, lambda t, cand, params: {i: clients[i].probe(params) for i in cand.tolist()})
         uploads = {}
         for task in tasks:
             up = clients[task.client].fit(task)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -14,10 +15,13 @@ from fedlib.config.run import RunConfig
 from fedlib.core import metrics as M
 from fedlib.core.simulation import _stepped, finite
 from fedlib.core.stages import Params, mix
-from fedlib.core.state import COLUMNS, Round, init_state, moved, payload_bytes, traveling
+from fedlib.core.state import COLUMNS, Round, init_state, moved, payload_bytes, probe_bytes, traveling
 from fedlib.data.federated import Split
 from fedlib.flower.evaluation import training_clients
 from fedlib.flower.messages import STATE, RefusedUpdate, Report, Task, setup
+
+# the probe step's messages: (round, candidates, global model's traveling tensors) -> client -> its reported loss
+Probe = Callable[[int, np.ndarray, Params], dict[int, float]]
 
 
 class Server:
@@ -33,9 +37,11 @@ class Server:
             raise ValueError(f"fedlib.flower: {self.n} clients reported, the config trains {training_clients(cfg)} "
                              f"(n_clients={cfg.data.n_clients} less the new clients)")  # fmt: skip
         self.alg, model, self.schedule = setup(cfg, input_shape, n_classes, np.asarray(sizes))
-        if self.alg.select is not None and self.alg.select.probes:
+        if self.alg.select is not None and self.alg.select.probes and self.alg.start != "global":
             raise ValueError(
-                "fedlib.flower: selection that probes the clients' losses (Power-of-Choice) is not supported"
+                "fedlib.flower: selection that probes the clients' losses needs a method whose clients start from the "
+                f"global model (algorithm={cfg.method.NAME!r} starts from start={self.alg.start!r}): its probe would "
+                "carry each candidate's own model, not written yet"
             )
         self.model = model
         self.state = init_state(model, self.n)
@@ -54,6 +60,7 @@ class Server:
         }
         self.params = [n for n, _ in model.named_parameters() if n in self.names]  # no buffers
         self.uploads = 0
+        self.probed = 0  # this round's probe bytes (``probe_bytes``), added to ``bytes_down`` by ``end``
         self.bytes_up = 0
         self.bytes_down = 0
         self.rows: list[dict[str, Any]] = []
@@ -67,12 +74,23 @@ class Server:
         self.t0 = time.perf_counter()
 
     # -- a round --------------------------------------------------------------------------------------------------
-    def begin(self, t: int) -> tuple[np.ndarray, list[Task]]:
-        """Round t's selection and what each training client is sent: (selected, tasks)."""
+    def begin(self, t: int, probe: Probe | None = None) -> tuple[np.ndarray, list[Task]]:
+        """Round t's selection and what each training client is sent: (selected, tasks). A selection stage that
+        ``probes`` (Power-of-Choice) asks its candidates' losses through ``probe`` (see ``losses``)."""
         alg, state = self.alg, self.state
         assert alg.select is not None
         state.round = t
-        sel = np.asarray(alg.select.select(t, self.n, self.rng))
+        self.probed = 0
+        if alg.select.probes:
+            if probe is None:
+                raise ValueError("Server.begin: the selection probes the clients' losses; pass probe=")
+            asked = probe
+            refused: set[int] = set()
+            losses = lambda c: self.losses(t, c, asked, refused)
+            sel = np.asarray(alg.select.select(t, self.n, self.rng, losses=losses))  # type: ignore[call-arg]
+            sel = sel[~np.isin(sel, list(refused))] if refused else sel
+        else:
+            sel = np.asarray(alg.select.select(t, self.n, self.rng))
         trainers = sel if alg.trains == "selected" else np.arange(self.n)
         tr = torch.as_tensor(trainers)
         plan = self.schedule.plan(self.layout, tr, alg.batches_per_step, self.gen)
@@ -92,6 +110,26 @@ class Server:
                 task.state = alg.exchange.down(state)
             tasks.append(task)
         return sel, tasks
+
+    def losses(self, t: int, candidates: np.ndarray, probe: Probe, refused: set[int]) -> np.ndarray:
+        """The probe step: the global model's traveling tensors sent to each of ``candidates`` (``probe(t,
+        candidates, params)`` -> client -> its loss on the model it would start from, for those that answered),
+        counted in ``bytes_down`` as the simulation counts them (``probe_bytes``). A missing or non-finite loss is
+        refused and logged in ``refused`` (the client is then no candidate: it ranks last and is dropped from the
+        selection), so a client cannot claim the round by answering NaN, which the selection ranks highest."""
+        params = {k: self.state.global_params[k] for k in self.names}
+        self.probed += probe_bytes(self.alg, self.state, len(candidates))
+        got = probe(t, np.asarray(candidates), params)
+        out = np.empty(len(candidates))
+        for j, i in enumerate(np.asarray(candidates).tolist()):
+            v = got.get(i)
+            if v is None or not np.isfinite(v):
+                self.refused.append((t, i, "no probe answer" if v is None else f"probe loss {v} is not finite"))
+                refused.add(i)
+                out[j] = -np.inf
+            else:
+                out[j] = float(v)
+        return out
 
     def check(self, t: int, client: int, params: Params) -> Params:
         """``params`` if it is a well-formed upload (the traveling names, their shapes and dtype, finite), else
@@ -139,8 +177,9 @@ class Server:
         self.uploads += len(sel)
         self.selected[t - 1, sel] = True
         self.bytes_up += payload_bytes(up) + payload_bytes(rows)
-        self.bytes_down += sent_bytes
-        return Round(t, sel, mixing, up, bytes_up=payload_bytes(up) + payload_bytes(rows), bytes_down=sent_bytes)  # type: ignore[arg-type]
+        self.bytes_down += sent_bytes + self.probed
+        return Round(t, sel, mixing, up, bytes_up=payload_bytes(up) + payload_bytes(rows),
+                     bytes_down=sent_bytes + self.probed)  # type: ignore[arg-type]  # fmt: skip
 
     def _rows(self) -> list[str]:
         """The names of the method's rows in an upload (``Algorithm.exchange.like``), without ``STATE``."""
