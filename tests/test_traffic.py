@@ -83,6 +83,10 @@ def test_refused():
     cfg = RunConfig(n_clients=4, clients_per_round=2, rounds=1, model="mlr", dropout=0.5)
     with pytest.raises(ValueError, match="dropout=0.5"):
         traffic.derived_bytes(cfg, pd.DataFrame())
+    cfg = RunConfig(n_clients=4, clients_per_round=2, rounds=2, model="mlr", selection="power_of_choice",
+                    poc_candidates=3)  # fmt: skip
+    with pytest.raises(ValueError, match="probes candidates"):  # its probe downloads are in no stored column
+        traffic.derived_bytes(cfg, train(cfg, progress=False).metrics.drop(columns=BYTES))
 
 
 def _quoted(text: str, numbers) -> None:

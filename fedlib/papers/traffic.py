@@ -17,7 +17,8 @@ round's uploads and N the clients:
 - Local: nothing travels.
 
 Only these methods are derived (the ones the papers' notebooks draw against bytes); any other is refused by name,
-as is a run whose clients fail (``dropout``, ``stragglers``: who trains then differs from who uploads). The test
+as is a run whose clients fail (``dropout``, ``stragglers``: who trains then differs from who uploads) or whose
+selection probes its candidates (Power-of-Choice: how many were asked is not stored). The test
 (tests/test_traffic.py) checks derived == recorded exactly on fresh runs of each.
 """
 
@@ -56,6 +57,11 @@ def model_bytes(cfg, root=None) -> tuple[int, int, str, str]:
         attention=m.attention,
     )  # fmt: skip
     alg = build_algorithm(cfg, n_samples=data.train.sizes.cpu().numpy())
+    if alg.select is not None and alg.select.probes:
+        raise ValueError(
+            f"{cfg.label()}: its selection probes candidates (the global model to each, counted in bytes_down), "
+            "which the stored columns do not record; only runs whose selection does not probe are derived"
+        )
     sd = model.state_dict()
     return payload_bytes({k: sd[k] for k in traveling(alg, sd)}), data.n_clients, alg.start, alg.trains
 
