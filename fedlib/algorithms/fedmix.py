@@ -69,7 +69,13 @@ Choices, where the sources leave it open or disagree:
 - Mean set: computed once, deterministically, from the training split: each client's rows in
   stored order (its dataset indices ascending, not sorted by label), cut into consecutive chunks
   of M_k; the last chunk of a client may be smaller (its mean is over the rows it has), so
-  M_k >= n_k gives one mean per client. Held as the method's state ``MeanSet``.
+  M_k >= n_k gives one mean per client. Held as the method's state ``MeanSet``. It travels once
+  (``Algorithm.share``, ``MeanShare``): the engine builds it before round 1's training and counts it in
+  round 1's bytes, each client's means up once (X_g and Y_g in all) and the whole set down to each of
+  the N training clients once; ``fedlib.flower``'s server gathers the clients' means from their answers
+  to its first query, concatenates them in client order and broadcasts the set. The pairing draws
+  index the whole set and are drawn from the whole round's plan, so there the server draws them and
+  sends each client its column beside its mini-batches.
 - Masked epochs (``sample_epochs``): padding rows do not count; a client past the end of its
   epochs does not step (no momentum, no weight decay), as in the executors.
 
@@ -118,7 +124,9 @@ def mean_dataset(split: Split, n_classes: int, size: int) -> tuple[torch.Tensor,
     """The global mean set (X_g, Y_g) of MAFL: every client's training rows, in stored order, cut into
     chunks of ``size`` (M_k; a client's last chunk may be smaller) and averaged, inputs and one-hot labels.
 
-    Returns X_g (J, *input_shape) and Y_g (J, n_classes), clients in order, J = sum_k ceil(n_k / M_k).
+    Returns X_g (J, *input_shape) and Y_g (J, n_classes), clients in order, J = sum_k ceil(n_k / M_k) (J = 0: no
+    rows). Each client's rows depend on its own data only, so the set of all clients is the concatenation of each
+    client's set, in client order (what ``fedlib.flower``'s server gathers).
     """
     if size < 1:
         raise ValueError(f"mix_mean_size={size!r} must be >= 1")
@@ -131,6 +139,8 @@ def mean_dataset(split: Split, n_classes: int, size: int) -> tuple[torch.Tensor,
         oh = F.one_hot(y, n_classes).to(dtype)
         xs += [c.to(dtype).mean(0) for c in x.split(size)]
         ys += [c.mean(0) for c in oh.split(size)]
+    if not xs:
+        return torch.zeros(0, *split.x.shape[1:], dtype=dtype), torch.zeros(0, n_classes, dtype=dtype)
     return torch.stack(xs), torch.stack(ys)
 
 
@@ -145,6 +155,26 @@ def pairing(round_: int, plan: BatchPlan, n_means: int) -> torch.Tensor:
     seed = (round_ * 1_000_003 + mix * 7_919 + plan.steps) % (2**62)
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(n_means, tuple(plan.index.shape), generator=gen).to(plan.index.device)
+
+
+@dataclass(frozen=True)
+class MeanShare:
+    """MAFL's one-time exchange (``fedlib.core.stages.Share``): each client offers the means of its own batches of
+    ``mean_size`` rows (``mean_dataset``), every client receives the whole set; the round's pairing of samples with
+    means (``pairing``) is drawn from the whole round's plan. Bytes (round 1): X_g and Y_g up once in all (each
+    client its rows) and down once to each of the N training clients."""
+
+    mean_size: int
+
+    def offer(self, split: Split, n_classes: int) -> Params:
+        mx, my = mean_dataset(split, n_classes, self.mean_size)
+        return {"x": mx, "y": my}
+
+    def receive(self, state: State, shared: Params) -> None:
+        state.extra[MeanSet.KEY] = MeanSet({"x": shared["x"], "y": shared["y"]})
+
+    def draw(self, state: State, plan: BatchPlan) -> Params:
+        return {"pair": pairing(int(state.round), plan, len(MeanSet.of(state).means["y"]))}
 
 
 @dataclass
@@ -167,11 +197,12 @@ class MixClient:
     # -- the engine's hook --------------------------------------------------------------------
     def __call__(self, work: ClientWork) -> Params:
         mx, my = self.means(work.model, work.start, work.split, work.state)
-        pair = pairing(int(work.state.round), work.plan, len(my))
+        pair = pairing(int(work.state.round), work.plan, len(my)) if work.drawn is None else work.drawn["pair"]
         return work.train(work.start, objective=self.objective(mx, my, pair))
 
     def means(self, model: nn.Module, start: Params, split: Split, state: State) -> tuple[torch.Tensor, torch.Tensor]:
-        """The global mean set, computed once (the clients send their means before training)."""
+        """The global mean set: the one the engine shared before round 1 (``MeanShare``), else computed here once
+        from ``split`` (a caller that builds the work by hand), the same set."""
 
         def compute() -> MeanSet:
             with torch.no_grad():  # number of classes = the model's output width
@@ -196,6 +227,7 @@ def _build(
         local=opt,
         aggregate=WeightedMean("samples"),
         local_update=MixClient(opt, lam, mean_size, taylor, taylor_scale),
+        share=MeanShare(mean_size),
     )
 
 

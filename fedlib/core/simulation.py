@@ -77,6 +77,12 @@ def run_round(run: Run, t: int) -> Round:
     down = probed + bytes_down(alg, state, tr)  # before training clears ``fresh``
     if alg.exchange is not None:  # the server state every training client reads (SCAFFOLD's c)
         down += len(trainers) * payload_bytes(alg.exchange.down(state))
+    shared_up = 0  # a method's shared data (``Share``): the clients' offers up and the set down to each, in round 1
+    if alg.share is not None and t == 1:
+        shared = alg.share.offer(data.train, data.n_classes)
+        alg.share.receive(state, shared)
+        shared_up = payload_bytes(shared)
+        down += n * shared_up
     start, anchor = start_models(alg, state, tr)
     run.lap("start")
     plan = run.schedule.plan(run.layout, torch.as_tensor(drawn_for), alg.batches_per_step, run.gen)
@@ -133,7 +139,8 @@ def run_round(run: Run, t: int) -> Round:
         ref = {k: state.sent[k][sel_t] if mixing.to_personal is not None else state.global_params[k] for k in up}
         select.observe(uploaders, up, ref)
     run.lap("aggregation")
-    return Round(t, uploaders, mixing, up, fail.dropped, fail.stragglers, payload_bytes(up) + payload_bytes(rows), down)
+    up_bytes = payload_bytes(up) + payload_bytes(rows) + shared_up
+    return Round(t, uploaders, mixing, up, fail.dropped, fail.stragglers, up_bytes, down)
 
 
 def start_losses(run: Run, clients: np.ndarray) -> np.ndarray:

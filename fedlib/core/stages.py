@@ -181,7 +181,9 @@ class ClientWork:
     it again. ``shared``: which parameter names travel (``Algorithm.shared``, local groups resolved). ``gen``: the
     run's mini-batch stream (the one ``plan`` was drawn from), for a procedure that draws samples of its own
     (FedALA's s% of local data); snapshots save it, so a resumed run draws the same ones. None where a caller builds
-    the work by hand."""
+    the work by hand. ``drawn``: the round's draws of a method that shares data (``Share.draw``), (steps, K, ...),
+    where its caller drew them from the whole round's plan (``fedlib.flower``'s server); None: the procedure draws
+    them itself."""
 
     executor: Executor
     model: nn.Module
@@ -196,6 +198,7 @@ class ClientWork:
     rng: np.random.Generator | None = None
     shared: Callable[[str], bool] = all_shared
     gen: torch.Generator | None = None
+    drawn: Params | None = None
 
     def train(self, params: Params, plan: BatchPlan | None = None, opt: LocalSGD | None = None, **kw: Any) -> Params:
         """``executor.train`` of ``params`` on the round's split, with the round's plan and optimiser unless given."""
@@ -254,6 +257,30 @@ class Exchange(Protocol):
                params: list[str], n_clients: int) -> None: ...  # fmt: skip
 
 
+class Share(Protocol):
+    """Data every client contributes once and the server broadcasts to every client before the first round's training
+    (``Algorithm.share``: FedMix's batch means), with the round's draws a client procedure makes against it.
+
+    - ``offer(split, n_classes)``: what ``split``'s clients contribute from their training rows, name -> (rows, ...),
+      their rows one client after the other in client order (a client with no rows has none): so the set is the same
+      whether one offer is made of the whole training split (the simulation) or each client offers its own rows and
+      the server concatenates them along dim 0 in client order (``fedlib.flower``);
+    - ``receive(state, shared)``: the set put in a state (the simulation's one, or a client's own);
+    - ``draw(state, plan)``: the round's draws the client procedure makes from the whole round's plan (FedMix's
+      pairing of samples with shared rows), name -> (steps, K, ...) over the plan's K clients; the simulation's
+      procedure draws them itself, ``fedlib.flower``'s server draws them and hands each client its column, as its
+      mini-batches (``ClientWork.drawn``; not counted in the bytes, as the plan is not).
+
+    Bytes, counted in round 1 by the simulation and ``fedlib.flower`` alike: each client's offer up once (the whole
+    set, in all) and the whole set down to each of the N training clients once."""
+
+    def offer(self, split: Split, n_classes: int) -> Params: ...
+
+    def receive(self, state: State, shared: Params) -> None: ...
+
+    def draw(self, state: State, plan: BatchPlan) -> Params: ...
+
+
 BeforeEval = Callable[[Executor, nn.Module, "State", FederatedData, torch.Generator], None]
 
 
@@ -307,7 +334,8 @@ class Algorithm:
     method records for the result beyond every run's ``selected`` (``"attention"``: the personalisation weights of
     aggregators that send each uploader its own model, FedMCSA and HeurFedAMP); only runs that declare a trace
     pay for recording it. ``exchange``: the method state that travels beside the model (``Exchange``: SCAFFOLD's
-    control variates, FedDyn's h, FedNova's steps), counted in the bytes and split by ``fedlib.flower``.
+    control variates, FedDyn's h, FedNova's steps), counted in the bytes and split by ``fedlib.flower``. ``share``:
+    data the clients contribute once and every client receives before round 1 (``Share``: FedMix's batch means).
     """
 
     name: str
@@ -330,6 +358,7 @@ class Algorithm:
     validation: float = 0.0  # training rows held out for the client procedure where the data has no val split
     finetune: FineTune | None = None  # clients fine-tune the global model before evaluation (FedBABU)
     exchange: Exchange | None = None  # method state that travels beside the model (SCAFFOLD's control variates)
+    share: Share | None = None  # data the clients share once, before round 1 (FedMix's batch means)
 
     def __post_init__(self) -> None:
         if self.aggregate is None:

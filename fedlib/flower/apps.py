@@ -5,7 +5,9 @@ and the clients; ``simulate`` runs them in Flower's simulation engine, in proces
 The messages, one exchange each:
 
 - ``query`` (to every node, once): the client answers its index in the federation and its data's shape
-  (training and test rows, input shape, classes); the server builds its half from them;
+  (training and test rows, input shape, classes), and ``offer``, its part of the data a method shares
+  (``Algorithm.share``: FedMix's means of its own rows); the server builds its half from them;
+- ``query.share`` (once, for a method that shares data): ``shared``, the whole set (``Server.gather``);
 - ``train`` (round t, to each training client): ``params`` (the global model's traveling tensors) and/or ``personal``
   (its personalised model W_i), ``plan`` (its mini-batches), ``config`` (round, whether it uploads); the reply
   holds ``upload`` (its trained traveling tensors, where it uploads);
@@ -40,6 +42,7 @@ from fedlib.flower.evaluation import Held, eval_plans, training_clients
 from fedlib.flower.rounds import Client, RefusedUpdate, Report, Server, Task, client_splits
 
 log = logging.getLogger("fedlib.flower")
+DRAWN = "drawn."  # the plan record's names of a method's round draws (``Task.drawn``), beside its mini-batches
 
 
 # -- tensors in records --------------------------------------------------------------------------------------------
@@ -62,6 +65,7 @@ def _plan_record(task: Task) -> ArrayRecord:
     parts = {
         "index": task.index,
         **{k: v for k, v in (("weight", task.weight), ("active", task.active)) if v is not None},
+        **{DRAWN + k: v for k, v in task.drawn.items()},
     }
     return to_record(parts)
 
@@ -105,7 +109,15 @@ def client_app(cfg: RunConfig, data=None, partition: int | None = None, mods: li
         info = ConfigRecord({"client": c.index, "n_train": n_train, "n_test": n_test,
                              "input_shape": list(c.model_shape), "n_classes": c.n_classes})  # fmt: skip
         context.state["fedlib"] = to_record(c.state_dict())
-        return Message(RecordDict({"info": info}), reply_to=msg)
+        offer = {"offer": to_record(c.offer())} if c.alg.share is not None else {}
+        return Message(RecordDict({"info": info, **offer}), reply_to=msg)
+
+    @app.query("share")
+    def share(msg: Message, context: Context) -> Message:
+        c = client(context)
+        c.receive(from_record(msg.content["shared"]))  # type: ignore[arg-type]
+        context.state["fedlib"] = to_record(c.state_dict())
+        return Message(RecordDict(), reply_to=msg)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
@@ -114,7 +126,8 @@ def client_app(cfg: RunConfig, data=None, partition: int | None = None, mods: li
         plan = from_record(msg.content["plan"])  # type: ignore[arg-type]
         task = Task(int(conf["t"]), c.index, bool(conf["upload"]), from_record(msg.content.get("params")),  # type: ignore[arg-type]
                     from_record(msg.content.get("personal")), plan["index"], plan.get("weight"), plan.get("active"),  # type: ignore[arg-type]
-                    state=from_record(msg.content.get("state")))  # type: ignore[arg-type]  # fmt: skip
+                    state=from_record(msg.content.get("state")),  # type: ignore[arg-type]
+                    drawn={k[len(DRAWN):]: v for k, v in plan.items() if k.startswith(DRAWN)})  # fmt: skip
         up = c.fit(task)
         context.state["fedlib"] = to_record(c.state_dict())
         return Message(RecordDict({"upload": to_record(up)}), reply_to=msg)
@@ -188,6 +201,14 @@ def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, 
         server = Server(cfg, sizes, tuple(int(s) for s in first["input_shape"]), int(first["n_classes"]))
         server.test_sizes = np.array([int(info[i]["n_test"]) for i in range(n)])
         kept = Held(server, held)
+        if server.alg.share is not None:  # the data a method shares: every client's offer (in its query answer) ...
+            shared = to_record(server.gather({i: from_record(r.content["offer"]) for r in replies  # type: ignore[arg-type]
+                                              for i in [int(r.content["info"]["client"])]}))  # type: ignore[arg-type]  # fmt: skip
+            for r in grid.send_and_receive([Message(RecordDict({"shared": shared}), node_of[i], "query.share")
+                                            for i in range(n)]):  # fmt: skip
+                if r.has_error():  # ... and the whole set to every client: one that lacks it cannot train
+                    raise RuntimeError(f"fedlib.flower: node {r.metadata.src_node_id} failed to receive the shared "
+                                       f"data: {r.error}")  # fmt: skip
 
         def probe(t: int, candidates: np.ndarray, params: Params) -> dict[int, float]:
             rec = to_record(params)

@@ -48,6 +48,17 @@ class Client:
         """(training rows, test rows): what the server asks first."""
         return int(self.train_split.sizes[0]), int(self.test.sizes[0])
 
+    def offer(self) -> Params:
+        """This client's part of the data its method shares (``Algorithm.share``: FedMix's means of its own rows),
+        answered to the server's first query; empty for methods that share none."""
+        share = self.alg.share
+        return {} if share is None else share.offer(self.train_split, self.n_classes)
+
+    def receive(self, shared: Params) -> None:
+        """The whole shared set, as the server gathered it from every client's offer (``Server.gather``)."""
+        assert self.alg.share is not None
+        self.alg.share.receive(self.state, shared)
+
     def fit(self, task: Task) -> Params:
         """Train as ``run_round`` trains this client in round ``task.t``; returns the upload (empty unless
         ``task.upload``)."""
@@ -73,9 +84,9 @@ class Client:
             trained = self.executor.train(self.model, start, plan, self.train_split, local,
                                           anchor=anchor if local.mu else None)  # fmt: skip
         else:
-            work = ClientWork(
-                self.executor, self.model, start, anchor, plan, self.train_split, state, tr, local, shared=alg.shared
-            )
+            drawn = {k: v[:, None] for k, v in task.drawn.items()} if alg.share is not None else None
+            work = ClientWork(self.executor, self.model, start, anchor, plan, self.train_split, state, tr, local,
+                              shared=alg.shared, drawn=drawn)  # fmt: skip
             trained = alg.local_update(work)
         for k, v in trained.items():
             state.client_params[k][tr] = v

@@ -18,7 +18,6 @@ from fedlib.models.registry import build_model
 
 # methods whose client procedure or server stages read other clients' state or server state the clients need
 UNSUPPORTED = {
-    "fedmix": "its clients need every client's shared batch means: a broadcast, not written yet",
     "fedala": "its clients draw their s% samples from the run's one mini-batch stream: a client-side stream, not "
     "written yet",
     "fedfomo": "its clients download other clients' models and need held-out rows and the run's random stream: not "
@@ -59,7 +58,8 @@ class Task:
     ``trains='all'`` the others train without uploading), the tensors it starts from (``params``: the global model's
     traveling tensors, and/or ``personal``: the W_i waiting for it), the method's server state it reads (``state``:
     ``Algorithm.exchange.down``, SCAFFOLD's c) and its mini-batch plan (``index`` (steps, B): rows of its own
-    training data; ``weight``, ``active``: epoch padding, or None)."""
+    training data; ``weight``, ``active``: epoch padding, or None; ``drawn``: its column of the round's draws of a
+    method that shares data, ``Algorithm.share.draw``: part of the plan, not counted in the bytes)."""
 
     t: int
     client: int
@@ -70,6 +70,7 @@ class Task:
     weight: torch.Tensor | None = None
     active: torch.Tensor | None = None
     state: Params = field(default_factory=dict)
+    drawn: Params = field(default_factory=dict)
 
     def bytes_down(self) -> int:
         return payload_bytes(self.params) + payload_bytes(self.personal) + payload_bytes(self.state)

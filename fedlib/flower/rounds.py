@@ -31,9 +31,13 @@ Choices that keep a Flower run equal to ``simulate`` (tested in float64 to 1e-10
 - a selection stage that ``probes`` (Power-of-Choice) has the server send its candidates the global model (a probe
   message, counted in ``bytes_down`` as the simulation counts it: ``probe_bytes``) and rank the losses they report;
   a missing or non-finite loss is refused and the client is no candidate.
+- data a method shares once (``Algorithm.share``: FedMix's batch means): the server gathers every client's offer
+  before round 1 (``Server.gather``, in client order), sends every client the whole set, counts both in round 1 as
+  the simulation does, and draws each round's draws against it (FedMix's pairing) from the whole round's plan,
+  sending each client its column beside its mini-batches (``Task.drawn``).
 
 Not supported (refused when the server is built, naming why): probing for a method whose clients do not start from
-the global model, methods whose clients need other clients' data or streams (FedMix's shared means, FedALA's and
+the global model, methods whose clients need other clients' models or streams (FedALA's and
 FedFomo's draws: ``UNSUPPORTED``), ``before_eval`` stages that do not declare
 their draws apart (``DrawnBeforeEval``).
 """
@@ -60,6 +64,10 @@ def drive(cfg: RunConfig, data) -> Server:
     server = Server(cfg, sizes, data.input_shape, data.n_classes)
     server.test_sizes = np.array([c.sizes()[1] for c in clients])
     held = Held(server, data)
+    if server.alg.share is not None:  # the data a method shares, once: every client's offer up, the set down
+        shared = server.gather({c.index: c.offer() for c in clients})
+        for c in clients:
+            c.receive(shared)
     for t in range(1, cfg.rounds + 1):
         selected, tasks = server.begin(t, lambda t, cand, params: {i: clients[i].probe(params) for i in cand.tolist()})
         uploads = {}

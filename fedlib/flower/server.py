@@ -63,6 +63,7 @@ class Server:
         self.probed = 0  # this round's probe bytes (``probe_bytes``), added to ``bytes_down`` by ``end``
         self.bytes_up = 0
         self.bytes_down = 0
+        self.shared = (0, 0)  # (up, down) bytes of the data shared before round 1 (``gather``), counted in round 1
         self.rows: list[dict[str, Any]] = []
         self.client_acc: list[np.ndarray] = []
         self.client_loss: list[np.ndarray] = []
@@ -95,6 +96,7 @@ class Server:
         tr = torch.as_tensor(trainers)
         plan = self.schedule.plan(self.layout, tr, alg.batches_per_step, self.gen)
         chosen = set(sel.tolist())
+        drawn = alg.share.draw(state, plan) if alg.share is not None else {}  # from the whole plan, as ``simulate``
         tasks = []
         for j, i in enumerate(trainers.tolist()):
             task = Task(t, i, i in chosen)
@@ -108,6 +110,7 @@ class Server:
             task.active = None if plan.active is None else plan.active[:, j]
             if alg.exchange is not None:
                 task.state = alg.exchange.down(state)
+            task.drawn = {k: v[:, j] for k, v in drawn.items()}
             tasks.append(task)
         return sel, tasks
 
@@ -130,6 +133,29 @@ class Server:
             else:
                 out[j] = float(v)
         return out
+
+    def gather(self, offers: dict[int, Params]) -> Params:
+        """The data a method shares (``Algorithm.share``: FedMix's means) from every client's offer (client ->
+        name -> (rows, ...)): concatenated in client order, as the simulation's one offer of all clients' rows, kept
+        in the server's state (the round's draws index it) and returned, for the server to send every client.
+        Counted in round 1 (``end``): the offers up, the set down to each of the N clients. A missing client, other
+        names, other row shapes or dtypes, or a non-finite value is refused (``RefusedUpdate``): the run cannot
+        start without every client's part."""
+        assert self.alg.share is not None
+        if sorted(offers) != list(range(self.n)):
+            raise RefusedUpdate(f"shared data: offers from clients {sorted(offers)}, expected 0..{self.n - 1}")
+        names = sorted(offers[0])
+        for i, o in offers.items():
+            if sorted(o) != names or not finite(o):
+                raise RefusedUpdate(f"shared data: client {i} offers {sorted(o)} (expected {names}) or non-finite")
+            for k in names:
+                if o[k].shape[1:] != offers[0][k].shape[1:] or o[k].dtype != offers[0][k].dtype:
+                    raise RefusedUpdate(f"shared data: client {i}'s {k} is {o[k].dtype} {tuple(o[k].shape)}, "
+                                        f"unlike client 0's {offers[0][k].dtype} {tuple(offers[0][k].shape)}")  # fmt: skip
+        shared = {k: torch.cat([offers[i][k] for i in range(self.n)]) for k in names}
+        self.alg.share.receive(self.state, shared)
+        self.shared = (payload_bytes(shared), self.n * payload_bytes(shared))
+        return shared
 
     def check(self, t: int, client: int, params: Params) -> Params:
         """``params`` if it is a well-formed upload (the traveling names, their shapes and dtype, finite), else
@@ -176,10 +202,11 @@ class Server:
             alg.select.observe(sel, up, ref)
         self.uploads += len(sel)
         self.selected[t - 1, sel] = True
-        self.bytes_up += payload_bytes(up) + payload_bytes(rows)
-        self.bytes_down += sent_bytes + self.probed
-        return Round(t, sel, mixing, up, bytes_up=payload_bytes(up) + payload_bytes(rows),
-                     bytes_down=sent_bytes + self.probed)  # type: ignore[arg-type]  # fmt: skip
+        shared_up, shared_down = self.shared if t == 1 else (0, 0)  # the shared data: in round 1, as ``simulate``
+        b_up, b_down = payload_bytes(up) + payload_bytes(rows) + shared_up, sent_bytes + self.probed + shared_down
+        self.bytes_up += b_up
+        self.bytes_down += b_down
+        return Round(t, sel, mixing, up, bytes_up=b_up, bytes_down=b_down)  # type: ignore[arg-type]
 
     def _rows(self) -> list[str]:
         """The names of the method's rows in an upload (``Algorithm.exchange.like``), without ``STATE``."""
