@@ -42,7 +42,8 @@ test: env
 	  $(BIN)/python -m pytest -p no:cacheprovider -m ports tests & ports=$$!; \
 	  $(BIN)/python -m pytest -n 2 --dist loadfile -p no:cacheprovider -m "not ports" tests; rest=$$?; \
 	  wait $$ports; ports=$$?; test $$rest -eq 0 && test $$ports -eq 0
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -p no:cacheprovider notebooks --nbval --nbval-current-env
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile -p no:cacheprovider notebooks --nbval \
+	  --nbval-current-env
 
 ## the documentation site (mkdocs.yml: docs/ and the notebooks with their stored outputs) into build/site; strict: a
 ## broken link, anchor or API reference fails. (Not -q: mkdocs drops warnings under -q before --strict counts them.)

@@ -26,6 +26,22 @@ def pytest_configure(config):
     os.environ.update(shared_data_env(os.environ))
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` (what ``make test`` runs), except that each notebook's smoke-profile run
+    (``test_notebooks_smoke.py::test_notebook_runs_at_smoke_profile``) is a unit of its own: that file holds a third of
+    the suite's work, and as one unit it would keep one worker busy while the other idles."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path, _, name = nodeid.partition("::")
+            return nodeid if name.startswith("test_notebook_runs_at_smoke_profile[") else path
+
+    return Scheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     """nbval: a notebook whose data sets are absent under the data root is skipped instead of failing on a machine
     without that data: those it needs to run at all (``metadata.fedlib.requires``, as the main job skips it) and

@@ -5,15 +5,12 @@ import json
 from pathlib import Path
 
 import pytest
-
-# Jupyter kernels (papermill) and Ray bind TCP ports picked as free a moment before. Started side by side on two xdist
-# workers, a kernel's reply was lost and make test hung, three times on the shared machine (the last time exactly when
-# a second kernel started on the other worker; an xdist_group did not keep them apart). make test runs the tests marked
-# ``ports`` in a pytest of their own, one at a time.
-pytestmark = pytest.mark.ports
+from kernels import IPCKernelManager
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
+# the kernels talk over Unix sockets (``IPCKernelManager``), not TCP ports, so these tests run on both test workers
+# at once (each smoke-profile run is a unit of its own: ``pytest_xdist_make_scheduler`` in conftest.py)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -34,6 +31,7 @@ def test_notebook_runs_at_smoke_profile(path, tmp_path, monkeypatch):
         parameters={"PROFILE": "smoke", "STORED_ONLY": False},
         cwd=str(path.parent),
         kernel_name="python3",
+        kernel_manager_class=IPCKernelManager,
         progress_bar=False,
         # a smoke cell takes seconds: a cell still running after 10 minutes is a hung kernel connection (seen once on
         # the shared machine), which must fail the test, not stall the test command
@@ -81,7 +79,8 @@ def test_stored_only_trains_nothing_and_draws_what_is_stored(path, state, stores
     try:
         pm.execute_notebook(
             str(path), str(tmp_path / path.name), parameters={"PROFILE": "smoke", "STORED_ONLY": True},
-            cwd=str(path.parent), kernel_name="python3", progress_bar=False, execution_timeout=600, start_timeout=120,
+            cwd=str(path.parent), kernel_name="python3", kernel_manager_class=IPCKernelManager, progress_bar=False,
+            execution_timeout=600, start_timeout=120,
         )  # fmt: skip
     except PapermillExecutionError as e:
         assert e.ename == "NothingStoredError", f"{e.ename}: {e.evalue}"

@@ -13,10 +13,9 @@ import pytest
 from fedlib import RunConfig, Store, expand
 from fedlib.runs.grids import run_configs
 
-# Jupyter kernels (papermill) and Ray bind TCP ports picked as free a moment before. Started side by side on two xdist
-# workers, a kernel's reply was lost and make test hung, three times on the shared machine (the last time exactly when
-# a second kernel started on the other worker; an xdist_group did not keep them apart). make test runs the tests marked
-# ``ports`` in a pytest of their own, one at a time.
+# Ray and Jupyter kernels started the usual way bind TCP ports picked as free a moment before; two started side by
+# side on two test workers once lost a reply and hung the test command. make test runs the tests marked ``ports`` in
+# a pytest of their own, one at a time, beside the others.
 pytestmark = pytest.mark.ports
 
 ray = pytest.importorskip("ray")
@@ -45,7 +44,11 @@ def cluster(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         for k, v in ray_backend.SLOW_START.items():
             mp.setenv(k, v)
-        _init(empty, cache)
+        try:
+            _init(empty, cache)
+        except Exception:
+            ray.shutdown()  # a node that timed out starting leaves its GCS behind, and pytest would wait on it at exit
+            raise
     yield empty
     ray.shutdown()
 

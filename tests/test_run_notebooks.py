@@ -10,10 +10,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-# Jupyter kernels (papermill) and Ray bind TCP ports picked as free a moment before. Started side by side on two xdist
-# workers, a kernel's reply was lost and make test hung, three times on the shared machine (the last time exactly when
-# a second kernel started on the other worker; an xdist_group did not keep them apart). make test runs the tests marked
-# ``ports`` in a pytest of their own, one at a time.
+# Ray and Jupyter kernels started the usual way bind TCP ports picked as free a moment before; two started side by
+# side on two test workers once lost a reply and hung the test command. make test runs the tests marked ``ports`` in
+# a pytest of their own, one at a time, beside the others.
 pytestmark = pytest.mark.ports
 
 ROOT = Path(__file__).resolve().parents[1]
