@@ -52,6 +52,7 @@ from fedlib.algorithms.local import no_aggregation
 from fedlib.config.options import MethodOptions, option, register
 from fedlib.core.protocols import RunSpec
 from fedlib.core.stages import Algorithm, ClientWork, MethodState, Params, local_sgd
+from fedlib.core.state import payload_bytes
 from fedlib.data.holdout import rows_of
 
 
@@ -146,6 +147,8 @@ class FomoClient:
                 for k, t in own.items()
             }
 
+        one = payload_bytes({k: models[k][0] for k in travels})  # one other client's model, as its upload
+        work.downloaded.append(one * int((picks >= 0).sum()))
         their_loss, dist = [], []
         for s in range(picks.shape[1]):  # one slot at a time: K models in memory, not K x M
             cand = download(s)

@@ -105,6 +105,7 @@ def run_round(run: Run, t: int) -> Round:
                 run.gen,
             )
             trained = alg.local_update(work)
+            down += sum(work.downloaded)  # what the procedure's clients downloaded beyond their start models
     for name, v in trained.items():
         state.client_params[name][tr] = v
     state.fresh[tr] = False

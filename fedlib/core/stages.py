@@ -181,7 +181,9 @@ class ClientWork:
     it again. ``shared``: which parameter names travel (``Algorithm.shared``, local groups resolved). ``gen``: the
     run's mini-batch stream (the one ``plan`` was drawn from), for a procedure that draws samples of its own
     (FedALA's s% of local data); snapshots save it, so a resumed run draws the same ones. None where a caller builds
-    the work by hand."""
+    the work by hand. ``downloaded``: the bytes the procedure's clients download beyond their start models (FedFomo's
+    other clients' models), one entry per download, appended by the procedure (``payload_bytes`` of what it reads):
+    the round counts their sum in ``bytes_down``, as a deployment sends them."""
 
     executor: Executor
     model: nn.Module
@@ -196,6 +198,7 @@ class ClientWork:
     rng: np.random.Generator | None = None
     shared: Callable[[str], bool] = all_shared
     gen: torch.Generator | None = None
+    downloaded: list[int] = field(default_factory=list)
 
     def train(self, params: Params, plan: BatchPlan | None = None, opt: LocalSGD | None = None, **kw: Any) -> Params:
         """``executor.train`` of ``params`` on the round's split, with the round's plan and optimiser unless given."""
