@@ -32,6 +32,7 @@ from fedlib.core.state import (
     payload_bytes,
     probe_bytes,
     start_models,
+    traveling,
 )
 from fedlib.data import holdout
 from fedlib.data.federated import BatchPlan, FederatedData, Split, gather_rows
@@ -77,6 +78,12 @@ def run_round(run: Run, t: int) -> Round:
     down = probed + bytes_down(alg, state, tr)  # before training clears ``fresh``
     if alg.exchange is not None:  # the server state every training client reads (SCAFFOLD's c)
         down += len(trainers) * payload_bytes(alg.exchange.down(state))
+    peers = None
+    if alg.peers is not None and len(trainers):  # other clients' models to download: chosen after the selection
+        picks = alg.peers.choose(state, trainers, run.rng)
+        peers = (picks, state.client_params)
+        one = payload_bytes({k: state.client_params[k][0] for k in traveling(alg, state.client_params)})
+        down += one * int((picks >= 0).sum())
     start, anchor = start_models(alg, state, tr)
     run.lap("start")
     plan = run.schedule.plan(run.layout, torch.as_tensor(drawn_for), alg.batches_per_step, run.gen)
@@ -103,9 +110,9 @@ def run_round(run: Run, t: int) -> Round:
                 run.rng,
                 alg.shared,
                 run.gen,
+                peers,
             )
             trained = alg.local_update(work)
-            down += sum(work.downloaded)  # what the procedure's clients downloaded beyond their start models
     for name, v in trained.items():
         state.client_params[name][tr] = v
     state.fresh[tr] = False
@@ -117,6 +124,10 @@ def run_round(run: Run, t: int) -> Round:
         if alg.exchange is not None and len(pos)
         else {}
     )
+    if peers is not None and len(pos):  # the rows the uploaders report on their downloads (FedFomo's weights)
+        reported = {k: v[pos.to(v.device)] for k, v in alg.peers.report(state).items()}  # type: ignore[union-attr]
+        alg.peers.absorb(state, uploaders, peers[0][pos.cpu().numpy()], reported)  # type: ignore[union-attr]
+        rows = {**rows, **{"peers." + k: v for k, v in reported.items()}}
     # no upload (every selected client dropped): the server does nothing, the global model stays
     mixing = aggregate(up, run.n_train[torch.as_tensor(uploaders)], uploaders) if len(uploaders) else Mixing()
     if mixing.to_global is not None:  # w <- (1 - beta) w + beta sum_k p_k w_k   (beta = 1: FedAvg; pFedMe's beta)

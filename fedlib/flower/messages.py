@@ -21,8 +21,6 @@ UNSUPPORTED = {
     "fedmix": "its clients need every client's shared batch means: a broadcast, not written yet",
     "fedala": "its clients draw their s% samples from the run's one mini-batch stream: a client-side stream, not "
     "written yet",
-    "fedfomo": "its clients download other clients' models and need held-out rows and the run's random stream: not "
-    "written yet",
 }
 
 
@@ -58,7 +56,8 @@ class Task:
     """What the server sends one training client in round t: whether it uploads (``upload``: it was selected; with
     ``trains='all'`` the others train without uploading), the tensors it starts from (``params``: the global model's
     traveling tensors, and/or ``personal``: the W_i waiting for it), the method's server state it reads (``state``:
-    ``Algorithm.exchange.down``, SCAFFOLD's c) and its mini-batch plan (``index`` (steps, B): rows of its own
+    ``Algorithm.exchange.down``, SCAFFOLD's c), the other clients' models it downloads (``peers``: ``Algorithm.peers``)
+    and its mini-batch plan (``index`` (steps, B): rows of its own
     training data; ``weight``, ``active``: epoch padding, or None)."""
 
     t: int
@@ -70,9 +69,10 @@ class Task:
     weight: torch.Tensor | None = None
     active: torch.Tensor | None = None
     state: Params = field(default_factory=dict)
+    peers: Params = field(default_factory=dict)  # other clients' models it downloads (``fedlib.flower.peers``)
 
     def bytes_down(self) -> int:
-        return payload_bytes(self.params) + payload_bytes(self.personal) + payload_bytes(self.state)
+        return sum(payload_bytes(p) for p in (self.params, self.personal, self.state, self.peers))
 
 
 STATE = "state."  # an upload's names of the method's rows (``Algorithm.exchange.up``), beside the model's

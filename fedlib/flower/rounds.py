@@ -43,9 +43,10 @@ from __future__ import annotations
 import numpy as np
 
 from fedlib.config.run import RunConfig
-from fedlib.flower.client import Client, client_splits
+from fedlib.flower.client import Client, client_splits, one_client
 from fedlib.flower.evaluation import Held, eval_plans
 from fedlib.flower.messages import UNSUPPORTED, RefusedUpdate, Report, Task, setup
+from fedlib.flower.peers import held_out
 from fedlib.flower.server import Server
 
 __all__ = ["UNSUPPORTED", "Client", "RefusedUpdate", "Report", "Server", "Task", "client_splits", "drive", "setup"]
@@ -54,8 +55,9 @@ __all__ = ["UNSUPPORTED", "Client", "RefusedUpdate", "Report", "Server", "Task",
 def drive(cfg: RunConfig, data) -> Server:
     """``cfg``'s rounds with a ``Server`` and a ``Client`` per client of ``data`` exchanging their messages in
     process, without Flower: the message protocol on its own (what the Flower apps carry, message for message)."""
+    data, held = held_out(cfg, data)
     clients = [Client(cfg, i, *client_splits(data, i)[:2], data.input_shape, data.n_classes,
-                      val=client_splits(data, i)[2]) for i in range(data.n_clients)]  # fmt: skip
+                      val=client_splits(data, i)[2], held=one_client(held, i)) for i in range(data.n_clients)]  # fmt: skip
     sizes = np.array([c.sizes()[0] for c in clients])
     server = Server(cfg, sizes, data.input_shape, data.n_classes)
     server.test_sizes = np.array([c.sizes()[1] for c in clients])
