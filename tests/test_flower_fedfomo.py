@@ -34,3 +34,19 @@ def test_fedfomo_flower_apps_equal_simulation(monkeypatch):
     server = simulate(cfg, data)
     _same(ref, server)
     assert server.refused == []
+
+
+def test_fedfomo_bytes_by_hand(monkeypatch):
+    """bytes_down: each selected client downloads min(M, others uploaded before) models (start='personal': no global
+    model, no personalised one); bytes_up: each uploads its model and its M weights w_n (float64)."""
+    cfg, data = _fomo()
+    ref = _simulated(cfg, data, monkeypatch)
+    model = (100 * 60 + 100 + 10 * 100 + 10) * 8  # the dnn's float64 tensors: one upload, one downloaded model
+    uploaded, down, up = np.zeros(5, dtype=bool), [], []
+    for row in ref.traces["selected"]:
+        got = sum(model * min(2, int(uploaded.sum() - uploaded[i])) for i in np.flatnonzero(row))
+        down.append((down[-1] if down else 0) + got)
+        up.append((up[-1] if up else 0) + int(row.sum()) * (model + 2 * 8))
+        uploaded |= row
+    assert down == [0, 6 * model, 12 * model]  # 3 clients a round, 2 models each once 3 others uploaded
+    assert list(ref.metrics.bytes_down) == down and list(ref.metrics.bytes_up) == up
