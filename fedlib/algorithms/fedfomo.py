@@ -23,8 +23,9 @@ Choices where the paper leaves one:
   client trains from its own model. A client with fewer than M candidates downloads all of them.
 - Epsilon-greedy, per client and round: with probability ``fomo_eps`` the M models are drawn uniformly without
   replacement among the candidates, else the M of highest P_{i,n} (ties broken at random: P starts at zero, where
-  the lowest indices would otherwise win every time). The draws come from the run's random stream
-  (``ClientWork.rng``), so a seed fixes them and a resumed run repeats them. The paper decays epsilon over the
+  the lowest indices would otherwise win every time). The draws come from the run's random stream,
+  drawn by the engine after the selection (``Algorithm.peers``: ``FomoClient.choose``; a hand-built ``ClientWork``
+  without ``peers`` draws from its ``rng``), so a seed fixes them and a resumed run repeats them. The paper decays epsilon over the
   rounds; here it is constant (a schedule can be added as an option).
 - P_{i,n} accumulates the raw w_n, negative ones included, so a model that hurt client i loses affinity (as the
   PFLlib code's ``weight_vector``); P_{i,i} is never used (a client is not its own candidate).
@@ -37,6 +38,9 @@ Choices where the paper leaves one:
   that travels, buffers included, with the same weights. Tensors a method keeps local (``Algorithm.shared``) are
   never downloaded: the candidate model is n's shared tensors with i's own local ones. Two equal models (distance 0)
   weigh 0.
+- What travels (``Algorithm.peers``, counted in the bytes by the simulation and ``fedlib.flower`` alike): down, each
+  downloaded model as one upload's traveling tensors; up, each client's model and its M raw weights w_n (float64,
+  0 in empty slots), from which the server updates P (``FomoClient.absorb``) and marks it as uploaded.
 - The weights are computed from the losses the executor's ``evaluate`` reports (the models in eval mode), the same
   on both executors: the stacked executor runs FedFomo as the loop one does.
 """

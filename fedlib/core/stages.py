@@ -272,7 +272,8 @@ class Peers(Protocol):
     - ``absorb(state, clients, picks, rows)``: the server's update from the rows of the uploading ``clients``
       (their ``picks``): FedFomo's affinities."""
 
-    slots: int
+    @property
+    def slots(self) -> int: ...
 
     def choose(self, state: State, clients: np.ndarray, rng: np.random.Generator) -> np.ndarray: ...
 

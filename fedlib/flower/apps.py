@@ -36,8 +36,8 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedlib.config.run import RunConfig
 from fedlib.core.stages import Params
-from fedlib.flower.evaluation import Held, eval_plans, training_clients
 from fedlib.flower.client import one_client
+from fedlib.flower.evaluation import Held, eval_plans, training_clients
 from fedlib.flower.peers import held_out
 from fedlib.flower.rounds import Client, RefusedUpdate, Report, Server, Task, client_splits
 

@@ -170,4 +170,3 @@ def one_client(split: Split | None, i: int) -> Split | None:
     x, y = split.client(i)
     z = torch.zeros(1, dtype=torch.int64)
     return Split(x.clone(), y.clone(), z, torch.tensor([len(y)], dtype=torch.int64))
-

@@ -20,6 +20,10 @@ Choices that keep a Flower run equal to ``simulate`` (tested in float64 to 1e-10
 - a method's state that travels beside the model (``Algorithm.exchange``: SCAFFOLD's c down and delta c_i up,
   FedNova's tau_i up) goes in the same messages (``Task.state``; the upload's ``state.*`` names), and the server
   updates its part of the state from the uploads with the function the simulation's client procedure calls;
+- other clients' models a method's clients download (``Algorithm.peers``: FedFomo's) are chosen by the server from
+  the run's random stream, after the selection as ``simulate`` draws them, and sent in the training message; the
+  server keeps each client's last upload for them, and each client keeps the rows the method holds out of its
+  training (``fedlib.flower.peers``);
 - a personalised model W_i is sent when client i next trains (``bytes_down`` counts it then), as ``simulate``'s
   ``fresh`` flag says it arrives;
 - evaluation: the server sends every client the global model's traveling tensors (and its mini-batches of the
@@ -33,8 +37,8 @@ Choices that keep a Flower run equal to ``simulate`` (tested in float64 to 1e-10
   a missing or non-finite loss is refused and the client is no candidate.
 
 Not supported (refused when the server is built, naming why): probing for a method whose clients do not start from
-the global model, methods whose clients need other clients' data or streams (FedMix's shared means, FedALA's and
-FedFomo's draws: ``UNSUPPORTED``), ``before_eval`` stages that do not declare
+the global model, methods whose clients need other clients' data or streams (FedMix's shared means, FedALA's draws:
+``UNSUPPORTED``), ``before_eval`` stages that do not declare
 their draws apart (``DrawnBeforeEval``).
 """
 
