@@ -2,6 +2,7 @@
 its own held-out rows; equal to the simulation in float64, its downloads counted alike."""
 
 import numpy as np
+import pandas as pd
 import pytest
 from helpers import small_synthetic
 from test_flower import VECTORS, _same, _simulated
@@ -12,7 +13,7 @@ FOMO = dict(VECTORS, algorithm="fedfomo", fomo_m=2)
 
 
 def _fomo(**kw):
-    return RunConfig(executor="loop", dtype="float64", **{**FOMO, **kw}), small_synthetic(n_clients=5, rows=80)
+    return RunConfig(**{"executor": "loop", "dtype": "float64", **FOMO, **kw}), small_synthetic(n_clients=5, rows=80)
 
 
 def test_fedfomo_message_protocol_equals_simulation(monkeypatch):
@@ -50,3 +51,18 @@ def test_fedfomo_bytes_by_hand(monkeypatch):
         uploaded |= row
     assert down == [0, 6 * model, 12 * model]  # 3 clients a round, 2 models each once 3 others uploaded
     assert list(ref.metrics.bytes_down) == down and list(ref.metrics.bytes_up) == up
+
+
+def test_fedfomo_weighs_on_the_data_validation_split(monkeypatch):
+    """With a validation split (val_frac > 0) FedFomo weighs on it, on both sides, and the stacked executor too (M = 3:
+    several positive weights, so weighing on other rows changes the mixture and fails this test)."""
+    from fedlib.data import holdout
+    from fedlib.flower.rounds import drive
+
+    cfg, data = _fomo(val_frac=0.25, executor="stacked", fomo_m=3)
+    data = holdout.validation_split(data, 0.25, 0)
+    ref = _simulated(cfg, data, monkeypatch)
+    server = drive(cfg, data)
+    _same(ref, server)
+    assert np.isfinite(ref.metrics.val_acc).all()
+    np.testing.assert_allclose(pd.DataFrame(server.rows).val_acc, ref.metrics.val_acc, rtol=0, atol=1e-10)
