@@ -23,8 +23,9 @@ Choices where the paper leaves one:
   client trains from its own model. A client with fewer than M candidates downloads all of them.
 - Epsilon-greedy, per client and round: with probability ``fomo_eps`` the M models are drawn uniformly without
   replacement among the candidates, else the M of highest P_{i,n} (ties broken at random: P starts at zero, where
-  the lowest indices would otherwise win every time). The draws come from the run's random stream
-  (``ClientWork.rng``), so a seed fixes them and a resumed run repeats them. The paper decays epsilon over the
+  the lowest indices would otherwise win every time). The draws come from the run's random stream,
+  drawn by the engine after the selection (``Algorithm.peers``: ``FomoClient.choose``; a hand-built ``ClientWork``
+  without ``peers`` draws from its ``rng``), so a seed fixes them and a resumed run repeats them. The paper decays epsilon over the
   rounds; here it is constant (a schedule can be added as an option).
 - P_{i,n} accumulates the raw w_n, negative ones included, so a model that hurt client i loses affinity (as the
   PFLlib code's ``weight_vector``); P_{i,i} is never used (a client is not its own candidate).
@@ -37,6 +38,9 @@ Choices where the paper leaves one:
   that travels, buffers included, with the same weights. Tensors a method keeps local (``Algorithm.shared``) are
   never downloaded: the candidate model is n's shared tensors with i's own local ones. Two equal models (distance 0)
   weigh 0.
+- What travels (``Algorithm.peers``, counted in the bytes by the simulation and ``fedlib.flower`` alike): down, each
+  downloaded model as one upload's traveling tensors; up, each client's model and its M raw weights w_n (float64,
+  0 in empty slots), from which the server updates P (``FomoClient.absorb``) and marks it as uploaded.
 - The weights are computed from the losses the executor's ``evaluate`` reports (the models in eval mode), the same
   on both executors: the stacked executor runs FedFomo as the loop one does.
 """
@@ -99,37 +103,69 @@ def fomo_weights(own_loss: torch.Tensor, their_loss: torch.Tensor, dist: torch.T
 
 @dataclass
 class FomoClient:
-    """FedFomo's client procedure (module docstring): download, weigh, move, train."""
+    """FedFomo's client procedure (module docstring): download, weigh, move, train; and its ``Peers`` declaration:
+    the server chooses the models (``choose``), each client reports its raw weights w_n (``report``, one per slot)
+    and the server adds them to P (``absorb``)."""
 
     m: int
     eps: float
 
-    def __call__(self, work: ClientWork) -> Params:
-        state, n = work.state, len(work.state.fresh)
-        dev = work.state.fresh.device
-        aff = Affinity.of(
+    @property
+    def slots(self) -> int:
+        return self.m
+
+    def affinity(self, state) -> Affinity:
+        n, dev = len(state.fresh), state.fresh.device
+        return Affinity.of(
             state,
             lambda: Affinity(
                 {"P": torch.zeros(n, n, dtype=torch.float64, device=dev)},
                 {"uploaded": torch.zeros(n, dtype=torch.bool, device=dev)},
             ),
         )
-        start = self.personalise(work, aff)
-        trained = work.train(start)
-        aff.seen["uploaded"][work.clients] = True
-        return trained
 
-    def personalise(self, work: ClientWork, aff: Affinity) -> Params:
-        """theta_i + sum_n w_n (theta_n - theta_i) for the round's clients (their ``work.start``, their own models)."""
-        if work.val is None or work.rng is None:
-            raise ValueError("FedFomo needs validation rows and the run's random stream (ClientWork.val, .rng)")
-        ids = work.clients.cpu().numpy()
-        p = aff.p["P"]
-        picks = choose(ids, aff.seen["uploaded"].cpu().numpy(), p.cpu().numpy(), self.m, self.eps, work.rng)
+    def choose(self, state, clients: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        aff = self.affinity(state)
+        return choose(np.asarray(clients), aff.seen["uploaded"].cpu().numpy(), aff.p["P"].cpu().numpy(), self.m,
+                      self.eps, rng)  # fmt: skip
+
+    def report(self, state) -> Params:
+        return {"w": self._raw}
+
+    def like(self, state) -> Params:
+        return {"w": torch.zeros(self.m, dtype=torch.float64)}
+
+    def absorb(self, state, clients: np.ndarray, picks: np.ndarray, rows: Params) -> None:
+        """P_{i,n} += w_n (raw): the server's record of what helped whom; the clients have uploaded."""
+        aff = self.affinity(state)
+        p, ids, raw = aff.p["P"], np.asarray(clients), rows["w"].cpu()
+        r, c = np.nonzero(picks >= 0)
+        p[torch.as_tensor(ids[r], device=p.device), torch.as_tensor(picks[r, c], device=p.device)] += raw[r, c].to(p)
+        aff.seen["uploaded"][torch.as_tensor(ids, device=p.device)] = True
+
+    def __call__(self, work: ClientWork) -> Params:
+        if work.peers is None:  # a hand-built work: draw and record here, as the engine does around the procedure
+            if work.rng is None:
+                raise ValueError("FedFomo needs the run's random stream (ClientWork.rng) or its peers (.peers)")
+            ids = work.clients.cpu().numpy()
+            picks = self.choose(work.state, ids, work.rng)
+            trained = work.train(self.personalise(work, picks, work.state.client_params))
+            self.absorb(work.state, ids, picks, self.report(work.state))
+            return trained
+        picks, models = work.peers
+        return work.train(self.personalise(work, picks, models))
+
+    def personalise(self, work: ClientWork, picks: np.ndarray, models: Params) -> Params:
+        """theta_i + sum_n w_n (theta_n - theta_i) for the round's clients (their ``work.start``, their own models),
+        ``picks`` (K, M) numbering rows of ``models``; keeps the raw weights (K, M) for ``report``."""
+        if work.val is None:
+            raise ValueError("FedFomo needs validation rows (ClientWork.val)")
+        k_clients = len(work.clients)
+        self._raw = torch.zeros(k_clients, self.m, dtype=torch.float64)
         if (picks < 0).all():
             return work.start
-        own, models, ex = work.start, work.state.client_params, work.executor
-        val = rows_of(work.val, ids)
+        own, ex = work.start, work.executor
+        val = rows_of(work.val, work.clients.cpu().numpy())
         params = {name for name, _ in work.model.named_parameters()}
         travels = [k for k, t in own.items() if t.is_floating_point() and work.shared(k)]
         measured = [k for k in travels if k in params]  # ||theta_n - theta_i||: over the parameters
@@ -150,12 +186,11 @@ class FomoClient:
         for s in range(picks.shape[1]):  # one slot at a time: K models in memory, not K x M
             cand = download(s)
             their_loss.append(_mean_loss(ex.evaluate(work.model, cand, val, True)))
-            sq = [(cand[k] - own[k]).to(torch.float64).reshape(len(ids), -1).square().sum(1) for k in measured]
+            sq = [(cand[k] - own[k]).to(torch.float64).reshape(k_clients, -1).square().sum(1) for k in measured]
             dist.append(torch.stack(sq).sum(0).sqrt().cpu())
         valid = torch.as_tensor(picks >= 0)
         raw, w = fomo_weights(own_loss, torch.stack(their_loss, 1), torch.stack(dist, 1), valid)
-        r, c = np.nonzero(picks >= 0)  # P_{i,n} += w_n (raw): the server's record of what helped whom
-        p[torch.as_tensor(ids[r], device=p.device), torch.as_tensor(picks[r, c], device=p.device)] += raw[r, c].to(p)
+        self._raw = raw.to(torch.float64)
         out = dict(own)
         for s in range(picks.shape[1]):
             cand = download(s)
@@ -188,6 +223,7 @@ class FedFomo(MethodOptions):
     )
 
     def build(self, cfg: RunSpec) -> Algorithm:
+        fomo = FomoClient(self.fomo_m, self.fomo_eps)
         return Algorithm(
             name=self.NAME,
             local=local_sgd(cfg),
@@ -195,6 +231,7 @@ class FedFomo(MethodOptions):
             trains="selected",
             start="personal",
             evaluate="personal",
-            local_update=FomoClient(self.fomo_m, self.fomo_eps),
+            local_update=fomo,
             validation=self.fomo_val_frac,
+            peers=fomo,
         )

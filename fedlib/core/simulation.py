@@ -32,6 +32,7 @@ from fedlib.core.state import (
     payload_bytes,
     probe_bytes,
     start_models,
+    traveling,
 )
 from fedlib.data import holdout
 from fedlib.data.federated import BatchPlan, FederatedData, Split, gather_rows
@@ -83,6 +84,12 @@ def run_round(run: Run, t: int) -> Round:
         alg.share.receive(state, shared)
         shared_up = payload_bytes(shared)
         down += n * shared_up
+    peers = None
+    if alg.peers is not None and len(trainers):  # other clients' models to download: chosen after the selection
+        picks = alg.peers.choose(state, trainers, run.rng)
+        peers = (picks, state.client_params)
+        one = payload_bytes({k: state.client_params[k][0] for k in traveling(alg, state.client_params)})
+        down += one * int((picks >= 0).sum())
     start, anchor = start_models(alg, state, tr)
     run.lap("start")
     plan = run.schedule.plan(run.layout, torch.as_tensor(drawn_for), alg.batches_per_step, run.gen)
@@ -109,6 +116,7 @@ def run_round(run: Run, t: int) -> Round:
                 run.rng,
                 alg.shared,
                 run.gen,
+                peers=peers,
             )
             trained = alg.local_update(work)
     for name, v in trained.items():
@@ -122,6 +130,10 @@ def run_round(run: Run, t: int) -> Round:
         if alg.exchange is not None and len(pos)
         else {}
     )
+    if peers is not None and len(pos):  # the rows the uploaders report on their downloads (FedFomo's weights)
+        reported = {k: v[pos.to(v.device)] for k, v in alg.peers.report(state).items()}  # type: ignore[union-attr]
+        alg.peers.absorb(state, uploaders, peers[0][pos.cpu().numpy()], reported)  # type: ignore[union-attr]
+        rows = {**rows, **{"peers." + k: v for k, v in reported.items()}}
     # no upload (every selected client dropped): the server does nothing, the global model stays
     mixing = aggregate(up, run.n_train[torch.as_tensor(uploaders)], uploaders) if len(uploaders) else Mixing()
     if mixing.to_global is not None:  # w <- (1 - beta) w + beta sum_k p_k w_k   (beta = 1: FedAvg; pFedMe's beta)

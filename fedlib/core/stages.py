@@ -183,7 +183,9 @@ class ClientWork:
     (FedALA's s% of local data); snapshots save it, so a resumed run draws the same ones. None where a caller builds
     the work by hand. ``drawn``: the round's draws of a method that shares data (``Share.draw``), (steps, K, ...),
     where its caller drew them from the whole round's plan (``fedlib.flower``'s server); None: the procedure draws
-    them itself."""
+    them itself. ``peers``: (picks (K, slots), models name -> (R, ...)): the other clients' models the round's
+    clients download (``Algorithm.peers``: FedFomo's), ``picks[j]`` numbering rows of ``models`` (-1: an empty
+    slot); None where the algorithm declares none or a caller builds the work by hand."""
 
     executor: Executor
     model: nn.Module
@@ -199,6 +201,7 @@ class ClientWork:
     shared: Callable[[str], bool] = all_shared
     gen: torch.Generator | None = None
     drawn: Params | None = None
+    peers: tuple[np.ndarray, Params] | None = None
 
     def train(self, params: Params, plan: BatchPlan | None = None, opt: LocalSGD | None = None, **kw: Any) -> Params:
         """``executor.train`` of ``params`` on the round's split, with the round's plan and optimiser unless given."""
@@ -281,6 +284,33 @@ class Share(Protocol):
     def draw(self, state: State, plan: BatchPlan) -> Params: ...
 
 
+class Peers(Protocol):
+    """Other clients' models a method's training clients download each round beyond their start models
+    (``Algorithm.peers``: FedFomo's M models). The server chooses them; each client reports a row back with its
+    upload, that the server folds into its state. The engine counts the downloads in ``bytes_down`` (each model: one
+    upload's traveling tensors) and the rows in ``bytes_up``; ``fedlib.flower`` sends them in the messages.
+
+    - ``slots``: models per client (M);
+    - ``choose(state, clients, rng)``: (K, slots) indices of the clients whose last uploads each of ``clients``
+      downloads, -1 in the empty slots (the last ones), drawn from the run's random stream ``rng`` after the
+      selection (``ClientWork.peers`` hands them to the client procedure);
+    - ``report(state)``: (K, ...) rows the round's training clients send back, in order, once they trained;
+      ``like(state)``: one client's row of each (its shape and dtype);
+    - ``absorb(state, clients, picks, rows)``: the server's update from the rows of the uploading ``clients``
+      (their ``picks``): FedFomo's affinities."""
+
+    @property
+    def slots(self) -> int: ...
+
+    def choose(self, state: State, clients: np.ndarray, rng: np.random.Generator) -> np.ndarray: ...
+
+    def report(self, state: State) -> Params: ...
+
+    def like(self, state: State) -> Params: ...
+
+    def absorb(self, state: State, clients: np.ndarray, picks: np.ndarray, rows: Params) -> None: ...
+
+
 BeforeEval = Callable[[Executor, nn.Module, "State", FederatedData, torch.Generator], None]
 
 
@@ -336,6 +366,7 @@ class Algorithm:
     pay for recording it. ``exchange``: the method state that travels beside the model (``Exchange``: SCAFFOLD's
     control variates, FedDyn's h, FedNova's steps), counted in the bytes and split by ``fedlib.flower``. ``share``:
     data the clients contribute once and every client receives before round 1 (``Share``: FedMix's batch means).
+    ``peers``: other clients' models each training client downloads (``Peers``: FedFomo's), chosen by the server.
     """
 
     name: str
@@ -359,6 +390,7 @@ class Algorithm:
     finetune: FineTune | None = None  # clients fine-tune the global model before evaluation (FedBABU)
     exchange: Exchange | None = None  # method state that travels beside the model (SCAFFOLD's control variates)
     share: Share | None = None  # data the clients share once, before round 1 (FedMix's batch means)
+    peers: Peers | None = None  # other clients' models the training clients download (FedFomo's)
 
     def __post_init__(self) -> None:
         if self.aggregate is None:

@@ -38,7 +38,9 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedlib.config.run import RunConfig
 from fedlib.core.stages import Params
+from fedlib.flower.client import one_client
 from fedlib.flower.evaluation import Held, eval_plans, training_clients
+from fedlib.flower.peers import held_out
 from fedlib.flower.rounds import Client, RefusedUpdate, Report, Server, Task, client_splits
 
 log = logging.getLogger("fedlib.flower")
@@ -87,10 +89,10 @@ def client_app(cfg: RunConfig, data=None, partition: int | None = None, mods: li
                 from fedlib.data import load_federated
 
                 source = load_federated(cfg).to("cpu", getattr(torch, cfg.dtype))
-            sources.append(source)
-        source = sources[0]
+            sources.append(held_out(cfg, source))  # less the rows the method holds out of training (FedFomo's)
+        source, held = sources[0]
         train, test, val = client_splits(source, i)
-        return Client(cfg, i, train, test, source.input_shape, source.n_classes, val=val)
+        return Client(cfg, i, train, test, source.input_shape, source.n_classes, val=val, held=one_client(held, i))
 
     def client(context: Context) -> Client:
         i = int(context.node_config["partition-id"]) if partition is None else partition
@@ -127,7 +129,8 @@ def client_app(cfg: RunConfig, data=None, partition: int | None = None, mods: li
         task = Task(int(conf["t"]), c.index, bool(conf["upload"]), from_record(msg.content.get("params")),  # type: ignore[arg-type]
                     from_record(msg.content.get("personal")), plan["index"], plan.get("weight"), plan.get("active"),  # type: ignore[arg-type]
                     state=from_record(msg.content.get("state")),  # type: ignore[arg-type]
-                    drawn={k[len(DRAWN):]: v for k, v in plan.items() if k.startswith(DRAWN)})  # fmt: skip
+                    drawn={k[len(DRAWN):]: v for k, v in plan.items() if k.startswith(DRAWN)},
+                    peers=from_record(msg.content.get("peers")))  # type: ignore[arg-type]  # fmt: skip
         up = c.fit(task)
         context.state["fedlib"] = to_record(c.state_dict())
         return Message(RecordDict({"upload": to_record(up)}), reply_to=msg)
@@ -238,6 +241,8 @@ def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, 
                     content["personal"] = to_record(task.personal)
                 if task.state:
                     content["state"] = to_record(task.state)
+                if task.peers:
+                    content["peers"] = to_record(task.peers)
                 msgs.append(Message(content, node_of[task.client], "train", group_id=str(t)))
                 by_id[node_of[task.client]] = task
             uploads: dict[int, Params] = {}

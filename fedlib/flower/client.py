@@ -14,6 +14,7 @@ from fedlib.data.federated import BatchPlan, Split
 from fedlib.executors import make_executor
 from fedlib.flower.evaluation import initial_state, prepare
 from fedlib.flower.messages import STATE, Report, Task, _sizes_for, setup
+from fedlib.flower.peers import PEERS, received
 from fedlib.models.local_attention import per_client_attention
 from fedlib.models.registry import build_model
 
@@ -24,8 +25,9 @@ class Client:
     Flower ClientApp keeps in ``context.state``)."""
 
     def __init__(self, cfg: RunConfig, index: int, train: Split, test: Split, input_shape: tuple[int, ...],
-                 n_classes: int, val: Split | None = None) -> None:  # fmt: skip
+                 n_classes: int, val: Split | None = None, held: Split | None = None) -> None:  # fmt: skip
         self.cfg, self.index, self.train_split, self.test, self.val = cfg, index, train, test, val
+        self.held = held  # the rows the method holds out of its training for its procedure (``peers.held_out``)
         self.model_shape, self.n_classes = tuple(input_shape), n_classes
         self.alg, self.model, self.schedule = setup(cfg, input_shape, n_classes, _sizes_for(cfg))
         self.executor = make_executor(cfg.executor, self.model)
@@ -85,8 +87,10 @@ class Client:
                                           anchor=anchor if local.mu else None)  # fmt: skip
         else:
             drawn = {k: v[:, None] for k, v in task.drawn.items()} if alg.share is not None else None
+            peers = None if alg.peers is None else received(task.peers, self.names, alg.peers.slots)
             work = ClientWork(self.executor, self.model, start, anchor, plan, self.train_split, state, tr, local,
-                              shared=alg.shared, drawn=drawn)  # fmt: skip
+                              self.val if self.val is not None else self.held, shared=alg.shared, drawn=drawn,
+                              peers=peers)  # fmt: skip
             trained = alg.local_update(work)
         for k, v in trained.items():
             state.client_params[k][tr] = v
@@ -94,6 +98,8 @@ class Client:
         if not task.upload:
             return {}
         rows = {STATE + k: v[0] for k, v in alg.exchange.up(state).items()} if alg.exchange is not None else {}
+        if alg.peers is not None:  # its report on its downloads (FedFomo's weights)
+            rows.update({PEERS + k: v[0] for k, v in alg.peers.report(state).items()})
         return {**{k: trained[k][0] for k in self.names}, **rows}
 
     def probe(self, params: Params) -> float:
@@ -165,14 +171,15 @@ class Client:
 
 def client_splits(data, i: int) -> tuple[Split, Split, Split | None]:
     """Client ``i``'s training, test and validation rows of a ``FederatedData``, each as a one-client ``Split``."""
-
-    def one(split: Split | None) -> Split | None:
-        if split is None:
-            return None
-        x, y = split.client(i)
-        z = torch.zeros(1, dtype=torch.int64)
-        return Split(x.clone(), y.clone(), z, torch.tensor([len(y)], dtype=torch.int64))
-
-    train, test = one(data.train), one(data.test)
+    train, test = one_client(data.train, i), one_client(data.test, i)
     assert train is not None and test is not None
-    return train, test, one(data.val)
+    return train, test, one_client(data.val, i)
+
+
+def one_client(split: Split | None, i: int) -> Split | None:
+    """Client ``i``'s rows of ``split`` as a one-client ``Split`` (None for None)."""
+    if split is None:
+        return None
+    x, y = split.client(i)
+    z = torch.zeros(1, dtype=torch.int64)
+    return Split(x.clone(), y.clone(), z, torch.tensor([len(y)], dtype=torch.int64))

@@ -20,8 +20,6 @@ from fedlib.models.registry import build_model
 UNSUPPORTED = {
     "fedala": "its clients draw their s% samples from the run's one mini-batch stream: a client-side stream, not "
     "written yet",
-    "fedfomo": "its clients download other clients' models and need held-out rows and the run's random stream: not "
-    "written yet",
 }
 
 
@@ -57,9 +55,10 @@ class Task:
     """What the server sends one training client in round t: whether it uploads (``upload``: it was selected; with
     ``trains='all'`` the others train without uploading), the tensors it starts from (``params``: the global model's
     traveling tensors, and/or ``personal``: the W_i waiting for it), the method's server state it reads (``state``:
-    ``Algorithm.exchange.down``, SCAFFOLD's c) and its mini-batch plan (``index`` (steps, B): rows of its own
-    training data; ``weight``, ``active``: epoch padding, or None; ``drawn``: its column of the round's draws of a
-    method that shares data, ``Algorithm.share.draw``: part of the plan, not counted in the bytes)."""
+    ``Algorithm.exchange.down``, SCAFFOLD's c), the other clients' models it downloads (``peers``: ``Algorithm.peers``)
+    and its mini-batch plan (``index`` (steps, B): rows of its own training data; ``weight``, ``active``: epoch
+    padding, or None; ``drawn``: its column of the round's draws of a method that shares data,
+    ``Algorithm.share.draw``: part of the plan, not counted in the bytes)."""
 
     t: int
     client: int
@@ -71,9 +70,10 @@ class Task:
     active: torch.Tensor | None = None
     state: Params = field(default_factory=dict)
     drawn: Params = field(default_factory=dict)
+    peers: Params = field(default_factory=dict)  # other clients' models it downloads (``fedlib.flower.peers``)
 
     def bytes_down(self) -> int:
-        return payload_bytes(self.params) + payload_bytes(self.personal) + payload_bytes(self.state)
+        return sum(payload_bytes(p) for p in (self.params, self.personal, self.state, self.peers))
 
 
 STATE = "state."  # an upload's names of the method's rows (``Algorithm.exchange.up``), beside the model's

@@ -20,6 +20,10 @@ Choices that keep a Flower run equal to ``simulate`` (tested in float64 to 1e-10
 - a method's state that travels beside the model (``Algorithm.exchange``: SCAFFOLD's c down and delta c_i up,
   FedNova's tau_i up) goes in the same messages (``Task.state``; the upload's ``state.*`` names), and the server
   updates its part of the state from the uploads with the function the simulation's client procedure calls;
+- other clients' models a method's clients download (``Algorithm.peers``: FedFomo's) are chosen by the server from
+  the run's random stream, after the selection as ``simulate`` draws them, and sent in the training message; the
+  server keeps each client's last upload for them, and each client keeps the rows the method holds out of its
+  training (``fedlib.flower.peers``);
 - a personalised model W_i is sent when client i next trains (``bytes_down`` counts it then), as ``simulate``'s
   ``fresh`` flag says it arrives;
 - evaluation: the server sends every client the global model's traveling tensors (and its mini-batches of the
@@ -37,8 +41,8 @@ Choices that keep a Flower run equal to ``simulate`` (tested in float64 to 1e-10
   sending each client its column beside its mini-batches (``Task.drawn``).
 
 Not supported (refused when the server is built, naming why): probing for a method whose clients do not start from
-the global model, methods whose clients need other clients' models or streams (FedALA's and
-FedFomo's draws: ``UNSUPPORTED``), ``before_eval`` stages that do not declare
+the global model, methods whose clients need another client-side stream (FedALA's draws: ``UNSUPPORTED``),
+``before_eval`` stages that do not declare
 their draws apart (``DrawnBeforeEval``).
 """
 
@@ -47,9 +51,10 @@ from __future__ import annotations
 import numpy as np
 
 from fedlib.config.run import RunConfig
-from fedlib.flower.client import Client, client_splits
+from fedlib.flower.client import Client, client_splits, one_client
 from fedlib.flower.evaluation import Held, eval_plans
 from fedlib.flower.messages import UNSUPPORTED, RefusedUpdate, Report, Task, setup
+from fedlib.flower.peers import held_out
 from fedlib.flower.server import Server
 
 __all__ = ["UNSUPPORTED", "Client", "RefusedUpdate", "Report", "Server", "Task", "client_splits", "drive", "setup"]
@@ -58,8 +63,9 @@ __all__ = ["UNSUPPORTED", "Client", "RefusedUpdate", "Report", "Server", "Task",
 def drive(cfg: RunConfig, data) -> Server:
     """``cfg``'s rounds with a ``Server`` and a ``Client`` per client of ``data`` exchanging their messages in
     process, without Flower: the message protocol on its own (what the Flower apps carry, message for message)."""
+    data, held = held_out(cfg, data)
     clients = [Client(cfg, i, *client_splits(data, i)[:2], data.input_shape, data.n_classes,
-                      val=client_splits(data, i)[2]) for i in range(data.n_clients)]  # fmt: skip
+                      val=client_splits(data, i)[2], held=one_client(held, i)) for i in range(data.n_clients)]  # fmt: skip
     sizes = np.array([c.sizes()[0] for c in clients])
     server = Server(cfg, sizes, data.input_shape, data.n_classes)
     server.test_sizes = np.array([c.sizes()[1] for c in clients])

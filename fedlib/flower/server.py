@@ -19,6 +19,7 @@ from fedlib.core.state import COLUMNS, Round, init_state, moved, payload_bytes, 
 from fedlib.data.federated import Split
 from fedlib.flower.evaluation import training_clients
 from fedlib.flower.messages import STATE, RefusedUpdate, Report, Task, setup
+from fedlib.flower.peers import PEERS, sent
 
 # the probe step's messages: (round, candidates, global model's traveling tensors) -> client -> its reported loss
 Probe = Callable[[int, np.ndarray, Params], dict[int, float]]
@@ -45,8 +46,11 @@ class Server:
             )
         self.model = model
         self.state = init_state(model, self.n)
-        self.state.client_params = {}  # the clients' models are theirs: the server never holds them
         self.names = traveling(self.alg, self.state.global_params)
+        # the clients' models are theirs: the server holds only the last uploads a method's clients download (peers)
+        cp = self.state.client_params
+        self.state.client_params = {k: cp[k] for k in self.names} if self.alg.peers is not None else {}
+        self.picks: dict[int, np.ndarray] = {}  # this round's ``Peers.choose`` row of each training client
         self.rng = np.random.default_rng(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed + 1)
         self.eval_gen = torch.Generator().manual_seed(cfg.seed + 2)  # the evaluation stream (``Run.eval_gen``)
@@ -57,7 +61,9 @@ class Server:
         self.shapes = {
             **{k: (tuple(self.state.global_params[k].shape), self.state.global_params[k].dtype) for k in self.names},
             **{STATE + k: (tuple(v.shape), v.dtype) for k, v in like.items()},
-        }
+            **{PEERS + k: (tuple(v.shape), v.dtype) for k, v in (self.alg.peers.like(self.state).items()
+                                                                  if self.alg.peers is not None else ())},
+        }  # fmt: skip
         self.params = [n for n, _ in model.named_parameters() if n in self.names]  # no buffers
         self.uploads = 0
         self.probed = 0  # this round's probe bytes (``probe_bytes``), added to ``bytes_down`` by ``end``
@@ -97,6 +103,8 @@ class Server:
         plan = self.schedule.plan(self.layout, tr, alg.batches_per_step, self.gen)
         chosen = set(sel.tolist())
         drawn = alg.share.draw(state, plan) if alg.share is not None else {}  # from the whole plan, as ``simulate``
+        picks = alg.peers.choose(state, trainers, self.rng) if alg.peers is not None and len(trainers) else None
+        self.picks = {} if picks is None else dict(zip(trainers.tolist(), picks))
         tasks = []
         for j, i in enumerate(trainers.tolist()):
             task = Task(t, i, i in chosen)
@@ -111,6 +119,8 @@ class Server:
             if alg.exchange is not None:
                 task.state = alg.exchange.down(state)
             task.drawn = {k: v[:, j] for k, v in drawn.items()}
+            if i in self.picks:
+                task.peers = sent(state.client_params, self.names, self.picks[i])
             tasks.append(task)
         return sel, tasks
 
@@ -181,6 +191,14 @@ class Server:
         sel = np.asarray([i for i in selected.tolist() if i in uploads], dtype=np.int64)
         up = {k: torch.stack([uploads[i][k] for i in sel.tolist()]) for k in self.names} if len(sel) else {}
         rows = {k: torch.stack([uploads[i][STATE + k] for i in sel.tolist()]) for k in self._rows()} if len(sel) else {}
+        reported: Params = {}
+        if alg.peers is not None and len(sel):  # their reports on their downloads, then their uploads are kept
+            got = {k[len(PEERS) :]: torch.stack([uploads[i][k] for i in sel.tolist()]) for k in self.shapes
+                   if k.startswith(PEERS)}  # fmt: skip
+            alg.peers.absorb(state, sel, np.stack([self.picks[i] for i in sel.tolist()]), got)
+            for k in self.names:
+                state.client_params[k][torch.as_tensor(sel)] = up[k]
+            reported = got
         if alg.exchange is not None and len(sel):  # the method's server state, from the uploads (SCAFFOLD's c)
             alg.exchange.absorb(state, {k: state.global_params[k] for k in self.names}, up, rows,
                                 self.n_train[torch.as_tensor(sel)], self.params, self.n)  # fmt: skip
@@ -203,7 +221,8 @@ class Server:
         self.uploads += len(sel)
         self.selected[t - 1, sel] = True
         shared_up, shared_down = self.shared if t == 1 else (0, 0)  # the shared data: in round 1, as ``simulate``
-        b_up, b_down = payload_bytes(up) + payload_bytes(rows) + shared_up, sent_bytes + self.probed + shared_down
+        b_up = payload_bytes(up) + payload_bytes(rows) + payload_bytes(reported) + shared_up
+        b_down = sent_bytes + self.probed + shared_down
         self.bytes_up += b_up
         self.bytes_down += b_down
         return Round(t, sel, mixing, up, bytes_up=b_up, bytes_down=b_down)  # type: ignore[arg-type]
