@@ -180,3 +180,39 @@ def test_resume_refused_where_clients_lost_their_state(tmp_path):
     _, snaps = _snapshot(tmp_path, cfg, data)
     with pytest.raises(SnapshotError, match="keeps state on its clients"):
         simulate(cfg, data, snapshot=snaps.path)
+
+
+def test_client_state_method_resumes_where_clients_kept_theirs(tmp_path):
+    """In the in-process engine the clients' contexts survive a stopped ServerApp: FedMCSA (personalised models on
+    the clients) resumed on the same grid equals the uninterrupted run."""
+    pytest.importorskip("flwr")
+    from flwr.app import Context, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedlib.flower.apps import LocalGrid, client_app, server_app, simulate
+
+    cfg, data = _cfg(**RESUMED["fedmcsa"]), small_synthetic(n_clients=5, rows=80)
+    whole = simulate(cfg, data)
+    stopped: list[int] = []
+    rounds: list[int] = []
+
+    class Stop(BaseException):
+        pass
+
+    def stop(msg, context, call_next):
+        if msg.metadata.message_type == "train":
+            rounds.append(int(msg.content["config"]["t"]))
+        if msg.metadata.message_type == "train" and int(msg.content["config"]["t"]) == 3 and not stopped:
+            stopped.append(3)
+            raise Stop
+        return call_next(msg, context)
+
+    grid = LocalGrid(client_app(cfg, data, mods=[stop]), 5)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, grid.run_id, 1
+    got: list = []
+    app = server_app(cfg, got.append, held=data, snapshot=tmp_path / "server.pt")
+    with pytest.raises(Stop):
+        app(grid, Context(1, 0, {}, RecordDict(), {}))
+    app(grid, Context(1, 0, {}, RecordDict(), {}))
+    assert rounds.count(1) == 3  # round 1 ran once (3 clients): the second start resumed at round 3
+    _equal(whole, got[0])
