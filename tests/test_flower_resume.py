@@ -214,5 +214,5 @@ def test_client_state_method_resumes_where_clients_kept_theirs(tmp_path):
     with pytest.raises(Stop):
         app(grid, Context(1, 0, {}, RecordDict(), {}))
     app(grid, Context(1, 0, {}, RecordDict(), {}))
-    assert rounds.count(1) == 3  # round 1 ran once (3 clients): the second start resumed at round 3
+    assert rounds.count(1) == rounds.count(4) > 0  # round 1 ran once: the second start resumed at round 3
     _equal(whole, got[0])
