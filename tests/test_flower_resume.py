@@ -119,7 +119,7 @@ def test_snapshot_file_round_trips(tmp_path):
 
 @pytest.mark.parametrize("damage", ["truncated", "flipped", "other config"])
 def test_damaged_snapshot_is_refused_naming_the_file(tmp_path, damage):
-    from fedlib.flower.checkpoint import Snapshots, SnapshotError
+    from fedlib.flower.checkpoint import SnapshotError, Snapshots
 
     cfg, data = _cfg(), small_synthetic(n_clients=5, rows=80)
     _, snaps = _snapshot(tmp_path, cfg, data)
