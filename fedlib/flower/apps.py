@@ -38,6 +38,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedlib.config.run import RunConfig
 from fedlib.core.stages import Params
+from fedlib.flower.checkpoint import Snapshots
 from fedlib.flower.client import one_client
 from fedlib.flower.evaluation import Held, eval_plans, training_clients
 from fedlib.flower.peers import held_out
@@ -109,7 +110,8 @@ def client_app(cfg: RunConfig, data=None, partition: int | None = None, mods: li
         c = client(context)
         n_train, n_test = c.sizes()
         info = ConfigRecord({"client": c.index, "n_train": n_train, "n_test": n_test,
-                             "input_shape": list(c.model_shape), "n_classes": c.n_classes})  # fmt: skip
+                             "input_shape": list(c.model_shape), "n_classes": c.n_classes,
+                             "round": c.state.round})  # fmt: skip
         context.state["fedlib"] = to_record(c.state_dict())
         offer = {"offer": to_record(c.offer())} if c.alg.share is not None else {}
         return Message(RecordDict({"info": info, **offer}), reply_to=msg)
@@ -163,12 +165,13 @@ def client_app(cfg: RunConfig, data=None, partition: int | None = None, mods: li
 
 # -- the server ----------------------------------------------------------------------------------------------------
 def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, round_timeout: float | None = None,
-               wait_nodes: float = 60.0, held=None) -> ServerApp:  # fmt: skip
+               wait_nodes: float = 60.0, held=None, snapshot=None) -> ServerApp:  # fmt: skip
     """The ``ServerApp`` of ``cfg``: queries the training clients' nodes, runs ``cfg.rounds`` rounds and hands the
     finished ``Server`` (its metrics rows, per-client accuracies, refused uploads) to ``done``. ``round_timeout``:
     seconds a round waits for its clients' replies (None: for all of them); ``wait_nodes``: seconds to wait for the
     nodes to connect; ``held``: the ``FederatedData`` whose global test set and new clients the server evaluates
-    itself (``fedlib.flower.evaluation.Held``; None: neither)."""
+    itself (``fedlib.flower.evaluation.Held``; None: neither); ``snapshot``: the file the server is snapshotted to after
+    every round and resumed from when it starts (``fedlib.flower.checkpoint.Snapshots``; None: no snapshots)."""
     app = ServerApp()
 
     @app.main()
@@ -212,6 +215,8 @@ def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, 
                 if r.has_error():  # ... and the whole set to every client: one that lacks it cannot train
                     raise RuntimeError(f"fedlib.flower: node {r.metadata.src_node_id} failed to receive the shared "
                                        f"data: {r.error}")  # fmt: skip
+        snaps = Snapshots(snapshot, cfg)
+        start = snaps.resume(server, {i: int(info[i].get("round", 0)) for i in range(n)})  # type: ignore[arg-type]
 
         def probe(t: int, candidates: np.ndarray, params: Params) -> dict[int, float]:
             rec = to_record(params)
@@ -228,7 +233,7 @@ def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, 
                 got[i] = float(r.content["loss"]["loss"])  # type: ignore[arg-type]
             return got
 
-        for t in range(1, cfg.rounds + 1):
+        for t in range(start, cfg.rounds + 1):
             selected, tasks = server.begin(t, probe)
             msgs, by_id = [], {}
             for task in tasks:
@@ -270,6 +275,7 @@ def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, 
                     server.refused.append((t, task.client, "no answer"))
             out = server.end(t, selected, uploads, sum(task.bytes_down() for task in tasks))
             if t % cfg.eval_every and t != cfg.rounds:
+                snaps.save(server)
                 continue
             params, plans = to_record(server.evaluation()), eval_plans(server, t)
             evals = [Message(RecordDict({"config": ConfigRecord({"t": t}), "params": params,
@@ -288,6 +294,7 @@ def server_app(cfg: RunConfig, done: Callable[[Server], None] | None = None, *, 
                 reports.append(Report(int(c["client"]), float(c["correct"]), float(c["loss"]), float(c["rows"]),
                                       float(c.get("gm_correct", np.nan)), float(c.get("gm_rows", np.nan)), val))  # type: ignore[arg-type]  # fmt: skip
             server.record(out, reports, kept.columns(t))
+            snaps.save(server)
         if done is not None:
             done(server)
 
@@ -370,12 +377,13 @@ def _reinflated(obj: Any) -> Any:
 
 
 def simulate(cfg: RunConfig, data=None, *, engine: str = "local", cpus: int = 1, round_timeout: float | None = None,
-             mods: list | None = None) -> Server:  # fmt: skip
+             mods: list | None = None, snapshot=None) -> Server:  # fmt: skip
     """``cfg`` run as Flower apps in this process: the ``ServerApp`` and ``ClientApp`` above over the training clients
     nodes, with ``engine='local'`` (``LocalGrid``: the clients in this process, every message through Flower's wire
     form) or ``'ray'`` (Flower's simulation engine, ``flwr.simulation.run_simulation``: the clients in Ray actors,
     ``cpus`` of them). ``data``: the ``FederatedData`` (default ``load_federated(cfg)``); ``mods``: Flower client mods
-    (``mod(msg, context, call_next)``) around the ClientApp. Returns the finished ``Server``."""
+    (``mod(msg, context, call_next)``) around the ClientApp; ``snapshot``: the server's snapshot file (``server_app``).
+    Returns the finished ``Server``."""
     if engine not in ("local", "ray"):
         raise ValueError(f"simulate: engine={engine!r} is not one of: local, ray")
     if data is None:
@@ -389,7 +397,7 @@ def simulate(cfg: RunConfig, data=None, *, engine: str = "local", cpus: int = 1,
         grid = LocalGrid(client_app(cfg, data, mods=mods), training_clients(cfg))
         # who the messages the ServerApp makes come from (the SuperLink, node 1), as a ServerApp process sets it
         TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, grid.run_id, 1
-        server_app(cfg, result.append, round_timeout=round_timeout, held=data)(
+        server_app(cfg, result.append, round_timeout=round_timeout, held=data, snapshot=snapshot)(
             grid, Context(1, 0, {}, RecordDict(), {})
         )
         return result[0]
@@ -397,7 +405,8 @@ def simulate(cfg: RunConfig, data=None, *, engine: str = "local", cpus: int = 1,
 
     backend = {"init_args": {"num_cpus": cpus, "include_dashboard": False, "log_to_driver": False},
                "client_resources": {"num_cpus": 1, "num_gpus": 0.0}}  # fmt: skip
-    run_simulation(server_app(cfg, result.append, round_timeout=round_timeout, held=data), client_app(cfg, data, mods=mods),
+    run_simulation(server_app(cfg, result.append, round_timeout=round_timeout, held=data, snapshot=snapshot),
+                   client_app(cfg, data, mods=mods),
                    num_supernodes=training_clients(cfg), backend_config=backend)  # type: ignore[arg-type]  # fmt: skip
     if not result:
         raise RuntimeError("fedlib.flower: the Flower simulation ended without finishing the run (see its log)")

@@ -146,6 +146,7 @@ class Client:
         out.update({f"sent.{k}": v for k, v in s.sent.items()})
         out.update({f"global.{k}": v for k, v in s.global_params.items()})
         out["fresh"] = s.fresh.to(torch.uint8)
+        out["round"] = torch.tensor(s.round)  # the round it last trained in (a resumed server checks it)
         for key, ms in s.extra.items():
             out.update({f"extra.{key}.{k}": v for k, v in dict(ms).items()})
         return out
@@ -163,6 +164,8 @@ class Client:
                 s.global_params[rest] = v
             elif part == "fresh":
                 s.fresh = v.to(torch.bool)
+            elif part == "round":
+                s.round = int(v)
             elif part == "extra":
                 key, _, k = rest.partition(".")
                 extra.setdefault(key, {})[k] = v

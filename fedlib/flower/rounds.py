@@ -60,21 +60,29 @@ from fedlib.flower.server import Server
 __all__ = ["UNSUPPORTED", "Client", "RefusedUpdate", "Report", "Server", "Task", "client_splits", "drive", "setup"]
 
 
-def drive(cfg: RunConfig, data) -> Server:
+def drive(cfg: RunConfig, data, *, clients: list[Client] | None = None, state: dict | None = None,
+          until: int | None = None) -> Server:  # fmt: skip
     """``cfg``'s rounds with a ``Server`` and a ``Client`` per client of ``data`` exchanging their messages in
-    process, without Flower: the message protocol on its own (what the Flower apps carry, message for message)."""
+    process, without Flower: the message protocol on its own (what the Flower apps carry, message for message).
+    ``clients``: the clients (default: new ones); ``state``: a ``Server.state_dict()`` to resume from (its next
+    round on); ``until``: the last round to run (default ``cfg.rounds``)."""
     data, held = held_out(cfg, data)
-    clients = [Client(cfg, i, *client_splits(data, i)[:2], data.input_shape, data.n_classes,
-                      val=client_splits(data, i)[2], held=one_client(held, i)) for i in range(data.n_clients)]  # fmt: skip
+    clients = clients if clients is not None else [
+        Client(cfg, i, *client_splits(data, i)[:2], data.input_shape, data.n_classes, val=client_splits(data, i)[2],
+               held=one_client(held, i))
+        for i in range(data.n_clients)
+    ]  # fmt: skip
     sizes = np.array([c.sizes()[0] for c in clients])
     server = Server(cfg, sizes, data.input_shape, data.n_classes)
     server.test_sizes = np.array([c.sizes()[1] for c in clients])
+    if state is not None:
+        server.load_state_dict(state)
     held = Held(server, data)
     if server.alg.share is not None:  # the data a method shares, once: every client's offer up, the set down
         shared = server.gather({c.index: c.offer() for c in clients})
         for c in clients:
             c.receive(shared)
-    for t in range(1, cfg.rounds + 1):
+    for t in range(server.state.round + 1, (cfg.rounds if until is None else until) + 1):
         selected, tasks = server.begin(t, lambda t, cand, params: {i: clients[i].probe(params) for i in cand.tolist()})
         uploads = {}
         for task in tasks:

@@ -78,6 +78,7 @@ class Server:
         self.test_sizes = np.zeros(self.n, dtype=np.int64)  # the clients' test rows (reported by the query)
         self.last: dict[int, Report] = {}  # each client's last evaluation report
         self.stale: list[tuple[int, int]] = []  # (round, client): evaluations missed, its last reading kept
+        self.trained = np.zeros(self.n, dtype=np.int64)  # the round each client last trained in (0: none yet)
         self.t0 = time.perf_counter()
 
     # -- a round --------------------------------------------------------------------------------------------------
@@ -100,6 +101,7 @@ class Server:
             sel = np.asarray(alg.select.select(t, self.n, self.rng))
         trainers = sel if alg.trains == "selected" else np.arange(self.n)
         tr = torch.as_tensor(trainers)
+        self.trained[trainers] = t
         plan = self.schedule.plan(self.layout, tr, alg.batches_per_step, self.gen)
         chosen = set(sel.tolist())
         drawn = alg.share.draw(state, plan) if alg.share is not None else {}  # from the whole plan, as ``simulate``
@@ -226,6 +228,17 @@ class Server:
         self.bytes_up += b_up
         self.bytes_down += b_down
         return Round(t, sel, mixing, up, bytes_up=b_up, bytes_down=b_down)  # type: ignore[arg-type]
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the server holds between rounds (``fedlib.flower.checkpoint.server_state``)."""
+        from fedlib.flower.checkpoint import server_state
+
+        return server_state(self)
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        from fedlib.flower.checkpoint import load_server_state
+
+        load_server_state(self, d)
 
     def _rows(self) -> list[str]:
         """The names of the method's rows in an upload (``Algorithm.exchange.like``), without ``STATE``."""
