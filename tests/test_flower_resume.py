@@ -17,6 +17,9 @@ RESUMED = {
     "adafl": {"selection": "attention", "fraction_schedule": (0.6, 0.8, 2), "clients_per_round": None},
     "fedmcsa": {"algorithm": "fedmcsa"},
     "fedavgm": {"algorithm": "fedavgm"},
+    "fedala": {"algorithm": "fedala", "ala_rand_percent": 50.0},  # the server's draws: who trained before, the stream
+    "fedfomo": {"algorithm": "fedfomo", "fomo_m": 2},  # clients' held-out rows, the server's picks from its stream
+    "fedmix": {"algorithm": "fedmix"},  # the shared set, gathered again when the drive resumes
 }
 
 
@@ -39,12 +42,11 @@ def _equal(a, b) -> None:
 
 @pytest.mark.parametrize("name", sorted(RESUMED))
 def test_interrupted_drive_equals_uninterrupted(name):
-    from fedlib.flower.client import Client, client_splits
-    from fedlib.flower.rounds import drive
+    from fedlib.flower.rounds import drive, make_clients
 
     cfg, data = _cfg(**RESUMED[name]), small_synthetic(n_clients=5, rows=80)
     whole = drive(cfg, data)
-    clients = [Client(cfg, i, *client_splits(data, i)[:2], data.input_shape, data.n_classes) for i in range(5)]
+    clients = make_clients(cfg, data)
     first = drive(cfg, data, clients=clients, until=2)
     assert first.state.round == 2 and len(first.rows) == 2
     snap = first.state_dict()

@@ -39,7 +39,8 @@ Choices, read from the authors' code (``utils/ALA.py``, ``clientALA.py``) where 
   code takes a contiguous window of the stored rows at a random start, which samples the data's storage order (a
   partition that stores a client's rows by class would give it fewer classes); the paper says "randomly sample".
   In a model with batch statistics (BatchNorm) a last batch of a single row (of several) is dropped: training mode
-  cannot normalise one row.
+  cannot normalise one row. The draw is apart from the W learning (``FedALAClient.draw_local``, a ``DrawnLocal``):
+  ``fedlib.flower``'s server draws the samples from its copy of the stream and sends each client its rows.
 - Every client's epoch ends at the same call (its batches placed at the epoch's last steps), so the losses of the
   convergence test are one evaluation for all clients; a client takes its batches in its own order either way. Each
   W step is one call for the clients that have a batch at that step, and only them.
@@ -54,6 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 
 from fedlib.config.options import MethodOptions, option, register
 from fedlib.core.protocols import RunSpec
@@ -90,20 +92,35 @@ class ALASample:
     active: torch.Tensor
 
     @staticmethod
-    def draw(split: Split, clients: torch.Tensor, which: torch.Tensor, percent: float, batch: int,
-             gen: torch.Generator, no_single: bool = False) -> ALASample:  # fmt: skip
-        """``no_single``: a sample whose last batch would hold one row of several drops that row (BatchNorm cannot
+    def rows(sizes: torch.Tensor, which: torch.Tensor, percent: float, batch: int, gen: torch.Generator,
+             no_single: bool = False) -> list[torch.Tensor | None]:  # fmt: skip
+        """The s% sample of each ``which`` client with ``sizes`` rows (others: None), numbered within its own rows.
+        ``no_single``: a sample whose last batch would hold one row of several drops that row (BatchNorm cannot
         take a batch of one in training mode)."""
-        sizes, offsets = split.sizes.cpu()[clients.cpu()], split.offsets.cpu()[clients.cpu()]
-        k = len(clients)
-        rows: list[torch.Tensor | None] = [None] * k
-        for j in range(k):  # client order: the draws do not depend on the executor
+        sizes = sizes.cpu()
+        rows: list[torch.Tensor | None] = [None] * len(sizes)
+        for j in range(len(sizes)):  # client order: the draws do not depend on the executor
             if bool(which[j]) and int(sizes[j]) > 0:
                 n = int(sizes[j])
                 m = max(1, int(percent / 100 * n))
                 if no_single and m > 1 and m % batch == 1:
                     m -= 1
-                rows[j] = offsets[j] + torch.randperm(n, generator=gen)[:m]
+                rows[j] = torch.randperm(n, generator=gen)[:m]
+        return rows
+
+    @staticmethod
+    def draw(split: Split, clients: torch.Tensor, which: torch.Tensor, percent: float, batch: int,
+             gen: torch.Generator, no_single: bool = False) -> ALASample:  # fmt: skip
+        """``rows`` drawn for ``which`` of ``clients`` from ``gen``, then ``place``d on ``split``."""
+        sizes = split.sizes.cpu()[clients.cpu()]
+        return ALASample.place(split, clients, ALASample.rows(sizes, which, percent, batch, gen, no_single), batch)
+
+    @staticmethod
+    def place(split: Split, clients: torch.Tensor, drawn: list[torch.Tensor | None], batch: int) -> ALASample:
+        """The clients' samples ``drawn`` (``rows``) as an epoch of right-aligned batches of ``split``."""
+        offsets = split.offsets.cpu()[clients.cpu()]
+        k = len(clients)
+        rows = [None if r is None else offsets[j] + r.cpu() for j, r in enumerate(drawn)]
         nb = [0 if r is None else -(-len(r) // batch) for r in rows]
         steps = max(nb, default=0)
         index = torch.zeros((steps, k, batch), dtype=torch.long)
@@ -168,12 +185,14 @@ class FedALAClient:
         st = ALAState.of(state, init)
         seen = st.seen["rounds"][clients]
         ala = seen >= 1  # has a local model of its own (trained before)
+        if work.local_draws is not None:
+            self.check(work, seen)
         start = work.start
         if bool(ala.any()):
             own = {n: state.client_params[n][clients] for n in top}
             W = {n: st.W[n][clients] for n in top}
             if self.eta:  # eta = 0: W stays at ones, and the run's stream is not drawn from (FedAvg exactly)
-                W = self.learn(W, own, ala, seen == 1, work)
+                W = self.learn(W, own, ala, seen == 1, work, self.sample(work, seen))
                 for n in top:
                     st.W[n][clients] = W[n]
             start = {**start, **self.mixed(own, start, W, ala)}
@@ -190,13 +209,50 @@ class FedALAClient:
             out[n] = torch.where(m, torch.lerp(t, glob[n], W[n]), glob[n])
         return out
 
-    def learn(self, W: Params, own: Params, ala: torch.Tensor, first: torch.Tensor, work: ClientWork) -> Params:
-        """W of the ALA clients after the start phase (``first``) or one epoch (the others)."""
+    def draw_local(
+        self, sizes: torch.Tensor, trained: torch.Tensor, model: nn.Module, generator: torch.Generator
+    ) -> list[torch.Tensor | None]:
+        """``DrawnLocal``: the round's s% samples (``ALASample.rows``) of the clients that run ALA (trained before),
+        drawn from the run's mini-batch stream; none where ``ala_eta`` = 0 or no client runs ALA (the stream is then
+        not drawn from)."""
+        which = trained.cpu() >= 1
+        if not self.eta or not bool(which.any()):
+            return [None] * len(sizes)
+        has_stats = any(True for _ in model.buffers())
+        return ALASample.rows(sizes, which, self.percent, self.batch_size, generator, has_stats)
+
+    def sample(self, work: ClientWork, seen: torch.Tensor) -> ALASample:
+        """The round's samples: ``work.local_draws`` where the caller drew them, else drawn from ``work.gen``."""
+        drawn = work.local_draws
+        if drawn is None:
+            if work.gen is None:
+                raise ValueError("FedALA draws its s% samples from the run's stream: ClientWork.gen is None")
+            drawn = self.draw_local(work.split.sizes[work.clients], seen, work.model, work.gen)
+        return ALASample.place(work.split, work.clients, drawn, self.batch_size)
+
+    def check(self, work: ClientWork, seen: torch.Tensor) -> None:
+        """``work.local_draws``, where given, holds a sample for exactly the clients ``draw_local`` draws one for."""
+        assert work.local_draws is not None
+        sizes, ala = work.split.sizes.cpu()[work.clients.cpu()], seen.cpu() >= 1
+        if len(work.local_draws) != len(sizes):
+            raise ValueError(
+                f"FedALA: ClientWork.local_draws has {len(work.local_draws)} entries for {len(sizes)} clients"
+            )
+        for j, r in enumerate(work.local_draws):
+            if (r is not None) != (bool(self.eta) and bool(ala[j]) and int(sizes[j]) > 0) or (
+                r is not None and not len(r)
+            ):
+                raise ValueError(
+                    f"FedALA: ClientWork.local_draws[{j}] is {'None' if r is None else f'{len(r)} rows'}; client "
+                    f"{int(work.clients[j])} has trained {int(seen[j])} rounds before: it needs a sample exactly when "
+                    "it has (with training rows, ala_eta > 0)"
+                )
+
+    def learn(
+        self, W: Params, own: Params, ala: torch.Tensor, first: torch.Tensor, work: ClientWork, sample: ALASample
+    ) -> Params:
+        """W of the ALA clients after the start phase (``first``) or one epoch (the others), on ``sample``."""
         diff = {n: work.start[n] - own[n] for n in own}  # Theta - Theta_i (0 where the engine keeps n local)
-        if work.gen is None:
-            raise ValueError("FedALA draws its s% samples from the run's stream: ClientWork.gen is None")
-        has_stats = any(True for _ in work.model.buffers())
-        sample = ALASample.draw(work.split, work.clients, ala, self.percent, self.batch_size, work.gen, has_stats)
         losses: list[list[float]] = [[] for _ in range(len(ala))]
         live = ala.clone()
         for _ in range(self.max_epochs if bool(first.any()) else 1):

@@ -185,7 +185,10 @@ class ClientWork:
     where its caller drew them from the whole round's plan (``fedlib.flower``'s server); None: the procedure draws
     them itself. ``peers``: (picks (K, slots), models name -> (R, ...)): the other clients' models the round's
     clients download (``Algorithm.peers``: FedFomo's), ``picks[j]`` numbering rows of ``models`` (-1: an empty
-    slot); None where the algorithm declares none or a caller builds the work by hand."""
+    slot); None where the algorithm declares none or a caller builds the work by hand. ``local_draws``: what a
+    ``DrawnLocal`` procedure would draw from ``gen``, one entry per client (its rows, numbered within its own training
+    rows; None: nothing drawn), where the caller drew it (``fedlib.flower``'s server, which holds the stream); None:
+    the procedure draws from ``gen`` itself."""
 
     executor: Executor
     model: nn.Module
@@ -202,6 +205,7 @@ class ClientWork:
     gen: torch.Generator | None = None
     drawn: Params | None = None
     peers: tuple[np.ndarray, Params] | None = None
+    local_draws: list[torch.Tensor | None] | None = None
 
     def train(self, params: Params, plan: BatchPlan | None = None, opt: LocalSGD | None = None, **kw: Any) -> Params:
         """``executor.train`` of ``params`` on the round's split, with the round's plan and optimiser unless given."""
@@ -309,6 +313,22 @@ class Peers(Protocol):
     def like(self, state: State) -> Params: ...
 
     def absorb(self, state: State, clients: np.ndarray, picks: np.ndarray, rows: Params) -> None: ...
+
+
+@runtime_checkable
+class DrawnLocal(Protocol):
+    """A client procedure (``Algorithm.local_update``) that draws rows from the run's mini-batch stream right after
+    the round's plan, apart from its work, so that whoever holds the stream and only the clients' sizes draws them
+    in the simulation's order and hands each client its own (``fedlib.flower``: the server draws, each client's
+    ``ClientWork.local_draws`` holds its entry). ``draw_local(sizes, trained, model, generator)``: for the round's K
+    training clients (in order) with ``sizes`` (K,) training rows, having trained ``trained`` (K,) rounds before this
+    one, on ``model`` (the run's, for its structure: buffers or not), each one's rows numbered within its own training
+    rows, or None where it draws nothing; the procedure calls it itself with ``ClientWork.gen`` where
+    ``ClientWork.local_draws`` is None, so both paths draw the same rows."""
+
+    def draw_local(
+        self, sizes: torch.Tensor, trained: torch.Tensor, model: nn.Module, generator: torch.Generator
+    ) -> list[torch.Tensor | None]: ...
 
 
 BeforeEval = Callable[[Executor, nn.Module, "State", FederatedData, torch.Generator], None]

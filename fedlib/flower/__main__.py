@@ -45,7 +45,7 @@ def config(items: list[str]):
 def default_store() -> Path:
     from fedlib.runs.store import Store
 
-    return Store.of(None).root / "flower"
+    return Store.of(None).deployed().root
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     lo.add_argument("--logs", default=None, help="keep the processes' logs in this folder")
     for p in (a, lo):
         p.add_argument("fields", nargs="*", help="RunConfig fields, name=value")
-        p.add_argument("--store", default=None, help="where the run is stored (default: <store>/flower)")
+        p.add_argument("--store", default=None, help="where the run is stored (default: <store>/_deployed)")
     args = ap.parse_args(argv)
     from fedlib.flower import deploy
 

@@ -67,7 +67,11 @@ def _plan_record(task: Task) -> ArrayRecord:
     assert task.index is not None
     parts = {
         "index": task.index,
-        **{k: v for k, v in (("weight", task.weight), ("active", task.active)) if v is not None},
+        **{
+            k: v
+            for k, v in (("weight", task.weight), ("active", task.active), ("local_draws", task.local_draws))
+            if v is not None
+        },
         **{DRAWN + k: v for k, v in task.drawn.items()},
     }
     return to_record(parts)
@@ -132,7 +136,8 @@ def client_app(cfg: RunConfig, data=None, partition: int | None = None, mods: li
                     from_record(msg.content.get("personal")), plan["index"], plan.get("weight"), plan.get("active"),  # type: ignore[arg-type]
                     state=from_record(msg.content.get("state")),  # type: ignore[arg-type]
                     drawn={k[len(DRAWN):]: v for k, v in plan.items() if k.startswith(DRAWN)},
-                    peers=from_record(msg.content.get("peers")))  # type: ignore[arg-type]  # fmt: skip
+                    peers=from_record(msg.content.get("peers")),  # type: ignore[arg-type]
+                    local_draws=plan.get("local_draws"))  # fmt: skip
         up = c.fit(task)
         context.state["fedlib"] = to_record(c.state_dict())
         return Message(RecordDict({"upload": to_record(up)}), reply_to=msg)

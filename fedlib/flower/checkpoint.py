@@ -2,13 +2,15 @@
 ``load_server_state``, behind ``Server.state_dict`` / ``load_state_dict``) and the sealed file the ServerApp writes
 after every round and resumes from (``Snapshots``).
 
-A server snapshot holds everything the server's next round depends on: the global model, the personalised models it
-made (``sent``) and their ``fresh`` flags, the method's server state (``state.extra``: FedAvgM's velocity, FedMCSA's
+A server snapshot holds everything the server's next round depends on: the global model, the personalised models it made
+(``sent``) and their ``fresh`` flags, the clients' last uploads it keeps for others to download (``client_params``:
+FedFomo's; empty for other methods), the method's server state (``state.extra``: FedAvgM's velocity, FedMCSA's
 attention), the selection stage's ``state_dict()`` (AdaFL's scores and their history; a dynamic fraction is a pure
 function of the round and keeps nothing), the run's random streams (the selection's numpy Generator, the mini-batch
-plans' and the evaluation's torch Generators), the counters (uploads, bytes) and what was recorded so far (the
-metrics rows, per-client accuracies and losses, the 'selected' trace, refused uploads, stale evaluations, each
-client's last report), and the round each client last trained in (``trained``).
+plans' and the evaluation's torch Generators), the counters (uploads, bytes) and what was recorded so far (the metrics
+rows, per-client accuracies and losses, the 'selected' trace, refused uploads, stale evaluations, each client's last
+report), the round each client last trained in (``trained``) and how many rounds it trained (``times_trained``: FedALA's
+server draws a sample only for a client that trained before).
 
 The file is the simulation's snapshot format (``fedlib.runs.checkpoint``): tensors and plain data saved with
 ``torch.save`` and read back with ``torch.load(weights_only=True)`` only after the seal (``fedlib.runs.seals``: a
@@ -60,6 +62,7 @@ def server_state(server: Any) -> dict[str, Any]:
         "round": s.round,
         "global": {k: v.detach().clone() for k, v in s.global_params.items()},
         "sent": {k: v.detach().clone() for k, v in s.sent.items()},
+        "client_params": {k: v.detach().clone() for k, v in s.client_params.items()},
         "fresh": s.fresh.clone(),
         "extra": {k: {n: t.detach().clone() for n, t in dict(v).items()} for k, v in s.extra.items()},
         "select": server.alg.select.state_dict(),
@@ -78,6 +81,7 @@ def server_state(server: Any) -> dict[str, Any]:
         "test_sizes": server.test_sizes.copy(),
         "last": {i: dataclasses.asdict(r) for i, r in server.last.items()},
         "trained": server.trained.copy(),
+        "times_trained": server.times_trained.clone(),
         "elapsed": time.perf_counter() - server.t0,
         "params": {k: [str(v.dtype), *v.shape] for k, v in s.global_params.items()},
     }
@@ -94,6 +98,7 @@ def load_server_state(server: Any, d: dict[str, Any]) -> None:
     s.round = int(d["round"])
     s.global_params = {k: v.clone() for k, v in d["global"].items()}
     s.sent = {k: v.clone() for k, v in d["sent"].items()}
+    s.client_params = {k: v.clone() for k, v in d["client_params"].items()}
     s.fresh = d["fresh"].clone()
     s.extra = {k: {n: t.clone() for n, t in v.items()} for k, v in d["extra"].items()}
     server.alg.select.load_state_dict(d["select"])
@@ -112,6 +117,7 @@ def load_server_state(server: Any, d: dict[str, Any]) -> None:
         int(i): Report(**{**r, "val": None if r["val"] is None else tuple(r["val"])}) for i, r in d["last"].items()
     }
     server.trained = np.asarray(d["trained"], dtype=np.int64).copy()
+    server.times_trained = d["times_trained"].clone()
     server.t0 = time.perf_counter() - float(d["elapsed"])
 
 

@@ -8,7 +8,7 @@ import dataclasses
 import torch
 
 from fedlib.config.run import RunConfig
-from fedlib.core.stages import ClientWork, Params
+from fedlib.core.stages import ClientWork, DrawnLocal, Params
 from fedlib.core.state import evaluation_params, init_state, start_models, traveling
 from fedlib.data.federated import BatchPlan, Split
 from fedlib.executors import make_executor
@@ -88,9 +88,10 @@ class Client:
         else:
             drawn = {k: v[:, None] for k, v in task.drawn.items()} if alg.share is not None else None
             peers = None if alg.peers is None else received(task.peers, self.names, alg.peers.slots)
+            own = [task.local_draws] if isinstance(alg.local_update, DrawnLocal) else None  # the server drew them
             work = ClientWork(self.executor, self.model, start, anchor, plan, self.train_split, state, tr, local,
                               self.val if self.val is not None else self.held, shared=alg.shared, drawn=drawn,
-                              peers=peers)  # fmt: skip
+                              peers=peers, local_draws=own)  # fmt: skip
             trained = alg.local_update(work)
         for k, v in trained.items():
             state.client_params[k][tr] = v

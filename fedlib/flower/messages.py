@@ -1,4 +1,4 @@
-"""The messages of a round between ``fedlib.flower``'s server and clients (``Task``, ``Report``), the methods the
+"""The messages of a round between ``fedlib.flower``'s server and clients (``Task``, ``Report``), what the
 Flower path refuses and the setup both halves build from the config (see ``fedlib.flower.rounds``)."""
 
 from __future__ import annotations
@@ -16,12 +16,6 @@ from fedlib.flower.evaluation import refuse_unplanned, training_clients
 from fedlib.models.groups import param_groups
 from fedlib.models.registry import build_model
 
-# methods whose client procedure or server stages read other clients' state or server state the clients need
-UNSUPPORTED = {
-    "fedala": "its clients draw their s% samples from the run's one mini-batch stream: a client-side stream, not "
-    "written yet",
-}
-
 
 class RefusedUpdate(ValueError):
     """An upload the server will not aggregate (wrong names, shapes or dtype, or a non-finite value)."""
@@ -31,10 +25,6 @@ def setup(cfg: RunConfig, input_shape: tuple[int, ...], n_classes: int, n_sample
     """(algorithm, initial model, schedule) of ``cfg``, as ``fedlib.runs.train`` builds them: both halves build the
     same ones from the config, so neither sends the other code."""
     cfg.validate()
-    if cfg.method.NAME in UNSUPPORTED:
-        raise ValueError(
-            f"fedlib.flower: algorithm={cfg.method.NAME!r} is not supported: {UNSUPPORTED[cfg.method.NAME]}"
-        )
     if cfg.selection.dropout or cfg.selection.stragglers:
         raise ValueError(
             "fedlib.flower: dropout and stragglers simulate failing clients; in a deployment clients fail on their own "
@@ -58,7 +48,8 @@ class Task:
     ``Algorithm.exchange.down``, SCAFFOLD's c), the other clients' models it downloads (``peers``: ``Algorithm.peers``)
     and its mini-batch plan (``index`` (steps, B): rows of its own training data; ``weight``, ``active``: epoch
     padding, or None; ``drawn``: its column of the round's draws of a method that shares data,
-    ``Algorithm.share.draw``: part of the plan, not counted in the bytes)."""
+    ``Algorithm.share.draw``; ``local_draws``: the rows of its own training data its client procedure draws from the
+    run's mini-batch stream after the plan, ``DrawnLocal``, or None: all part of the plan, not counted in the bytes)."""
 
     t: int
     client: int
@@ -71,6 +62,7 @@ class Task:
     state: Params = field(default_factory=dict)
     drawn: Params = field(default_factory=dict)
     peers: Params = field(default_factory=dict)  # other clients' models it downloads (``fedlib.flower.peers``)
+    local_draws: torch.Tensor | None = None
 
     def bytes_down(self) -> int:
         return sum(payload_bytes(p) for p in (self.params, self.personal, self.state, self.peers))

@@ -39,11 +39,13 @@ Choices that keep a Flower run equal to ``simulate`` (tested in float64 to 1e-10
   before round 1 (``Server.gather``, in client order), sends every client the whole set, counts both in round 1 as
   the simulation does, and draws each round's draws against it (FedMix's pairing) from the whole round's plan,
   sending each client its column beside its mini-batches (``Task.drawn``).
+- rows a client procedure draws from the run's mini-batch stream after the plan (``DrawnLocal``: FedALA's s%
+  samples): the server, which holds the stream, draws them in the simulation's order for the round's training
+  clients and sends each its own rows in the plan (``Task.local_draws``).
 
 Not supported (refused when the server is built, naming why): probing for a method whose clients do not start from
-the global model, methods whose clients need another client-side stream (FedALA's draws: ``UNSUPPORTED``),
-``before_eval`` stages that do not declare
-their draws apart (``DrawnBeforeEval``).
+the global model, ``before_eval`` stages that do not declare their draws apart (``DrawnBeforeEval``), the simulated
+``dropout`` and ``stragglers``.
 """
 
 from __future__ import annotations
@@ -53,25 +55,29 @@ import numpy as np
 from fedlib.config.run import RunConfig
 from fedlib.flower.client import Client, client_splits, one_client
 from fedlib.flower.evaluation import Held, eval_plans
-from fedlib.flower.messages import UNSUPPORTED, RefusedUpdate, Report, Task, setup
+from fedlib.flower.messages import RefusedUpdate, Report, Task, setup
 from fedlib.flower.peers import held_out
 from fedlib.flower.server import Server
 
-__all__ = ["UNSUPPORTED", "Client", "RefusedUpdate", "Report", "Server", "Task", "client_splits", "drive", "setup"]
+__all__ = ["Client", "RefusedUpdate", "Report", "Server", "Task", "client_splits", "drive", "make_clients", "setup"]
+
+
+def make_clients(cfg: RunConfig, data) -> list[Client]:
+    """A ``Client`` per client of ``data``, as ``drive`` makes them: each with its training and test rows, its
+    validation rows and the rows ``cfg``'s method holds out of its training (``held_out``)."""
+    data, held = held_out(cfg, data)
+    return [Client(cfg, i, *client_splits(data, i)[:2], data.input_shape, data.n_classes, val=client_splits(data, i)[2],
+                   held=one_client(held, i)) for i in range(data.n_clients)]  # fmt: skip
 
 
 def drive(cfg: RunConfig, data, *, clients: list[Client] | None = None, state: dict | None = None,
           until: int | None = None) -> Server:  # fmt: skip
     """``cfg``'s rounds with a ``Server`` and a ``Client`` per client of ``data`` exchanging their messages in
     process, without Flower: the message protocol on its own (what the Flower apps carry, message for message).
-    ``clients``: the clients (default: new ones); ``state``: a ``Server.state_dict()`` to resume from (its next
+    ``clients``: the clients (default: new ones, ``make_clients``); ``state``: a ``Server.state_dict()`` to resume from (its next
     round on); ``until``: the last round to run (default ``cfg.rounds``)."""
-    data, held = held_out(cfg, data)
-    clients = clients if clients is not None else [
-        Client(cfg, i, *client_splits(data, i)[:2], data.input_shape, data.n_classes, val=client_splits(data, i)[2],
-               held=one_client(held, i))
-        for i in range(data.n_clients)
-    ]  # fmt: skip
+    clients = clients if clients is not None else make_clients(cfg, data)
+    data, _ = held_out(cfg, data)
     sizes = np.array([c.sizes()[0] for c in clients])
     server = Server(cfg, sizes, data.input_shape, data.n_classes)
     server.test_sizes = np.array([c.sizes()[1] for c in clients])

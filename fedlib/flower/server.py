@@ -14,7 +14,7 @@ import torch
 from fedlib.config.run import RunConfig
 from fedlib.core import metrics as M
 from fedlib.core.simulation import _stepped, finite
-from fedlib.core.stages import Params, mix
+from fedlib.core.stages import DrawnLocal, Params, mix
 from fedlib.core.state import COLUMNS, Round, init_state, moved, payload_bytes, probe_bytes, traveling
 from fedlib.data.federated import Split
 from fedlib.flower.evaluation import training_clients
@@ -57,6 +57,7 @@ class Server:
         sizes_t = torch.as_tensor(np.asarray(sizes), dtype=torch.int64)
         self.layout = Split(torch.zeros(0), torch.zeros(0).long(), torch.cumsum(sizes_t, 0) - sizes_t, sizes_t)
         self.n_train = sizes_t.to(torch.float64)
+        self.times_trained = torch.zeros(self.n, dtype=torch.int64)  # rounds each client was sent a training task
         like = self.alg.exchange.like(self.state) if self.alg.exchange is not None else {}  # the method's rows
         self.shapes = {
             **{k: (tuple(self.state.global_params[k].shape), self.state.global_params[k].dtype) for k in self.names},
@@ -103,6 +104,12 @@ class Server:
         tr = torch.as_tensor(trainers)
         self.trained[trainers] = t
         plan = self.schedule.plan(self.layout, tr, alg.batches_per_step, self.gen)
+        own = (  # what the client procedure draws from the stream next (FedALA's s% samples), in the same order
+            alg.local_update.draw_local(self.layout.sizes[tr], self.times_trained[tr], self.model, self.gen)
+            if isinstance(alg.local_update, DrawnLocal)
+            else None
+        )
+        self.times_trained[tr] += 1
         chosen = set(sel.tolist())
         drawn = alg.share.draw(state, plan) if alg.share is not None else {}  # from the whole plan, as ``simulate``
         picks = alg.peers.choose(state, trainers, self.rng) if alg.peers is not None and len(trainers) else None
@@ -121,6 +128,7 @@ class Server:
             if alg.exchange is not None:
                 task.state = alg.exchange.down(state)
             task.drawn = {k: v[:, j] for k, v in drawn.items()}
+            task.local_draws = None if own is None else own[j]
             if i in self.picks:
                 task.peers = sent(state.client_params, self.names, self.picks[i])
             tasks.append(task)

@@ -114,6 +114,7 @@ def _open_up(folder: Path) -> None:
 
 
 EXPLORE = "_explore"  # under the committed store, git-ignored: runs of the exploring profiles
+DEPLOYED = "_deployed"  # under a store: its deployed runs (fedlib.flower), each under its simulated twin's key
 
 
 def default_root(profile: str | None = None) -> Path:
@@ -179,6 +180,12 @@ class Store:
         if isinstance(store, (str, os.PathLike)):
             return Store(store)
         raise TypeError(f"store={store!r} must be a Store, a folder (str or path) or None (the default store)")
+
+    def deployed(self) -> "Store":
+        """The store of this store's deployed runs (``root/_deployed``: ``python -m fedlib.flower local``'s default),
+        each under the key of the config it ran, the key of its simulated twin in ``root``; its folder starts with
+        "_", so this store's listings leave it out."""
+        return Store(self.root / DEPLOYED)
 
     def ready(self) -> "Store":
         """The store, its folder made if needed; a ``StoreNotWritable`` (a ValueError) naming it if it cannot hold
