@@ -351,12 +351,14 @@ def paper_vs_ours_bars(cmp: pd.DataFrame, title: str = "", ncols: int = 3):
     cells = cmp[["dataset", "model"]].drop_duplicates().values.tolist()
     rows = list(dict.fromkeys(cmp.algorithm))
     fig, axes = grid_axes(len(cells), ncols, width=4.2, height=0.32 * len(rows) + 1.4, sharex=True)
-    seeds = int(cmp.runs.max()) if "runs" in cmp and len(cmp) else 1
+    runs = cmp.runs.dropna() if "runs" in cmp else pd.Series([1])
+    lo, hi = (int(runs.min()), int(runs.max())) if len(runs) else (1, 1)
+    ours = f"ours (mean ± 1 std, n = {hi})" if lo == hi else f"ours (mean ± 1 std over the cell's {lo}-{hi} seeds)"
     for ax, (d, m) in zip(axes, cells):
         sub = cmp[(cmp.dataset == d) & (cmp.model == m)].set_index("algorithm").reindex(rows)
         y = list(range(len(rows)))
         ax.errorbar(sub.ours_weighted, y, xerr=sub.ours_weighted_std.fillna(0), fmt="o", color="#1f77b4",
-                    ms=5, capsize=2, label=f"ours (mean ± 1 std, n = {seeds})")  # fmt: skip
+                    ms=5, capsize=2, label=ours)  # fmt: skip
         ax.plot(sub.paper, y, "x", color="#555555", ms=7, mew=2, label="paper")
         ax.set_yticks(y)
         ax.set_yticklabels([method_name(r) for r in rows])

@@ -337,6 +337,29 @@ def test_paper_vs_ours_bars_cut_no_bar():
         assert lo < 60.0 - 0.5 and hi > 95.0 and lo < 77.26 < hi and lo < 92.4 < hi
 
 
+def test_paper_vs_ours_bars_name_the_seeds_each_cell_has():
+    """The legend's seed count: n where every cell has n runs; the range where they differ (a cell of one seed is
+    not a mean of three)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from fedlib.plotting import paper_vs_ours_bars
+
+    cmp = pd.DataFrame({"dataset": ["synthetic", "mnist"], "model": ["mlr"] * 2, "algorithm": ["fedavg"] * 2,
+                        "paper": [77.26, 92.4], "ours_weighted": [77.0, 92.0], "ours_weighted_std": [0.5, np.nan]})  # fmt: skip
+
+    def legend(runs):
+        fig = paper_vs_ours_bars(cmp.assign(runs=runs))
+        return (
+            [t.get_text() for t in fig.legends[0].get_texts()]
+            if fig.legends
+            else fig.axes[0].get_legend_handles_labels()[1]
+        )
+
+    assert "ours (mean ± 1 std, n = 3)" in legend([3, 3])
+    assert "ours (mean ± 1 std over the cell's 1-3 seeds)" in legend([3, 1])
+
+
 def test_pfedla_fig4_bars_show_their_differences():
     """Panels (a) and (b): accuracies near 85% differ by a point; the y range spans every run (not 0-100), and each
     bar carries its mean."""
