@@ -218,3 +218,31 @@ def test_client_state_method_resumes_where_clients_kept_theirs(tmp_path):
     app(grid, Context(1, 0, {}, RecordDict(), {}))
     assert rounds.count(1) == rounds.count(4) > 0  # round 1 ran once: the second start resumed at round 3
     _equal(whole, got[0])
+
+
+def test_a_deployment_takes_its_snapshot_file(tmp_path, monkeypatch):
+    """``--snapshot`` reaches the deployed ServerApp: the command line hands it to ``deploy.local`` / ``write_app``,
+    the app project's run config carries it, and the deployed server builds its ServerApp with it (no file: none)."""
+    pytest.importorskip("flwr")
+    import tomllib
+
+    from fedlib.flower import __main__ as cli
+    from fedlib.flower import apps, deploy
+
+    cfg = RunConfig(algorithm="fedavg", n_clients=3, clients_per_round=2, model="mlr", rounds=2)
+    snap = tmp_path / "server.snapshot"
+    given = {}
+    monkeypatch.setattr(deploy, "local", lambda cfg, store, **kw: given.update(kw) or "stored")
+    assert (
+        cli.main(["local", "n_clients=3", "clients_per_round=2", "--store", str(tmp_path), "--snapshot", str(snap)])
+        == 0
+    )
+    assert given["snapshot"] == str(snap)
+    for snapshot, expect in ((snap, str(snap.resolve())), (None, None)):
+        app = deploy.write_app(tmp_path / "app", cfg, tmp_path / "store", snapshot=snapshot)
+        run_config = tomllib.loads((app / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+        built = {}
+        monkeypatch.setattr(apps, "server_app", lambda cfg, done, **kw: built.update(kw) or (lambda grid, ctx: None))
+        monkeypatch.setattr(deploy, "_held", lambda cfg: None)
+        deploy._serve(None, type("Context", (), {"run_config": run_config})())
+        assert built["snapshot"] == expect

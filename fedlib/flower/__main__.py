@@ -1,12 +1,16 @@
 """python -m fedlib.flower: fedlib's methods as Flower apps.
 
-    python -m fedlib.flower app DIR [name=value ...] [--store S]    write a Flower app project running the config
-    python -m fedlib.flower local [name=value ...] [--store S]      a SuperLink and one SuperNode per client on
-                                                                    localhost, flwr run of the app, the run stored
+    python -m fedlib.flower app DIR [name=value ...] [--store S] [--snapshot F]   write a Flower app project
+                                                                                  running the config
+    python -m fedlib.flower local [name=value ...] [--store S] [--snapshot F]     a SuperLink and one SuperNode per
+                                                                                  client on localhost, flwr run of
+                                                                                  the app, the run stored
 
 The config is ``RunConfig`` flat names (``algorithm=fedmcsa n_clients=3 rounds=3 model=mlr``); the run is stored
-in ``--store`` (default: the default store's ``flower`` folder, so it sits beside the simulated run of the same
-config, which has the same key) with ``deployment: flower`` in its metadata. With ``app``, run it yourself:
+in ``--store`` (default: the default store's ``_deployed`` folder, ``Store.deployed()``, so it sits beside the
+simulated run of the same config, which has the same key) with ``deployment: flower`` in its metadata. With
+``--snapshot F`` the server seals its state to F after every round and, started again, resumes from F (the clients
+keep their own state: docs/flower.md, "Checkpoints"). With ``app``, run it yourself:
 
     flower-superlink --insecure --disable-runtime-dependency-installation
     flower-supernode --insecure --superlink 127.0.0.1:8000 --port 8100 --node-config "partition-id=0"   # one per client
@@ -60,15 +64,21 @@ def main(argv: list[str] | None = None) -> int:
     for p in (a, lo):
         p.add_argument("fields", nargs="*", help="RunConfig fields, name=value")
         p.add_argument("--store", default=None, help="where the run is stored (default: <store>/_deployed)")
+        p.add_argument(
+            "--snapshot",
+            default=None,
+            help="a file the server snapshots itself to after every round "
+            "and resumes from when started again (default: none)",
+        )
     args = ap.parse_args(argv)
     from fedlib.flower import deploy
 
     cfg = config(args.fields)
     store = Path(args.store) if args.store else default_store()
     if args.command == "app":
-        print(deploy.write_app(args.folder, cfg, store))
+        print(deploy.write_app(args.folder, cfg, store, snapshot=args.snapshot))
     else:
-        print(deploy.local(cfg, store, port=args.port, log_dir=args.logs))
+        print(deploy.local(cfg, store, port=args.port, log_dir=args.logs, snapshot=args.snapshot))
     return 0
 
 
