@@ -60,22 +60,39 @@ def _case(name):
     return cfg, data
 
 
-_REFERENCE: dict = {}  # name -> fedlib.train's result for CASES[name], shared by the tests that compare with it
-
-
-def _reference(name, monkeypatch):
-    if name not in _REFERENCE:
-        cfg, data = _case(name)
-        _REFERENCE[name] = _simulated(cfg, data, monkeypatch)
-    return _REFERENCE[name]
-
-
 def _simulated(cfg, data, monkeypatch):
     """``fedlib.train(cfg)`` on ``data`` (its loader handed the data), with the round's selections recorded."""
     import fedlib.runs.train as T
 
     monkeypatch.setattr(T, "load_federated", lambda cfg, root=None: data)
     return T.train(cfg, progress=False)
+
+
+def referenced(case):
+    """``reference(name, monkeypatch)`` for a test file's ``case(name) -> (cfg, data)``: ``fedlib.train``'s result
+    of each case, computed once and shared by the tests that compare with it."""
+    cache: dict = {}
+
+    def reference(name, monkeypatch):
+        if name not in cache:
+            cache[name] = _simulated(*case(name), monkeypatch)
+        return cache[name]
+
+    return reference
+
+
+_reference = referenced(_case)
+
+
+def flower_apps(cfg, data):
+    """``cfg``'s run through Flower's ServerApp and ClientApp (``apps.simulate``: every message in Flower's wire
+    form), checked to have refused no upload."""
+    pytest.importorskip("flwr")
+    from fedlib.flower.apps import simulate
+
+    server = simulate(cfg, data)
+    assert server.refused == []
+    return server
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -91,14 +108,8 @@ def test_message_protocol_equals_simulation(name, monkeypatch):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_flower_apps_equal_simulation(name, monkeypatch):
-    pytest.importorskip("flwr")
-    from fedlib.flower.apps import simulate
-
     cfg, data = _case(name)
-    ref = _reference(name, monkeypatch)
-    server = simulate(cfg, data)
-    _same(ref, server)
-    assert server.refused == []
+    _same(_reference(name, monkeypatch), flower_apps(cfg, data))
 
 
 def _same(ref, server, moves=True):

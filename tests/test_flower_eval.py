@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 from helpers import small_synthetic
-from test_flower import IMAGES, VECTORS, _images, _simulated
+from test_flower import IMAGES, VECTORS, _images, flower_apps, referenced
 
 from fedlib.config.run import RunConfig
 from fedlib.core.state import NEW_COLUMNS
@@ -64,13 +64,7 @@ def _case(name):
     return cfg, data
 
 
-_REFERENCE: dict = {}
-
-
-def _reference(name, monkeypatch):
-    if name not in _REFERENCE:
-        _REFERENCE[name] = _simulated(*_case(name), monkeypatch)
-    return _REFERENCE[name]
+_reference = referenced(_case)
 
 
 def _same(ref, server, uploads=True):
@@ -115,14 +109,8 @@ def test_message_protocol_equals_simulation(name, monkeypatch):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_flower_apps_equal_simulation(name, monkeypatch):
-    pytest.importorskip("flwr")
-    from fedlib.flower.apps import simulate
-
     cfg, data = _case(name)
-    ref = _reference(name, monkeypatch)
-    server = simulate(cfg, data)
-    _check(name, ref, server)
-    assert server.refused == []
+    _check(name, _reference(name, monkeypatch), flower_apps(cfg, data))
 
 
 def test_deployed_server_reads_the_data_it_evaluates(monkeypatch, tmp_path, capsys):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import small_synthetic
-from test_flower import IMAGES, VECTORS, _images, _same, _simulated
+from test_flower import IMAGES, VECTORS, _images, _same, flower_apps, referenced
 
 from fedlib import RunConfig
 
@@ -31,13 +31,7 @@ def _case(name):
     return RunConfig(executor="loop", dtype="float64", **CASES[name]), data
 
 
-_REFERENCE: dict = {}
-
-
-def _reference(name, monkeypatch):
-    if name not in _REFERENCE:
-        _REFERENCE[name] = _simulated(*_case(name), monkeypatch)
-    return _REFERENCE[name]
+_reference = referenced(_case)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -62,13 +56,8 @@ def test_message_protocol_equals_simulation(name, monkeypatch):
 def test_flower_apps_equal_simulation(name, monkeypatch):
     """Through Flower's wire form (the rows in the train message's plan record); each message rebuilds its client
     from ``context.state``."""
-    pytest.importorskip("flwr")
-    from fedlib.flower.apps import simulate
-
     cfg, data = _case(name)
-    server = simulate(cfg, data)
-    _same(_reference(name, monkeypatch), server)
-    assert server.refused == []
+    _same(_reference(name, monkeypatch), flower_apps(cfg, data))
 
 
 def test_server_sends_the_samples_of_clients_that_trained_before():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_flower import VECTORS, _same, _simulated
+from test_flower import VECTORS, _same, _simulated, flower_apps, referenced
 from test_flower_state import _unequal
 
 from fedlib import RunConfig
@@ -22,17 +22,13 @@ CASES = {
     "fedmix-batch": {"algorithm": "fedmix", "mix_lam": 0.1, "mix_mean_size": 7, "mix_taylor_scale": "batch"},
     "naivemix": {"algorithm": "naivemix", "mix_lam": 0.2, "mix_mean_size": 7},
 }
-_REFERENCE: dict = {}
 
 
 def _case(name, **kw):
     return RunConfig(executor="loop", dtype="float64", **{**VECTORS, **CASES[name], **kw}), _unequal()
 
 
-def _reference(name, monkeypatch):
-    if name not in _REFERENCE:
-        _REFERENCE[name] = _simulated(*_case(name), monkeypatch)
-    return _REFERENCE[name]
+_reference = referenced(_case)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -50,13 +46,8 @@ def test_message_protocol_equals_simulation(name, monkeypatch):
 @pytest.mark.parametrize("name", ["fedmix", "naivemix"])
 def test_flower_apps_equal_simulation(name, monkeypatch):
     """Through Flower's wire form; each message rebuilds its client from ``context.state`` (the set included)."""
-    pytest.importorskip("flwr")
-    from fedlib.flower.apps import simulate
-
     cfg, data = _case(name)
-    server = simulate(cfg, data)
-    _same(_reference(name, monkeypatch), server)
-    assert server.refused == []
+    _same(_reference(name, monkeypatch), flower_apps(cfg, data))
 
 
 def test_stacked_simulation_equals_message_protocol(monkeypatch):

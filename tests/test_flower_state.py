@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_flower import VECTORS, _same, _simulated
+from test_flower import VECTORS, _same, _simulated, flower_apps, referenced
 
 from fedlib import RunConfig
 from fedlib.data.federated import FederatedData
@@ -36,13 +36,7 @@ def _case(name):
     return RunConfig(executor="loop", dtype="float64", **{**VECTORS, **CASES[name]}), _unequal()
 
 
-_REFERENCE: dict = {}
-
-
-def _reference(name, monkeypatch):
-    if name not in _REFERENCE:
-        _REFERENCE[name] = _simulated(*_case(name), monkeypatch)
-    return _REFERENCE[name]
+_reference = referenced(_case)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -56,13 +50,8 @@ def test_message_protocol_equals_simulation(name, monkeypatch):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_flower_apps_equal_simulation(name, monkeypatch):
     """Through Flower's wire form; each message rebuilds its client from ``context.state`` (``Client.state_dict``)."""
-    pytest.importorskip("flwr")
-    from fedlib.flower.apps import simulate
-
     cfg, data = _case(name)
-    server = simulate(cfg, data)
-    _same(_reference(name, monkeypatch), server)
-    assert server.refused == []
+    _same(_reference(name, monkeypatch), flower_apps(cfg, data))
 
 
 def _rebuilt_drive(cfg, data):
