@@ -210,12 +210,12 @@ class FedALAClient:
         return out
 
     def draw_local(
-        self, sizes: torch.Tensor, trained: torch.Tensor, model: nn.Module, generator: torch.Generator
+        self, sizes: torch.Tensor, trained_before: torch.Tensor, model: nn.Module, generator: torch.Generator
     ) -> list[torch.Tensor | None]:
         """``DrawnLocal``: the round's s% samples (``ALASample.rows``) of the clients that run ALA (trained before),
         drawn from the run's mini-batch stream; none where ``ala_eta`` = 0 or no client runs ALA (the stream is then
         not drawn from)."""
-        which = trained.cpu() >= 1
+        which = trained_before.cpu().bool()
         if not self.eta or not bool(which.any()):
             return [None] * len(sizes)
         has_stats = any(True for _ in model.buffers())
@@ -227,7 +227,7 @@ class FedALAClient:
         if drawn is None:
             if work.gen is None:
                 raise ValueError("FedALA draws its s% samples from the run's stream: ClientWork.gen is None")
-            drawn = self.draw_local(work.split.sizes[work.clients], seen, work.model, work.gen)
+            drawn = self.draw_local(work.split.sizes[work.clients], seen >= 1, work.model, work.gen)
         return ALASample.place(work.split, work.clients, drawn, self.batch_size)
 
     def check(self, work: ClientWork, seen: torch.Tensor) -> None:

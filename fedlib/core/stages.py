@@ -320,14 +320,14 @@ class DrawnLocal(Protocol):
     """A client procedure (``Algorithm.local_update``) that draws rows from the run's mini-batch stream right after
     the round's plan, apart from its work, so that whoever holds the stream and only the clients' sizes draws them
     in the simulation's order and hands each client its own (``fedlib.flower``: the server draws, each client's
-    ``ClientWork.local_draws`` holds its entry). ``draw_local(sizes, trained, model, generator)``: for the round's K
-    training clients (in order) with ``sizes`` (K,) training rows, having trained ``trained`` (K,) rounds before this
-    one, on ``model`` (the run's, for its structure: buffers or not), each one's rows numbered within its own training
-    rows, or None where it draws nothing; the procedure calls it itself with ``ClientWork.gen`` where
+    ``ClientWork.local_draws`` holds its entry). ``draw_local(sizes, trained_before, model, generator)``: for the
+    round's K training clients (in order) with ``sizes`` (K,) training rows, ``trained_before`` (K,) bool: whether
+    each trained in an earlier round, on ``model`` (the run's, for its structure: buffers or not), each one's rows
+    numbered within its own training rows, or None where it draws nothing; the procedure calls it itself with ``ClientWork.gen`` where
     ``ClientWork.local_draws`` is None, so both paths draw the same rows."""
 
     def draw_local(
-        self, sizes: torch.Tensor, trained: torch.Tensor, model: nn.Module, generator: torch.Generator
+        self, sizes: torch.Tensor, trained_before: torch.Tensor, model: nn.Module, generator: torch.Generator
     ) -> list[torch.Tensor | None]: ...
 
 

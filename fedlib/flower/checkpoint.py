@@ -2,15 +2,15 @@
 ``load_server_state``, behind ``Server.state_dict`` / ``load_state_dict``) and the sealed file the ServerApp writes
 after every round and resumes from (``Snapshots``).
 
-A server snapshot holds everything the server's next round depends on: the global model, the personalised models it made
-(``sent``) and their ``fresh`` flags, the clients' last uploads it keeps for others to download (``client_params``:
+A server snapshot holds everything the server's next round depends on: the global model, the personalised models it
+made (``sent``) and their ``fresh`` flags, the clients' last uploads it keeps for others to download (``client_params``:
 FedFomo's; empty for other methods), the method's server state (``state.extra``: FedAvgM's velocity, FedMCSA's
 attention), the selection stage's ``state_dict()`` (AdaFL's scores and their history; a dynamic fraction is a pure
 function of the round and keeps nothing), the run's random streams (the selection's numpy Generator, the mini-batch
 plans' and the evaluation's torch Generators), the counters (uploads, bytes) and what was recorded so far (the metrics
 rows, per-client accuracies and losses, the 'selected' trace, refused uploads, stale evaluations, each client's last
-report), the round each client last trained in (``trained``) and how many rounds it trained (``times_trained``: FedALA's
-server draws a sample only for a client that trained before).
+report), and the round each client last trained in (``trained``: 0 for none yet, so also who trained before, for
+whom FedALA's server draws a sample).
 
 The file is the simulation's snapshot format (``fedlib.runs.checkpoint``): tensors and plain data saved with
 ``torch.save`` and read back with ``torch.load(weights_only=True)`` only after the seal (``fedlib.runs.seals``: a
@@ -81,7 +81,6 @@ def server_state(server: Any) -> dict[str, Any]:
         "test_sizes": server.test_sizes.copy(),
         "last": {i: dataclasses.asdict(r) for i, r in server.last.items()},
         "trained": server.trained.copy(),
-        "times_trained": server.times_trained.clone(),
         "elapsed": time.perf_counter() - server.t0,
         "params": {k: [str(v.dtype), *v.shape] for k, v in s.global_params.items()},
     }
@@ -117,7 +116,6 @@ def load_server_state(server: Any, d: dict[str, Any]) -> None:
         int(i): Report(**{**r, "val": None if r["val"] is None else tuple(r["val"])}) for i, r in d["last"].items()
     }
     server.trained = np.asarray(d["trained"], dtype=np.int64).copy()
-    server.times_trained = d["times_trained"].clone()
     server.t0 = time.perf_counter() - float(d["elapsed"])
 
 

@@ -65,19 +65,26 @@ __all__ = ["Client", "RefusedUpdate", "Report", "Server", "Task", "client_splits
 def make_clients(cfg: RunConfig, data) -> list[Client]:
     """A ``Client`` per client of ``data``, as ``drive`` makes them: each with its training and test rows, its
     validation rows and the rows ``cfg``'s method holds out of its training (``held_out``)."""
-    data, held = held_out(cfg, data)
-    return [Client(cfg, i, *client_splits(data, i)[:2], data.input_shape, data.n_classes, val=client_splits(data, i)[2],
-                   held=one_client(held, i)) for i in range(data.n_clients)]  # fmt: skip
+    return _clients(cfg, *held_out(cfg, data))
+
+
+def _clients(cfg: RunConfig, data, held) -> list[Client]:
+    """``make_clients`` of the data ``held_out`` left and the rows it held out."""
+    out = []
+    for i in range(data.n_clients):
+        train, test, val = client_splits(data, i)
+        out.append(Client(cfg, i, train, test, data.input_shape, data.n_classes, val=val, held=one_client(held, i)))
+    return out
 
 
 def drive(cfg: RunConfig, data, *, clients: list[Client] | None = None, state: dict | None = None,
           until: int | None = None) -> Server:  # fmt: skip
     """``cfg``'s rounds with a ``Server`` and a ``Client`` per client of ``data`` exchanging their messages in
     process, without Flower: the message protocol on its own (what the Flower apps carry, message for message).
-    ``clients``: the clients (default: new ones, ``make_clients``); ``state``: a ``Server.state_dict()`` to resume from (its next
-    round on); ``until``: the last round to run (default ``cfg.rounds``)."""
-    clients = clients if clients is not None else make_clients(cfg, data)
-    data, _ = held_out(cfg, data)
+    ``clients``: the clients (default: new ones, ``make_clients``); ``state``: a ``Server.state_dict()`` to resume
+    from (its next round on); ``until``: the last round to run (default ``cfg.rounds``)."""
+    data, held_rows = held_out(cfg, data)
+    clients = clients if clients is not None else _clients(cfg, data, held_rows)
     sizes = np.array([c.sizes()[0] for c in clients])
     server = Server(cfg, sizes, data.input_shape, data.n_classes)
     server.test_sizes = np.array([c.sizes()[1] for c in clients])

@@ -57,7 +57,6 @@ class Server:
         sizes_t = torch.as_tensor(np.asarray(sizes), dtype=torch.int64)
         self.layout = Split(torch.zeros(0), torch.zeros(0).long(), torch.cumsum(sizes_t, 0) - sizes_t, sizes_t)
         self.n_train = sizes_t.to(torch.float64)
-        self.times_trained = torch.zeros(self.n, dtype=torch.int64)  # rounds each client was sent a training task
         like = self.alg.exchange.like(self.state) if self.alg.exchange is not None else {}  # the method's rows
         self.shapes = {
             **{k: (tuple(self.state.global_params[k].shape), self.state.global_params[k].dtype) for k in self.names},
@@ -102,14 +101,14 @@ class Server:
             sel = np.asarray(alg.select.select(t, self.n, self.rng))
         trainers = sel if alg.trains == "selected" else np.arange(self.n)
         tr = torch.as_tensor(trainers)
+        before = torch.as_tensor(self.trained[trainers] > 0)  # trained in an earlier round
         self.trained[trainers] = t
         plan = self.schedule.plan(self.layout, tr, alg.batches_per_step, self.gen)
         own = (  # what the client procedure draws from the stream next (FedALA's s% samples), in the same order
-            alg.local_update.draw_local(self.layout.sizes[tr], self.times_trained[tr], self.model, self.gen)
+            alg.local_update.draw_local(self.layout.sizes[tr], before, self.model, self.gen)
             if isinstance(alg.local_update, DrawnLocal)
             else None
         )
-        self.times_trained[tr] += 1
         chosen = set(sel.tolist())
         drawn = alg.share.draw(state, plan) if alg.share is not None else {}  # from the whole plan, as ``simulate``
         picks = alg.peers.choose(state, trainers, self.rng) if alg.peers is not None and len(trainers) else None
