@@ -410,3 +410,18 @@ def test_bad_failure_options_are_refused_by_name(kw, match):
 def test_the_core_refuses_bad_failures_by_name(kw, match):
     with pytest.raises(ValueError, match=match):
         Failures(**kw)
+
+
+def test_adafl_s_dropout_column_is_the_beyond_grid_with_a_fifth_dropped(monkeypatch):
+    """The widened AdaFL table's failure column: the same rows, labels and seeds as ``adafl_beyond``, each with
+    dropout = 0.2 and so a store key of its own (a dropout run never stands in for the run without)."""
+    from fedlib.experiments import profiles
+    from fedlib.papers.adafl import grids
+
+    monkeypatch.delenv("FEDLIB_PROFILE", raising=False)
+    for profile in ("smoke", "paper"):
+        base, plain = profiles.get("adafl_beyond", profile)
+        base_d, dropped = profiles.get("adafl_beyond_dropout", profile)
+        assert base_d == base and [{**c, "dropout": 0.2} for c in plain] == dropped
+        a, b = (base.replace(**{k: v for k, v in c.items() if k != "seed"}, seed=0) for c in (plain[0], dropped[0]))
+        assert grids.label(a) == grids.label(b) == "AdaFL" and a.key() != b.key() and b.dropout == 0.2
