@@ -40,7 +40,7 @@ test: env
 	rm -rf build/test-results
 	export FEDLIB_PROFILE=smoke FEDLIB_RESULTS=$(CURDIR)/build/test-results OMP_NUM_THREADS=1; \
 	  $(BIN)/python -m pytest -p no:cacheprovider -m ports tests & ports=$$!; \
-	  $(BIN)/python -m pytest -n 2 --dist loadfile -p no:cacheprovider -m "not ports" tests; rest=$$?; \
+	  $(BIN)/python -m pytest -n 2 --dist loadfile -p no:cacheprovider --durations=25 -m "not ports" tests; rest=$$?; \
 	  wait $$ports; ports=$$?; test $$rest -eq 0 && test $$ports -eq 0
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile -p no:cacheprovider notebooks --nbval \
 	  --nbval-current-env
