@@ -594,3 +594,35 @@ def test_mcsa_gain_golden():
     assert gain.partition.tolist() == [p1, p2] and gain["paper gap"].tolist() == [6.62, 6.62]
     assert gain["our FedMCSA"].iloc[0] == 98.56 and gain["our FedMCSA"].isna().iloc[1]
     assert gain["gap over Θ_i"].iloc[0] == 4.0 and gain["gap over the mean"].iloc[0] == 6.56
+
+
+def test_switched_eval_pairs_by_seed_golden():
+    """pFedMe as the paper scores it beside the authors' code's switch: the seeds stored in both are paired, one
+    stored on one side only is left out, a diverged run is left out; means in % and code - paper by hand."""
+    row = lambda alg, model, seed, acc, unw, div=None: dict(  # noqa: E731
+        algorithm=alg, dataset="synthetic", model=model, seed=seed, best_acc=acc, best_acc_mean=unw, diverged_at=div
+    )
+    default = pd.DataFrame(
+        [row("pfedme", "mlr", 0, 0.80, 0.70), row("pfedme", "mlr", 1, 0.82, 0.72), row("pfedme", "mlr", 2, 0.90, 0.9)]
+        + [row("pfedme", "dnn", 0, 0.85, 0.75, div=17)]
+    )
+    switched = pd.DataFrame(
+        [row("pfedme", "mlr", 0, 0.79, 0.71), row("pfedme", "mlr", 1, 0.80, 0.70), row("pfedme", "dnn", 0, 0.9, 0.8)]
+    )
+    out = fedmcsa.switched_eval(default, switched)
+    assert out.to_dict("records") == [
+        dict(
+            algorithm="pfedme",
+            dataset="synthetic",
+            model="mlr",
+            runs=2,
+            paper=81.0,
+            code=79.5,
+            diff=-1.5,
+            paper_unweighted=71.0,
+            code_unweighted=70.5,
+        )
+    ]
+    base, cells_ = fedmcsa.grids.table2_code_eval("paper")
+    assert {c["algorithm"] for c in cells_} == {"pfedme", "pfedme+mcsa"} and len(cells_) == 2 * 4 * 2
+    assert all(c["personal_eval"] == "local" and c["seed"] == [0, 1, 2] for c in cells_)

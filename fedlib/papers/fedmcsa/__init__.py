@@ -53,6 +53,7 @@ from fedlib.papers.fedmcsa.tables import (
     plus_mcsa,
     reading,
     readings_table,
+    switched_eval,
     switches,
 )
 from fedlib.papers.fedmcsa.tuning import (

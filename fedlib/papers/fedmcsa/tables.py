@@ -1,5 +1,6 @@
 """FedMCSA's tables read from the store: which reading of FedMCSA a run is, both readings beside the paper, the two
-partitions beside the paper, which model Table 2's FedMCSA^-MCSA row evaluates, and Figures 3-4's margins.
+partitions beside the paper, which model Table 2's FedMCSA^-MCSA row evaluates, a method scored as the paper defines it
+beside the authors' code's switch, and Figures 3-4's margins.
 
 Every function here takes runs already stored (``Experiment.table`` / ``frame`` rows or configs it loads from
 ``fedlib.runs.store``) and returns a frame; none runs anything, so a notebook redraws its tables from the committed
@@ -317,3 +318,24 @@ def figure_margins(model: str, dataset: str, best_by: dict) -> pd.DataFrame:
             out[label] = (best_["fedmcsa"] - best_.reindex(MARGIN_METHODS)).round(2)
     out["paper (Sec. 5.2.1)"] = PAPER_MARGINS[(model, dataset)]
     return out
+
+
+def switched_eval(default: pd.DataFrame, switched: pd.DataFrame) -> pd.DataFrame:
+    """A method scored as the paper defines it beside its authors' code's evaluation switch (``grids.CODE_EVAL``),
+    from two ``Experiment.table`` frames: one row per algorithm, data set and model with the mean over the seeds
+    stored in both (``runs``) of the best sample-weighted (``paper``, ``code``) and unweighted (``paper_unweighted``,
+    ``code_unweighted``) accuracies, in %, and ``diff`` = code - paper. Runs are paired by seed: a switch changes only
+    what is scored, so the two runs of a seed trained the same models and their difference is the switch's alone."""
+    keys = ["algorithm", "dataset", "model", "seed"]
+    cols = {"best_acc": "paper", "best_acc_mean": "paper_unweighted"}
+    a = default[default.diverged_at.isna()][keys + list(cols)].rename(columns=cols)
+    b = switched[switched.diverged_at.isna()][keys + list(cols)]
+    b = b.rename(columns={k: v.replace("paper", "code") for k, v in cols.items()})
+    both = a.merge(b, on=keys)
+    out = both.groupby(keys[:-1], sort=False).agg(
+        runs=("seed", "size"), **{c: (c, "mean") for c in ("paper", "code", "paper_unweighted", "code_unweighted")}
+    )
+    for c in ("paper", "code", "paper_unweighted", "code_unweighted"):
+        out[c] = out[c] * 100
+    out["diff"] = out.code - out.paper
+    return out[["runs", "paper", "code", "diff", "paper_unweighted", "code_unweighted"]].round(2).reset_index()
