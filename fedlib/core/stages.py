@@ -323,8 +323,8 @@ class DrawnLocal(Protocol):
     ``ClientWork.local_draws`` holds its entry). ``draw_local(sizes, trained_before, model, generator)``: for the
     round's K training clients (in order) with ``sizes`` (K,) training rows, ``trained_before`` (K,) bool: whether
     each trained in an earlier round, on ``model`` (the run's, for its structure: buffers or not), each one's rows
-    numbered within its own training rows, or None where it draws nothing; the procedure calls it itself with ``ClientWork.gen`` where
-    ``ClientWork.local_draws`` is None, so both paths draw the same rows."""
+    numbered within its own training rows, or None where it draws nothing; the procedure calls it itself with
+    ``ClientWork.gen`` where ``ClientWork.local_draws`` is None, so both paths draw the same rows."""
 
     def draw_local(
         self, sizes: torch.Tensor, trained_before: torch.Tensor, model: nn.Module, generator: torch.Generator

@@ -252,8 +252,8 @@ DROPOUT = 0.2
 
 def beyond_dropout(profile: str, available: "Available | None" = None):
     """The beyond table's rows with ``DROPOUT`` of each round's selected clients dropping out."""
-    rounds, seeds = {"smoke": (6, [0]), "quick": (100, [0]), "paper": (1000, [0, 1, 2])}[profile]
-    return _adafl(rounds, seeds, labels=BEYOND, smoke=profile == "smoke", dropout=DROPOUT)
+    base, out = beyond(profile, available)
+    return base, [{**c, "dropout": DROPOUT} for c in out]
 
 
 EXPERIMENTS = {

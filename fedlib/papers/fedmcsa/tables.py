@@ -327,15 +327,16 @@ def switched_eval(default: pd.DataFrame, switched: pd.DataFrame) -> pd.DataFrame
     ``code_unweighted``) accuracies, in %, and ``diff`` = code - paper. Runs are paired by seed: a switch changes only
     what is scored, so the two runs of a seed trained the same models and their difference is the switch's alone."""
     keys = ["algorithm", "dataset", "model", "seed"]
-    cols = {"best_acc": "paper", "best_acc_mean": "paper_unweighted"}
-    a = default[default.diverged_at.isna()][keys + list(cols)].rename(columns=cols)
-    b = switched[switched.diverged_at.isna()][keys + list(cols)]
-    b = b.rename(columns={k: v.replace("paper", "code") for k, v in cols.items()})
-    both = a.merge(b, on=keys)
-    out = both.groupby(keys[:-1], sort=False).agg(
-        runs=("seed", "size"), **{c: (c, "mean") for c in ("paper", "code", "paper_unweighted", "code_unweighted")}
-    )
-    for c in ("paper", "code", "paper_unweighted", "code_unweighted"):
-        out[c] = out[c] * 100
+
+    def scored(table: pd.DataFrame, name: str) -> pd.DataFrame:
+        kept = table[table.diverged_at.isna()]
+        return kept[[*keys, "best_acc", "best_acc_mean"]].rename(
+            columns={"best_acc": name, "best_acc_mean": f"{name}_unweighted"}
+        )
+
+    accs = ["paper", "code", "paper_unweighted", "code_unweighted"]
+    both = scored(default, "paper").merge(scored(switched, "code"), on=keys)
+    out = both.groupby(keys[:-1], sort=False).agg(runs=("seed", "size"), **{c: (c, "mean") for c in accs})
+    out[accs] = out[accs] * 100
     out["diff"] = out.code - out.paper
     return out[["runs", "paper", "code", "diff", "paper_unweighted", "code_unweighted"]].round(2).reset_index()
