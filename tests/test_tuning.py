@@ -231,6 +231,64 @@ def test_table1_on_fedmcsas_partition_runs_the_image_winners_with_label_stride_2
     assert [c.key() for c in ex.configs] == [c.key() for c in stage2] and not ex.runs
 
 
+def test_table1_code_eval_switches_only_pfedme_pm_and_perfedavg_winners(tmp_path):
+    """``fedmcsa_table1_code_eval``: the pFedMe (PM) winner with ``personal_eval='local'`` and the Per-FedAvg winner
+    with ``adapt_eval='code'``, each otherwise its winner's config, the profile's seeds; no other row, not pFedMe's
+    GM row (its score is the global model, which the switch does not touch)."""
+    av = profiles.Available(frozenset({"synthetic"}))
+    base, grid = profiles.get("fedmcsa_table1_grid", "paper", av)
+    grid, _ = profiles.available_cells(grid, base, av)
+    cfgs = expand(base, grid)
+    store = Store(tmp_path)
+    for i, cfg in enumerate(c for c in cfgs if c.get("model") == "mlr"):
+        _fake(store, cfg, [0.5 + 0.001 * i], gm=[0.4])
+    winners = table1_winners(cfgs, store)
+    switched = fedmcsa.code_eval_winners(winners)
+    assert sorted(switched) == [("synthetic", "mlr", "perfedavg"), ("synthetic", "mlr", "pfedme")]
+    assert switched["synthetic", "mlr", "pfedme"] == winners["synthetic", "mlr", "pfedme"].replace(
+        personal_eval="local"
+    )
+    assert switched["synthetic", "mlr", "perfedavg"] == winners["synthetic", "mlr", "perfedavg"].replace(
+        adapt_eval="code"
+    )
+    b2, g2 = profiles.get("fedmcsa_table1_code_eval", "paper", av, winners=winners)
+    stage2 = expand(b2, g2)
+    assert sorted((c.get("algorithm"), c.seed) for c in stage2) == [
+        (a, s) for a in ("perfedavg", "pfedme") for s in (0, 1, 2)
+    ]
+    assert all(c.key() != w.replace(seed=c.seed).key() for c in stage2 for w in winners.values())  # own keys
+    import fedlib
+
+    ex = fedlib.experiment(
+        "fedmcsa_table1_code_eval", "paper", stored_only=True, progress=False, store=store, available=av
+    )
+    assert ex.after.name == "fedmcsa_table1_grid" and [c.key() for c in ex.configs] == [c.key() for c in stage2]
+
+
+@pytest.mark.parametrize("name", ["fedmcsa_table1", "fedmcsa_table1_code_eval"])
+def test_cli_where_picks_winner_seeds_the_grid_does_not_have(name, tmp_path, monkeypatch, capsys):
+    """``--where seed=1`` on a stage-2 experiment: the grid the step reads is queued first with the same filter, and
+    its runs are all seed 0, so it stopped as a usage error ("matches none of the configs of 'fedmcsa_table1_grid'")
+    before the winners' seed 1 was listed. A filter that matches none of the grid queues none of it."""
+    from fedlib.experiments import cli
+
+    av = profiles.Available.scan()
+    base, grid = profiles.get("fedmcsa_table1_grid", "smoke", av)
+    cfgs = expand(base, profiles.available_cells(grid, base, av)[0])
+    store = Store(tmp_path)
+    for i, cfg in enumerate(cfgs):
+        _fake(store, cfg, [0.5 + 0.001 * i], gm=[0.4])
+    monkeypatch.setenv("FEDLIB_RESULTS", str(tmp_path))
+    assert cli.main([name, "--profile", "smoke", "--where", "seed=1", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    stage2 = expand(*profiles.get(name, "smoke", av, winners=table1_winners(cfgs, store)))
+    listed = [line for line in out.splitlines() if line.startswith(("to run", "stored"))]
+    assert sorted(listed) == sorted("to run  " + c.label() for c in stage2 if c.seed == 1) and listed
+    with pytest.raises(SystemExit) as bad:  # a filter that matches none of the named experiment is still an error
+        cli.main([name, "--profile", "smoke", "--where", "seed=7", "--dry-run"])
+    assert bad.value.code == 2 and f"matches none of the {len(stage2)} configs of {name!r}" in capsys.readouterr().err
+
+
 # Stage 2's configs at the paper profile, from the winners among the committed stage-1 runs in results/, before the
 # winners became an explicit step (FedMCSA Table 1 complete, 3 seeds; CIFAR-10 absent): 132 configs (44 winners x 3
 # seeds; pFedMe's PM and GM rows share 4 winners) whose sorted keys hash to this.

@@ -34,7 +34,7 @@ from fedlib.config.run import PROFILES, flat_field_names, flat_name, resolve_pro
 from fedlib.data.readers import DatasetChecksumError, DatasetFormatError, DatasetNotFoundError
 from fedlib.executors.graphs import graphs_from_env
 from fedlib.experiments import profiles
-from fedlib.experiments.named import Experiment, _table, experiment, status
+from fedlib.experiments.named import Experiment, _matches, _table, experiment, status
 from fedlib.runs import scheduling
 from fedlib.runs.feasibility import TooLarge
 from fedlib.runs.malloc import mode as malloc_mode
@@ -239,8 +239,14 @@ def _main(ap, args, where, backend) -> int:
                 f"step {step.__name__}: {len(inputs[keyword])} {keyword} from {len(before.runs)} of "
                 f"{len(before.configs)} {prior} runs stored"
             )
-        ex = planned(name, where=where, inputs=inputs)
-        queue += [c for c in ex.configs if c.key() not in seen and not seen.add(c.key())]
+        if name in args.experiment:
+            ex = planned(name, where=where, inputs=inputs)
+            configs = ex.configs
+        else:  # only queued for a step: --where picks its configs too, but may match none (the grid's seed 0 when
+            # the winners' seeds 1-2 are asked for) without being a usage error
+            ex = planned(name, inputs=inputs)
+            configs = [c for c in ex.configs if _matches(c, where)]
+        queue += [c for c in configs if c.key() not in seen and not seen.add(c.key())]
         absent = ex.absent if ex.configs or ex.absent else absent_for_empty(name, ex.profile, inputs)
         missing += [m for m in absent if m not in missing]
         if missing and name == names[-1]:

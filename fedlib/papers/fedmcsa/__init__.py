@@ -39,6 +39,7 @@ from fedlib.papers.fedmcsa.grids import (
     READINGS_IMAGES,
     STEPS,
     TABLE1_SEEDS,
+    code_eval_winners,
     partition_winners,
     readings_images,
 )
