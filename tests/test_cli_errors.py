@@ -109,7 +109,8 @@ def test_experiment_inputs_for_an_experiment_without_a_step(tmp_path):
         fedlib.experiment("quickstart", "smoke", inputs={"winners": {}}, stored_only=True, store=Store(tmp_path))
     assert str(err.value) == (
         "inputs={'winners': {}}: experiment 'quickstart' takes no 'winners'; it takes None or {} (only an experiment "
-        "with a step takes inputs: fedmcsa_table1 takes 'winners', fedmcsa_table1_partition takes 'winners')"
+        "with a step takes inputs: fedmcsa_table1 takes 'winners', fedmcsa_table1_partition takes 'winners', "
+        "fedmcsa_table1_code_eval takes 'winners')"
     )
 
 
